@@ -1,0 +1,1462 @@
+/*
+ * zip.c - the zip container of PyTorch checkpoints, read strictly and cross-checked with minizip.
+ *
+ * The reader parses the container itself and accepts only files in which every reader would see
+ * the same records at the same offsets (threat model P6). It then opens the same bytes with
+ * minizip and rejects the file when minizip sees anything else: two independent parsers agreeing
+ * is the check that our own parser has no blind spot an attacker could use.
+ *
+ * On-disk format (all integers little-endian; the layout torch 2.6 writes, reference pth-format.md
+ * section 2.3):
+ *
+ *   [local record]*  central directory  [zip64 end record  zip64 locator]  end record [comment]
+ *
+ *   local record   = local header (30 bytes: sig 0x04034b50, version, flags, method, time, date,
+ *                    crc32, compressed size u32, size u32, name length u16, extra length u16),
+ *                    name, extra fields, data, and when flag bit 3 is set a data descriptor
+ *                    ([sig 0x08074b50] crc32, compressed size, size: u32 each, or u64 sizes when
+ *                    the local header carries a zip64 extra field);
+ *   central entry  = 46 bytes (sig 0x02014b50, version made by, version needed, flags, method,
+ *                    time, date, crc32, compressed size u32, size u32, name length, extra length,
+ *                    comment length, disk start u16, internal attrs, external attrs u32, local
+ *                    header offset u32), name, extra fields, comment; a field holding 0xFFFFFFFF
+ *                    takes its value from the zip64 extra field (id 0x0001), which holds u64
+ *                    values for exactly those fields, in the order size, compressed size, offset;
+ *   zip64 end      = 56 bytes (sig 0x06064b50, record size u64 = 44, versions, disk u32, cd disk
+ *                    u32, entries on disk u64, entries u64, cd size u64, cd offset u64);
+ *   zip64 locator  = 20 bytes (sig 0x07064b50, disk u32, zip64 end offset u64, disks u32 = 1);
+ *   end record     = 22 bytes (sig 0x06054b50, disk u16, cd disk u16, entries on disk u16,
+ *                    entries u16, cd size u32, cd offset u32, comment length u16).
+ *
+ * torch pads each local header with an extra field 'FB' so that data starts on a 64-byte
+ * boundary; that field is in the local header only, so the data offset is always computed from
+ * the local header's own name and extra lengths, never from the central directory's.
+ *
+ * Beyond the rules archive.h lists, these are rejected too, each a place where readers differ:
+ * a non-ASCII name without flag bit 11 (Python decodes it as cp437), C1 control characters and
+ * empty path components in names, extra areas that are not a whole number of (id, length, data)
+ * fields, a zip64 extra field longer than its 0xFFFFFFFF fields call for, zip64 sizes in only one
+ * of the two headers of a record without descriptor, anything but the contiguous sequence
+ * central directory, zip64 end record (44-byte body), locator, end record, a zip record
+ * signature inside the archive comment, classic sentinels without zip64 records, central
+ * directory encryption (flag bit 13), and deflate data that ends before or after its compressed
+ * size. With a descriptor, the local CRC and sizes may also equal the real values, and the sizes
+ * may be 0xFFFFFFFF beside a local zip64 field (Python's zipfile writes that when streaming).
+ *
+ * Invariants of an open ptc__zip (the rules themselves are listed in archive.h):
+ *   - entries[] is in central-directory order, names[] holds every name NUL-terminated, and
+ *     by_name[] holds every entry sorted by its ASCII-case-folded record name, so a lookup is a
+ *     binary search and no two entries compare equal there;
+ *   - every entry's [header_offset, end_offset) lies inside [0, cd_offset), and together these
+ *     ranges tile it exactly;
+ *   - every byte of table memory is charged to the budget given at open until close, and every
+ *     temporary buffer sized by the file is charged while it lives.
+ *
+ * minizip and zlib allocate for themselves: zlib's inflate state goes through ptc__malloc (its
+ * allocation hooks), minizip's small per-archive and per-record buffers through the C library,
+ * because minizip 1.1 offers no allocation hooks. Those are fixed sizes, never sized by the file.
+ */
+#define ZLIB_CONST
+#include "archive/archive.h"
+
+#include <string.h>
+
+#include <minizip/unzip.h>
+#include <zlib.h>
+
+/* ---- format constants ------------------------------------------------------------------------ */
+
+#define SIG_LOCAL 0x04034b50u
+#define SIG_CENTRAL 0x02014b50u
+#define SIG_DESCRIPTOR 0x08074b50u
+#define SIG_END 0x06054b50u
+#define SIG_END64 0x06064b50u
+#define SIG_LOCATOR64 0x07064b50u
+
+#define LOCAL_LEN 30u
+#define CENTRAL_LEN 46u
+#define END_LEN 22u
+#define END64_LEN 56u
+#define END64_RECORD_SIZE 44u /* the record size field counts the bytes after itself */
+#define LOCATOR64_LEN 20u
+#define MAX_COMMENT 65535u
+
+#define EXTRA_ZIP64 0x0001u
+#define U32_SENTINEL 0xFFFFFFFFu
+#define U16_SENTINEL 0xFFFFu
+
+#define FLAG_ENCRYPTED 0x0001u
+#define FLAG_DESCRIPTOR 0x0008u
+#define FLAG_PATCH 0x0020u
+#define FLAG_STRONG_ENCRYPTION 0x0040u
+#define FLAG_UTF8 0x0800u
+#define FLAG_CD_ENCRYPTED 0x2000u
+
+#define METHOD_STORED 0u
+#define METHOD_DEFLATED 8u
+
+/* Streaming buffers for callback sources and for CRC checks that keep no output. */
+#define IO_CHUNK (64u * 1024u)
+/* zlib counts input and output in uInt; larger spans are fed in pieces of this size. */
+#define ZLIB_SPAN (1u << 30)
+/* A local header with the longest name and extra field the 16-bit lengths allow. */
+#define LOCAL_MAX (LOCAL_LEN + 2u * 65535u)
+
+struct ptc__zip {
+    ptc__source *src;
+    const uint8_t *map;       /* the whole file when addressable, else NULL */
+    uint64_t size;            /* of the file */
+    ptc__budget *budget;      /* may be NULL */
+    ptc_limits limits;
+    uint64_t cd_offset;       /* first byte of the central directory */
+    uint64_t cd_size;
+    size_t n;                 /* entries */
+    ptc__zip_entry *entries;  /* [n], central-directory order */
+    char *names;              /* names_len bytes: every name, NUL-terminated */
+    uint64_t names_len;
+    char *prefix;             /* without the trailing '/' */
+    size_t prefix_len;
+    const ptc__zip_entry **by_name; /* [n], sorted by case-folded record name */
+};
+
+/* What the open needs to remember about each central entry beyond ptc__zip_entry, only while it
+ * checks the local headers and compares with minizip. */
+typedef struct central_aux {
+    uint64_t pos;      /* file offset of the central entry */
+    uint8_t sentinels; /* SENT_* bits: 32-bit fields that held 0xFFFFFFFF */
+} central_aux;
+
+#define SENT_SIZE 1u
+#define SENT_COMP_SIZE 2u
+#define SENT_OFFSET 4u
+
+/* ---- memory charged to the budget ------------------------------------------------------------ */
+
+/* Allocates n bytes (n sized by the file) after charging them to the budget; NULL with *rc and
+ * err set when the budget or the allocator refuses. */
+static void *take(ptc__zip *z, uint64_t n, int *rc, ptc_error *err)
+{
+    *rc = ptc__budget_take(z->budget, n, err, "", -1);
+    if (*rc < 0)
+        return NULL;
+    void *p = n <= SIZE_MAX ? ptc__malloc((size_t)n) : NULL;
+    if (!p) {
+        ptc__budget_give(z->budget, n);
+        *rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory allocating %llu bytes",
+                       (unsigned long long)n);
+    }
+    return p;
+}
+
+static void give(ptc__zip *z, void *p, uint64_t n)
+{
+    if (!p)
+        return;
+    ptc__free(p);
+    ptc__budget_give(z->budget, n);
+}
+
+/* zlib's allocation hooks, so that inflate's state goes through the replaceable allocator. */
+static voidpf zlib_alloc(voidpf opaque, uInt items, uInt size)
+{
+    (void)opaque;
+    size_t total;
+    if (__builtin_mul_overflow((size_t)items, (size_t)size, &total))
+        return Z_NULL;
+    return ptc__malloc(total);
+}
+
+static void zlib_free(voidpf opaque, voidpf p)
+{
+    (void)opaque;
+    ptc__free(p);
+}
+
+/* ---- errors ---------------------------------------------------------------------------------- */
+
+static int64_t off64(uint64_t off) { return off <= INT64_MAX ? (int64_t)off : INT64_MAX; }
+
+/* An error about one record: the member is its name after the prefix (the full name for the
+ * directory entry "prefix/", whose record name is empty), escaped. */
+static int rec_err(ptc_error *err, int code, const ptc__zip_entry *e, const char *fmt, ...)
+    PTC_PRINTF(4, 5);
+static int rec_err(ptc_error *err, int code, const ptc__zip_entry *e, const char *fmt, ...)
+{
+    char member[sizeof err->member];
+    const char *s = e->record[0] ? e->record : e->name;
+    ptc__escape(member, sizeof member, s, strlen(s), true);
+    va_list ap;
+    va_start(ap, fmt);
+    ptc__verr(err, code, member, -1, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* An error about a central entry whose name has not been accepted yet: the member is the raw
+ * name, escaped (it may hold NUL or control bytes), with every non-ASCII byte as \xNN because the
+ * name may hold C1 controls encoded as UTF-8. */
+static int name_err(ptc_error *err, int code, const uint8_t *name, size_t n, const char *fmt, ...)
+    PTC_PRINTF(5, 6);
+static int name_err(ptc_error *err, int code, const uint8_t *name, size_t n, const char *fmt, ...)
+{
+    char member[sizeof err->member];
+    ptc__escape(member, sizeof member, name, n, false);
+    va_list ap;
+    va_start(ap, fmt);
+    ptc__verr(err, code, member, -1, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+/* ---- reading --------------------------------------------------------------------------------- */
+
+/* Makes [off, off+len) of the file available at *p: in place when the source is addressable,
+ * otherwise read into buf, which holds at least len bytes. */
+static int view(ptc__zip *z, uint64_t off, size_t len, uint8_t *buf, const uint8_t **p,
+                ptc_error *err)
+{
+    if (z->map) {
+        if (!ptc__range_ok(off, len, z->size))
+            return ptc__err(err, PTC_EFORMAT, "", off64(off),
+                            "truncated: %zu bytes at offset 0x%llx lie beyond the end of the "
+                            "file (%llu bytes)",
+                            len, (unsigned long long)off, (unsigned long long)z->size);
+        *p = z->map + off;
+        return 0;
+    }
+    int rc = ptc__source_read(z->src, off, buf, len, err);
+    if (rc < 0)
+        return rc;
+    *p = buf;
+    return 0;
+}
+
+/* ---- end records ----------------------------------------------------------------------------- */
+
+/* Finds the end record, follows the zip64 locator when there is one, and sets n, cd_offset and
+ * cd_size after checking every count and offset against the other records. */
+static int read_end(ptc__zip *z, ptc_error *err)
+{
+    if (z->size < END_LEN)
+        return ptc__err(err, PTC_EFORMAT, "", 0,
+                        "truncated: %llu bytes cannot hold a zip end-of-central-directory record",
+                        (unsigned long long)z->size);
+
+    /* The end record is at most MAX_COMMENT + END_LEN bytes from the end. */
+    uint64_t win_len = z->size < MAX_COMMENT + END_LEN ? z->size : MAX_COMMENT + END_LEN;
+    uint64_t win_off = z->size - win_len;
+    uint8_t *owned = NULL;
+    const uint8_t *win;
+    int rc;
+    if (!z->map && !(owned = take(z, win_len, &rc, err)))
+        return rc;
+    if ((rc = view(z, win_off, (size_t)win_len, owned, &win, err)) < 0)
+        goto done;
+
+    /* Scan backwards: the last signature in the file must be the end record and its comment
+     * must reach exactly to the end of the file. */
+    size_t pos = (size_t)win_len - END_LEN;
+    bool found = false;
+    for (;;) {
+        if (ptc__le32(win + pos) == SIG_END) {
+            found = true;
+            break;
+        }
+        if (pos == 0)
+            break;
+        pos--;
+    }
+    if (!found) {
+        rc = ptc__err(err, PTC_EFORMAT, "", off64(win_off),
+                      "no end-of-central-directory record in the last %llu bytes (not a zip "
+                      "archive, or truncated)",
+                      (unsigned long long)win_len);
+        goto done;
+    }
+    const uint8_t *end = win + pos;
+    uint64_t end_off = win_off + pos;
+    uint64_t comment = ptc__le16(end + 20);
+    uint64_t tail = z->size - end_off - END_LEN;
+    if (comment != tail) {
+        if (comment < tail)
+            rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off + END_LEN + comment),
+                          "%llu bytes follow the end of the archive",
+                          (unsigned long long)(tail - comment));
+        else
+            rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off),
+                          "truncated: the archive comment of %llu bytes runs past the end of "
+                          "the file",
+                          (unsigned long long)comment);
+        goto done;
+    }
+    /* A second end record whose comment also reaches the end of the file would let another
+     * reader pick a different central directory; so would zip64 records inside the comment. */
+    for (size_t k = 0; k < pos; k++) {
+        if (ptc__le32(win + k) == SIG_END &&
+            ptc__le16(win + k + 20) == (uint64_t)(win_len - k - END_LEN)) {
+            rc = ptc__err(err, PTC_EFORMAT, "", off64(win_off + k),
+                          "a second end-of-central-directory record also ends the file");
+            goto done;
+        }
+    }
+    for (uint64_t k = 0; k + 4 <= comment; k++) {
+        uint32_t sig = ptc__le32(end + END_LEN + k);
+        if (sig == SIG_END64 || sig == SIG_LOCATOR64 || sig == SIG_CENTRAL) {
+            rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off + END_LEN + k),
+                          "the archive comment holds a zip record signature");
+            goto done;
+        }
+    }
+
+    uint16_t disk = ptc__le16(end + 4), cd_disk = ptc__le16(end + 6);
+    uint16_t n_disk16 = ptc__le16(end + 8), n16 = ptc__le16(end + 10);
+    uint32_t cd_size32 = ptc__le32(end + 12), cd_off32 = ptc__le32(end + 16);
+    if (disk != 0 || cd_disk != 0) {
+        rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off),
+                      "multi-disk archive (disk %u, central directory on disk %u)", disk,
+                      cd_disk);
+        goto done;
+    }
+    if (n_disk16 != n16) {
+        rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off),
+                      "end record counts %u entries on this disk but %u in total", n_disk16, n16);
+        goto done;
+    }
+
+    uint64_t n = n16, cd_size = cd_size32, cd_off = cd_off32, cd_end = end_off;
+    uint8_t loc_buf[LOCATOR64_LEN], e64_buf[END64_LEN];
+    const uint8_t *loc = NULL;
+    bool zip64 = false;
+    if (end_off >= LOCATOR64_LEN) {
+        if ((rc = view(z, end_off - LOCATOR64_LEN, LOCATOR64_LEN, loc_buf, &loc, err)) < 0)
+            goto done;
+        zip64 = ptc__le32(loc) == SIG_LOCATOR64;
+    }
+    if (zip64) {
+        uint64_t loc_off = end_off - LOCATOR64_LEN;
+        uint32_t e64_disk = ptc__le32(loc + 4), disks = ptc__le32(loc + 16);
+        uint64_t e64_off = ptc__le64(loc + 8);
+        if (e64_disk != 0 || disks != 1) {
+            rc = ptc__err(err, PTC_EFORMAT, "", off64(loc_off),
+                          "zip64 locator names disk %u of %u disks", e64_disk, disks);
+            goto done;
+        }
+        if (loc_off < END64_LEN || e64_off != loc_off - END64_LEN) {
+            rc = ptc__err(err, PTC_EFORMAT, "", off64(loc_off),
+                          "zip64 locator points at 0x%llx, not at the zip64 end record right "
+                          "before it",
+                          (unsigned long long)e64_off);
+            goto done;
+        }
+        const uint8_t *e64;
+        if ((rc = view(z, e64_off, END64_LEN, e64_buf, &e64, err)) < 0)
+            goto done;
+        if (ptc__le32(e64) != SIG_END64 || ptc__le64(e64 + 4) != END64_RECORD_SIZE) {
+            rc = ptc__err(err, PTC_EFORMAT, "", off64(e64_off),
+                          "no zip64 end record (of %u bytes) where the locator points",
+                          END64_LEN);
+            goto done;
+        }
+        uint32_t disk64 = ptc__le32(e64 + 16), cd_disk64 = ptc__le32(e64 + 20);
+        uint64_t n_disk64 = ptc__le64(e64 + 24), n64 = ptc__le64(e64 + 32);
+        uint64_t cd_size64 = ptc__le64(e64 + 40), cd_off64 = ptc__le64(e64 + 48);
+        if (disk64 != 0 || cd_disk64 != 0) {
+            rc = ptc__err(err, PTC_EFORMAT, "", off64(e64_off),
+                          "multi-disk zip64 archive (disk %u, central directory on disk %u)",
+                          disk64, cd_disk64);
+            goto done;
+        }
+        if (n_disk64 != n64) {
+            rc = ptc__err(err, PTC_EFORMAT, "", off64(e64_off),
+                          "zip64 end record counts %llu entries on this disk but %llu in total",
+                          (unsigned long long)n_disk64, (unsigned long long)n64);
+            goto done;
+        }
+        /* Each classic field is either the sentinel or the same value as the zip64 one. */
+        if ((n16 != U16_SENTINEL && n16 != n64) ||
+            (cd_size32 != U32_SENTINEL && cd_size32 != cd_size64) ||
+            (cd_off32 != U32_SENTINEL && cd_off32 != cd_off64)) {
+            rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off),
+                          "end record (%u entries, directory of %u bytes at 0x%x) disagrees with "
+                          "the zip64 end record (%llu entries, %llu bytes at 0x%llx)",
+                          n16, cd_size32, cd_off32, (unsigned long long)n64,
+                          (unsigned long long)cd_size64, (unsigned long long)cd_off64);
+            goto done;
+        }
+        n = n64;
+        cd_size = cd_size64;
+        cd_off = cd_off64;
+        cd_end = e64_off;
+    } else if (n16 == U16_SENTINEL || cd_size32 == U32_SENTINEL || cd_off32 == U32_SENTINEL) {
+        rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off),
+                      "end record holds zip64 sentinels but there is no zip64 end record");
+        goto done;
+    }
+
+    uint64_t cd_stop;
+    if (!ptc__add_u64_ok(cd_off, cd_size, &cd_stop) || cd_stop != cd_end) {
+        rc = ptc__err(err, PTC_EFORMAT, "", off64(cd_end),
+                      "central directory of %llu bytes at 0x%llx does not end where the end "
+                      "records begin (0x%llx)",
+                      (unsigned long long)cd_size, (unsigned long long)cd_off,
+                      (unsigned long long)cd_end);
+        goto done;
+    }
+    if (n == 0) {
+        rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off), "the archive holds no records");
+        goto done;
+    }
+    /* A count the directory cannot hold is a broken file, not a large one: check it first. */
+    if (n > cd_size / CENTRAL_LEN) {
+        rc = ptc__err(err, PTC_EFORMAT, "", off64(cd_off),
+                      "a central directory of %llu bytes cannot hold %llu entries",
+                      (unsigned long long)cd_size, (unsigned long long)n);
+        goto done;
+    }
+    if (n > z->limits.max_records || n > SIZE_MAX / sizeof(ptc__zip_entry)) {
+        rc = ptc__err(err, PTC_ELIMIT, "", off64(end_off),
+                      "the archive holds %llu records, more than the limit of %llu",
+                      (unsigned long long)n, (unsigned long long)z->limits.max_records);
+        goto done;
+    }
+    z->n = (size_t)n;
+    z->cd_offset = cd_off;
+    z->cd_size = cd_size;
+    rc = 0;
+done:
+    give(z, owned, win_len);
+    return rc;
+}
+
+/* ---- extra fields ---------------------------------------------------------------------------- */
+
+typedef struct extra_fields {
+    const uint8_t *zip64; /* payload of the zip64 field, NULL when absent */
+    uint16_t zip64_len;
+} extra_fields;
+
+/* Splits an extra area into its (id, length, data) fields, which must tile it exactly: a field
+ * cut short is a place where readers could disagree about what follows. Returns a reason, or
+ * NULL when the area is well formed. */
+static const char *parse_extra(const uint8_t *x, size_t n, extra_fields *out)
+{
+    out->zip64 = NULL;
+    out->zip64_len = 0;
+    while (n > 0) {
+        if (n < 4)
+            return "an extra field header is cut short";
+        uint16_t id = ptc__le16(x), len = ptc__le16(x + 2);
+        if (len > n - 4)
+            return "an extra field runs past the end of the extra area";
+        if (id == EXTRA_ZIP64) {
+            if (out->zip64)
+                return "two zip64 extra fields";
+            out->zip64 = x + 4;
+            out->zip64_len = len;
+        }
+        x += 4u + len;
+        n -= 4u + len;
+    }
+    return NULL;
+}
+
+/* ---- names ----------------------------------------------------------------------------------- */
+
+static unsigned char fold(unsigned char c) { return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c; }
+
+/* Compares two names the way miniz looks them up: ASCII letters without regard to case. */
+static int fold_cmp(const char *a, const char *b)
+{
+    for (;; a++, b++) {
+        unsigned char ca = fold((unsigned char)*a), cb = fold((unsigned char)*b);
+        if (ca != cb || ca == 0)
+            return (ca > cb) - (ca < cb);
+    }
+}
+
+static int cmp_by_name(const ptc__zip_entry *a, const ptc__zip_entry *b)
+{
+    return fold_cmp(a->record, b->record);
+}
+
+static int cmp_by_offset(const ptc__zip_entry *a, const ptc__zip_entry *b)
+{
+    return (a->header_offset > b->header_offset) - (a->header_offset < b->header_offset);
+}
+
+typedef int (*entry_cmp)(const ptc__zip_entry *, const ptc__zip_entry *);
+
+/* Sorts a[n] with a bottom-up merge sort through tmp[n]: O(n log n) in the worst case, whatever
+ * an attacker chooses, and stable. The C library's qsort is avoided because it may allocate a
+ * copy of the array behind the budget's back. */
+static void sort_entries(const ptc__zip_entry **a, const ptc__zip_entry **tmp, size_t n,
+                         entry_cmp cmp)
+{
+    const ptc__zip_entry **src = a, **dst = tmp;
+    for (size_t w = 1; w < n; w *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * w) {
+            size_t mid = lo + w < n ? lo + w : n;
+            size_t hi = lo + 2 * w < n ? lo + 2 * w : n;
+            size_t i = lo, j = mid, k = lo;
+            while (i < mid && j < hi)
+                dst[k++] = cmp(src[j], src[i]) < 0 ? src[j++] : src[i++];
+            while (i < mid)
+                dst[k++] = src[i++];
+            while (j < hi)
+                dst[k++] = src[j++];
+        }
+        const ptc__zip_entry **t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, n * sizeof *a);
+}
+
+/* Applies the name rules of archive.h to the idx-th central name; the first one also fixes the
+ * prefix. at is the entry's file offset, for messages. */
+static int check_name(ptc__zip *z, const uint8_t *s, size_t n, uint16_t flags, size_t idx,
+                      uint64_t at, ptc_error *err)
+{
+    if (n == 0)
+        return ptc__err(err, PTC_EFORMAT, "", off64(at),
+                        "central directory entry %zu has an empty name", idx + 1);
+    bool ascii = true;
+    for (size_t k = 0; k < n; k++) {
+        uint8_t c = s[k];
+        if (c == 0)
+            return name_err(err, PTC_EFORMAT, s, n, "entry %zu at 0x%llx: name holds a NUL byte",
+                            idx + 1, (unsigned long long)at);
+        if (c < 0x20 || c == 0x7F)
+            return name_err(err, PTC_EFORMAT, s, n,
+                            "entry %zu at 0x%llx: name holds control byte 0x%02x", idx + 1,
+                            (unsigned long long)at, c);
+        if (c == '\\' || c == ':')
+            return name_err(err, PTC_EFORMAT, s, n,
+                            "entry %zu at 0x%llx: name holds '%c' (a path separator or drive on "
+                            "some systems)",
+                            idx + 1, (unsigned long long)at, c);
+        if (c >= 0x80)
+            ascii = false;
+    }
+    if (!ascii) {
+        /* Without bit 11, Python's zipfile decodes names as cp437 and miniz keeps raw bytes. */
+        if (!(flags & FLAG_UTF8))
+            return name_err(err, PTC_EFORMAT, s, n,
+                            "entry %zu at 0x%llx: non-ASCII name without the UTF-8 flag (bit 11)",
+                            idx + 1, (unsigned long long)at);
+        if (!ptc__utf8_valid(s, n))
+            return name_err(err, PTC_EFORMAT, s, n,
+                            "entry %zu at 0x%llx: name is not valid UTF-8", idx + 1,
+                            (unsigned long long)at);
+        for (size_t k = 0; k + 1 < n; k++)
+            if (s[k] == 0xC2 && s[k + 1] >= 0x80 && s[k + 1] <= 0x9F)
+                return name_err(err, PTC_EFORMAT, s, n,
+                                "entry %zu at 0x%llx: name holds a C1 control character",
+                                idx + 1, (unsigned long long)at);
+    }
+    if (s[0] == '/')
+        return name_err(err, PTC_EFORMAT, s, n, "entry %zu at 0x%llx: absolute name", idx + 1,
+                        (unsigned long long)at);
+    size_t start = 0;
+    for (size_t k = 0; k <= n; k++) {
+        if (k < n && s[k] != '/')
+            continue;
+        size_t len = k - start;
+        /* Only the last component may be empty, and only after a '/': a directory entry. */
+        if (len == 0 && !(k == n && start > 0))
+            return name_err(err, PTC_EFORMAT, s, n,
+                            "entry %zu at 0x%llx: name has an empty path component", idx + 1,
+                            (unsigned long long)at);
+        if ((len == 1 && s[start] == '.') ||
+            (len == 2 && s[start] == '.' && s[start + 1] == '.'))
+            return name_err(err, PTC_EFORMAT, s, n,
+                            "entry %zu at 0x%llx: name has a '.' or '..' component", idx + 1,
+                            (unsigned long long)at);
+        start = k + 1;
+    }
+
+    if (idx == 0) {
+        /* torch takes the prefix from the first central entry, up to its first '/'. */
+        const uint8_t *slash = memchr(s, '/', n);
+        if (!slash)
+            return name_err(err, PTC_EFORMAT, s, n,
+                            "the first entry is not in a subdirectory: records must be named "
+                            "<prefix>/<record>");
+        size_t plen = (size_t)(slash - s);
+        int rc;
+        if (!(z->prefix = take(z, plen + 1, &rc, err)))
+            return rc;
+        memcpy(z->prefix, s, plen);
+        z->prefix[plen] = '\0';
+        z->prefix_len = plen;
+        return 0;
+    }
+    if (n <= z->prefix_len || memcmp(s, z->prefix, z->prefix_len) != 0 ||
+        s[z->prefix_len] != '/') {
+        char shown[96];
+        ptc__escape(shown, sizeof shown, z->prefix, z->prefix_len, true);
+        return name_err(err, PTC_EFORMAT, s, n,
+                        "entry %zu at 0x%llx: name lies outside the archive prefix \"%s/\" "
+                        "(taken from the first entry)",
+                        idx + 1, (unsigned long long)at, shown);
+    }
+    return 0;
+}
+
+/* ---- central directory ----------------------------------------------------------------------- */
+
+/* Parses the n central entries of cd (cd_size bytes) into entries[] and names[], and aux[]. */
+static int read_central(ptc__zip *z, const uint8_t *cd, central_aux *aux, ptc_error *err)
+{
+    uint64_t p = 0, used = 0;
+    for (size_t i = 0; i < z->n; i++) {
+        uint64_t at = z->cd_offset + p;
+        if (z->cd_size - p < CENTRAL_LEN)
+            return ptc__err(err, PTC_EFORMAT, "", off64(at),
+                            "the central directory ends inside entry %zu of the %zu the end "
+                            "record counts",
+                            i + 1, z->n);
+        const uint8_t *h = cd + p;
+        if (ptc__le32(h) != SIG_CENTRAL)
+            return ptc__err(err, PTC_EFORMAT, "", off64(at),
+                            "no central directory header for entry %zu of %zu (signature "
+                            "0x%08x)",
+                            i + 1, z->n, ptc__le32(h));
+        uint16_t flags = ptc__le16(h + 8), method = ptc__le16(h + 10);
+        uint32_t crc = ptc__le32(h + 16), csize32 = ptc__le32(h + 20), usize32 = ptc__le32(h + 24);
+        uint16_t nlen = ptc__le16(h + 28), xlen = ptc__le16(h + 30), clen = ptc__le16(h + 32);
+        uint16_t disk = ptc__le16(h + 34);
+        uint32_t hoff32 = ptc__le32(h + 42);
+        uint64_t len = (uint64_t)CENTRAL_LEN + nlen + xlen + clen;
+        if (len > z->cd_size - p)
+            return ptc__err(err, PTC_EFORMAT, "", off64(at),
+                            "central directory entry %zu runs past the end of the directory",
+                            i + 1);
+        /* The entries still to come need CENTRAL_LEN bytes each; this also keeps the names
+         * inside names[], which was sized on that assumption. */
+        if ((uint64_t)(z->n - i - 1) > (z->cd_size - p - len) / CENTRAL_LEN)
+            return ptc__err(err, PTC_EFORMAT, "", off64(at),
+                            "after entry %zu the central directory has no room for the %zu "
+                            "entries the end record counts",
+                            i + 1, z->n);
+        const uint8_t *name = h + CENTRAL_LEN;
+        int rc = check_name(z, name, nlen, flags, i, at, err);
+        if (rc < 0)
+            return rc;
+
+        ptc__zip_entry *e = &z->entries[i];
+        char *dst = z->names + used;
+        memcpy(dst, name, nlen);
+        dst[nlen] = '\0';
+        used += (uint64_t)nlen + 1;
+        e->name = dst;
+        e->record = dst + z->prefix_len + 1;
+        e->method = method;
+        e->flags = flags;
+        e->crc32 = crc;
+        aux[i].pos = at;
+
+        if (disk != 0)
+            return rec_err(err, PTC_EFORMAT, e, "central entry at 0x%llx starts on disk %u",
+                           (unsigned long long)at, disk);
+        extra_fields x;
+        const char *why = parse_extra(name + nlen, xlen, &x);
+        if (why)
+            return rec_err(err, PTC_EFORMAT, e, "central entry at 0x%llx: %s",
+                           (unsigned long long)at, why);
+        /* The zip64 field holds a u64 for each 32-bit field that is 0xFFFFFFFF, in this order,
+         * and nothing else: extra values would be read by some readers and ignored by others. */
+        unsigned need = (usize32 == U32_SENTINEL) + (csize32 == U32_SENTINEL) +
+                        (hoff32 == U32_SENTINEL);
+        if (need > 0 && !x.zip64)
+            return rec_err(err, PTC_EFORMAT, e,
+                           "central entry at 0x%llx has a 0xFFFFFFFF size or offset but no "
+                           "zip64 extra field",
+                           (unsigned long long)at);
+        if (x.zip64 && x.zip64_len != 8u * need)
+            return rec_err(err, PTC_EFORMAT, e,
+                           "central entry at 0x%llx: zip64 extra field of %u bytes, but its "
+                           "0xFFFFFFFF fields call for %u",
+                           (unsigned long long)at, x.zip64_len, 8u * need);
+        const uint8_t *q = x.zip64;
+        e->size = usize32;
+        e->comp_size = csize32;
+        e->header_offset = hoff32;
+        if (usize32 == U32_SENTINEL) {
+            e->size = ptc__le64(q);
+            q += 8;
+        }
+        if (csize32 == U32_SENTINEL) {
+            e->comp_size = ptc__le64(q);
+            q += 8;
+        }
+        if (hoff32 == U32_SENTINEL)
+            e->header_offset = ptc__le64(q);
+        aux[i].sentinels = (uint8_t)((usize32 == U32_SENTINEL ? SENT_SIZE : 0) |
+                                     (csize32 == U32_SENTINEL ? SENT_COMP_SIZE : 0) |
+                                     (hoff32 == U32_SENTINEL ? SENT_OFFSET : 0));
+
+        if (flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION | FLAG_CD_ENCRYPTED))
+            return rec_err(err, PTC_EFORMAT, e, "encrypted record (flags 0x%04x)", flags);
+        if (flags & FLAG_PATCH)
+            return rec_err(err, PTC_EFORMAT, e, "patch data record (flags 0x%04x)", flags);
+        if (method != METHOD_STORED && method != METHOD_DEFLATED)
+            return rec_err(err, PTC_EFORMAT, e,
+                           "compression method %u is not supported (only 0 stored and 8 "
+                           "deflated)",
+                           method);
+        if (method == METHOD_STORED && e->comp_size != e->size)
+            return rec_err(err, PTC_EFORMAT, e,
+                           "stored record with %llu bytes in the file but a size of %llu",
+                           (unsigned long long)e->comp_size, (unsigned long long)e->size);
+        if (method == METHOD_DEFLATED) {
+            uint64_t cap;
+            if (e->size > z->limits.max_inflated_bytes)
+                return rec_err(err, PTC_ELIMIT, e,
+                               "inflates to %llu bytes, more than the limit of %llu",
+                               (unsigned long long)e->size,
+                               (unsigned long long)z->limits.max_inflated_bytes);
+            if (ptc__mul_u64_ok(e->comp_size, z->limits.max_inflate_ratio, &cap) && e->size > cap)
+                return rec_err(err, PTC_ELIMIT, e,
+                               "inflates %llu bytes to %llu, beyond the ratio limit of %u",
+                               (unsigned long long)e->comp_size, (unsigned long long)e->size,
+                               z->limits.max_inflate_ratio);
+        }
+        if (nlen > 0 && name[nlen - 1] == '/' && (e->size != 0 || e->comp_size != 0))
+            return rec_err(err, PTC_EFORMAT, e, "directory entry holds %llu bytes",
+                           (unsigned long long)e->comp_size);
+        if (e->header_offset >= z->cd_offset || e->comp_size > z->cd_offset)
+            return rec_err(err, PTC_EFORMAT, e,
+                           "local header at 0x%llx with %llu bytes of data does not lie before "
+                           "the central directory at 0x%llx",
+                           (unsigned long long)e->header_offset,
+                           (unsigned long long)e->comp_size, (unsigned long long)z->cd_offset);
+        p += len;
+    }
+    if (p != z->cd_size)
+        return ptc__err(err, PTC_EFORMAT, "", off64(z->cd_offset + p),
+                        "%llu bytes follow the %zu central directory entries the end record "
+                        "counts",
+                        (unsigned long long)(z->cd_size - p), z->n);
+    return 0;
+}
+
+/* Sorts the name index and rejects names that are equal, or equal but for ASCII case. */
+static int index_names(ptc__zip *z, ptc_error *err)
+{
+    uint64_t tmp_len = (uint64_t)z->n * sizeof *z->by_name;
+    int rc;
+    const ptc__zip_entry **tmp = take(z, tmp_len, &rc, err);
+    if (!tmp)
+        return rc;
+    for (size_t i = 0; i < z->n; i++)
+        z->by_name[i] = &z->entries[i];
+    sort_entries(z->by_name, tmp, z->n, cmp_by_name);
+    give(z, tmp, tmp_len);
+    for (size_t i = 1; i < z->n; i++) {
+        const ptc__zip_entry *a = z->by_name[i - 1], *b = z->by_name[i];
+        if (fold_cmp(a->record, b->record) != 0)
+            continue;
+        if (strcmp(a->name, b->name) == 0)
+            return rec_err(err, PTC_EFORMAT, b, "the archive holds this name twice");
+        char other[96];
+        ptc__escape(other, sizeof other, a->record, strlen(a->record), true);
+        return rec_err(err, PTC_EFORMAT, b, "name differs only in letter case from \"%s\"",
+                       other);
+    }
+    return 0;
+}
+
+/* ---- local records --------------------------------------------------------------------------- */
+
+/* One 32-bit local field of a record with a data descriptor: zero, the real value, or the zip64
+ * sentinel when the local header has a zip64 field. */
+static bool deferred_ok(uint32_t local, uint64_t value, bool local_zip64)
+{
+    return local == 0 || local == value || (local == U32_SENTINEL && local_zip64);
+}
+
+/* Checks the local header of e against its central entry (whose 32-bit fields held the
+ * sentinels in sent), finds the data and the descriptor, and sets data_offset and end_offset.
+ * scratch holds LOCAL_MAX bytes (callback sources only). */
+static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *scratch,
+                      ptc_error *err)
+{
+    uint64_t at = e->header_offset;
+    const uint8_t *h;
+    if (z->cd_offset < LOCAL_LEN || at > z->cd_offset - LOCAL_LEN)
+        return rec_err(err, PTC_EFORMAT, e,
+                       "local header at 0x%llx runs into the central directory",
+                       (unsigned long long)at);
+    int rc = view(z, at, LOCAL_LEN, scratch, &h, err);
+    if (rc < 0)
+        return rc;
+    if (ptc__le32(h) != SIG_LOCAL)
+        return rec_err(err, PTC_EFORMAT, e, "no local header at 0x%llx (signature 0x%08x)",
+                       (unsigned long long)at, ptc__le32(h));
+    uint16_t flags = ptc__le16(h + 6), method = ptc__le16(h + 8);
+    uint32_t crc = ptc__le32(h + 14), csize = ptc__le32(h + 18), usize = ptc__le32(h + 22);
+    uint16_t nlen = ptc__le16(h + 26), xlen = ptc__le16(h + 28);
+    if (flags != e->flags)
+        return rec_err(err, PTC_EFORMAT, e,
+                       "local header flags 0x%04x differ from the central directory's 0x%04x",
+                       flags, e->flags);
+    if (method != e->method)
+        return rec_err(err, PTC_EFORMAT, e,
+                       "local header method %u differs from the central directory's %u", method,
+                       e->method);
+    uint64_t data;
+    if (!ptc__add_u64_ok(at, (uint64_t)LOCAL_LEN + nlen + xlen, &data) || data > z->cd_offset)
+        return rec_err(err, PTC_EFORMAT, e,
+                       "local header at 0x%llx runs into the central directory",
+                       (unsigned long long)at);
+    const uint8_t *var;
+    uint8_t *var_buf = scratch ? scratch + LOCAL_LEN : NULL;
+    if ((rc = view(z, at + LOCAL_LEN, (size_t)nlen + xlen, var_buf, &var, err)) < 0)
+        return rc;
+    size_t central_nlen = strlen(e->name);
+    if (nlen != central_nlen || memcmp(var, e->name, nlen) != 0) {
+        /* The local name passed no rule, so it is shown with every non-ASCII byte escaped. */
+        char shown[96];
+        ptc__escape(shown, sizeof shown, var, nlen, false);
+        return rec_err(err, PTC_EFORMAT, e,
+                       "local header at 0x%llx names \"%s\", the central directory another name",
+                       (unsigned long long)at, shown);
+    }
+    extra_fields x;
+    const char *why = parse_extra(var + nlen, xlen, &x);
+    if (why)
+        return rec_err(err, PTC_EFORMAT, e, "local header at 0x%llx: %s", (unsigned long long)at,
+                       why);
+    bool local_zip64 = x.zip64 != NULL;
+
+    uint64_t data_end;
+    if (!ptc__add_u64_ok(data, e->comp_size, &data_end) || data_end > z->cd_offset)
+        return rec_err(err, PTC_EFORMAT, e,
+                       "%llu bytes of data at 0x%llx run into the central directory",
+                       (unsigned long long)e->comp_size, (unsigned long long)data);
+    e->data_offset = data;
+
+    if (!(flags & FLAG_DESCRIPTOR)) {
+        /* Sizes in the local header: equal to the central ones, field by field. A 32-bit field
+         * is the sentinel in both headers or in neither; the local zip64 field then holds both
+         * sizes, size first. */
+        if ((usize == U32_SENTINEL) != !!(sent & SENT_SIZE) ||
+            (csize == U32_SENTINEL) != !!(sent & SENT_COMP_SIZE))
+            return rec_err(err, PTC_EFORMAT, e,
+                           "local header at 0x%llx and the central directory differ in using "
+                           "zip64 sizes",
+                           (unsigned long long)at);
+        uint64_t lu = usize, lc = csize;
+        if (usize == U32_SENTINEL || csize == U32_SENTINEL) {
+            if (!local_zip64 || x.zip64_len < 16)
+                return rec_err(err, PTC_EFORMAT, e,
+                               "local header at 0x%llx has a 0xFFFFFFFF size but no zip64 sizes",
+                               (unsigned long long)at);
+            lu = ptc__le64(x.zip64);
+            lc = ptc__le64(x.zip64 + 8);
+        }
+        if (crc != e->crc32 || lu != e->size || lc != e->comp_size)
+            return rec_err(err, PTC_EFORMAT, e,
+                           "local header (crc 0x%08x, %llu/%llu bytes) disagrees with the "
+                           "central directory (crc 0x%08x, %llu/%llu bytes)",
+                           crc, (unsigned long long)lc, (unsigned long long)lu, e->crc32,
+                           (unsigned long long)e->comp_size, (unsigned long long)e->size);
+        e->end_offset = data_end;
+        return 0;
+    }
+
+    /* With a descriptor the local zip64 field's values are not compared: torch writes 0 for the
+     * compressed size there (it is written before the data), and every reader takes the sizes
+     * from the descriptor or the central directory. Its presence only widens the descriptor. */
+    if (!deferred_ok(crc, e->crc32, false) || !deferred_ok(csize, e->comp_size, local_zip64) ||
+        !deferred_ok(usize, e->size, local_zip64))
+        return rec_err(err, PTC_EFORMAT, e,
+                       "local header (crc 0x%08x, %u/%u bytes) disagrees with the central "
+                       "directory (crc 0x%08x, %llu/%llu bytes)",
+                       crc, csize, usize, e->crc32, (unsigned long long)e->comp_size,
+                       (unsigned long long)e->size);
+    /* The descriptor: crc32 and both sizes, u64 sizes when the local header has a zip64 field,
+     * optionally preceded by its signature. */
+    size_t body = local_zip64 ? 20u : 12u;
+    uint64_t room = z->cd_offset - data_end;
+    uint8_t dbuf[28];
+    const uint8_t *d;
+    size_t dlen = room < 4u + body ? (size_t)room : 4u + body;
+    if ((rc = view(z, data_end, dlen, dbuf, &d, err)) < 0)
+        return rc;
+    for (int with_sig = 1; with_sig >= 0; with_sig--) {
+        size_t skip = with_sig ? 4u : 0u;
+        if (dlen < skip + body || (with_sig && ptc__le32(d) != SIG_DESCRIPTOR))
+            continue;
+        const uint8_t *b = d + skip;
+        uint64_t dc = local_zip64 ? ptc__le64(b + 4) : ptc__le32(b + 4);
+        uint64_t du = local_zip64 ? ptc__le64(b + 12) : ptc__le32(b + 8);
+        if (ptc__le32(b) == e->crc32 && dc == e->comp_size && du == e->size) {
+            e->end_offset = data_end + skip + body;
+            return 0;
+        }
+    }
+    return rec_err(err, PTC_EFORMAT, e,
+                   "no data descriptor at 0x%llx that matches the central directory (crc "
+                   "0x%08x, %llu/%llu bytes)",
+                   (unsigned long long)data_end, e->crc32, (unsigned long long)e->comp_size,
+                   (unsigned long long)e->size);
+}
+
+/* Reads every local header in file order and checks that the records tile [0, cd_offset). */
+static int read_locals(ptc__zip *z, const central_aux *aux, ptc_error *err)
+{
+    const ptc__zip_entry **order, **tmp = NULL;
+    uint8_t *scratch = NULL;
+    uint64_t order_len = (uint64_t)z->n * sizeof *order;
+    int rc;
+    if (!(order = take(z, order_len, &rc, err)))
+        return rc;
+    if (!(tmp = take(z, order_len, &rc, err)) ||
+        (!z->map && !(scratch = take(z, LOCAL_MAX, &rc, err))))
+        goto done;
+    for (size_t i = 0; i < z->n; i++)
+        order[i] = &z->entries[i];
+    sort_entries(order, tmp, z->n, cmp_by_offset);
+
+    uint64_t expect = 0;
+    for (size_t i = 0; i < z->n; i++) {
+        ptc__zip_entry *e = &z->entries[order[i] - z->entries];
+        if (e->header_offset < expect) {
+            rc = rec_err(err, PTC_EFORMAT, e,
+                         "local record at 0x%llx overlaps the record before it, which ends at "
+                         "0x%llx",
+                         (unsigned long long)e->header_offset, (unsigned long long)expect);
+            goto done;
+        }
+        if (e->header_offset > expect) {
+            rc = rec_err(err, PTC_EFORMAT, e,
+                         "%llu unaccounted bytes at 0x%llx before this record's local header",
+                         (unsigned long long)(e->header_offset - expect),
+                         (unsigned long long)expect);
+            goto done;
+        }
+        if ((rc = read_local(z, e, aux[e - z->entries].sentinels, scratch, err)) < 0)
+            goto done;
+        expect = e->end_offset;
+    }
+    if (expect != z->cd_offset) {
+        rc = ptc__err(err, PTC_EFORMAT, "", off64(expect),
+                      "%llu unaccounted bytes between the last record and the central directory",
+                      (unsigned long long)(z->cd_offset - expect));
+        goto done;
+    }
+    rc = 0;
+done:
+    give(z, scratch, LOCAL_MAX);
+    give(z, tmp, order_len);
+    give(z, order, order_len);
+    return rc;
+}
+
+/* ---- the second opinion: minizip ------------------------------------------------------------- */
+
+/* minizip reads through these callbacks; a callback source is served from a window so that
+ * minizip's many small reads do not each become a call to the caller's function. */
+typedef struct mz_io {
+    ptc__zip *z;
+    uint64_t pos;
+    uint8_t *win;     /* IO_CHUNK bytes, callback sources only */
+    uint64_t win_off;
+    size_t win_len;
+    int failed;       /* a source read failed; its detail is in io_err */
+    ptc_error io_err;
+} mz_io;
+
+static voidpf ZCALLBACK mz_open(voidpf opaque, const void *filename, int mode)
+{
+    (void)filename;
+    (void)mode;
+    return opaque;
+}
+
+static uLong ZCALLBACK mz_read(voidpf opaque, voidpf stream, void *buf, uLong size)
+{
+    (void)stream;
+    mz_io *io = opaque;
+    ptc__zip *z = io->z;
+    if (io->failed || io->pos >= z->size)
+        return 0;
+    uint64_t n = z->size - io->pos < size ? z->size - io->pos : size;
+    if (z->map && n == 1) {
+        /* minizip 1.1 reads headers one byte at a time; this is most calls. */
+        *(uint8_t *)buf = z->map[io->pos];
+    } else if (z->map) {
+        memcpy(buf, z->map + io->pos, (size_t)n);
+    } else if (io->pos >= io->win_off && io->pos - io->win_off + n <= io->win_len) {
+        memcpy(buf, io->win + (io->pos - io->win_off), (size_t)n);
+    } else if (n >= IO_CHUNK) {
+        if (ptc__source_read(z->src, io->pos, buf, (size_t)n, &io->io_err) < 0) {
+            io->failed = 1;
+            return 0;
+        }
+    } else {
+        uint64_t fill = z->size - io->pos < IO_CHUNK ? z->size - io->pos : IO_CHUNK;
+        io->win_len = 0;
+        if (ptc__source_read(z->src, io->pos, io->win, (size_t)fill, &io->io_err) < 0) {
+            io->failed = 1;
+            return 0;
+        }
+        io->win_off = io->pos;
+        io->win_len = (size_t)fill;
+        memcpy(buf, io->win, (size_t)n);
+    }
+    io->pos += n;
+    return (uLong)n;
+}
+
+static uLong ZCALLBACK mz_write(voidpf opaque, voidpf stream, const void *buf, uLong size)
+{
+    (void)opaque;
+    (void)stream;
+    (void)buf;
+    (void)size;
+    return 0;
+}
+
+static ZPOS64_T ZCALLBACK mz_tell(voidpf opaque, voidpf stream)
+{
+    (void)stream;
+    return ((mz_io *)opaque)->pos;
+}
+
+static long ZCALLBACK mz_seek(voidpf opaque, voidpf stream, ZPOS64_T offset, int origin)
+{
+    (void)stream;
+    mz_io *io = opaque;
+    /* minizip moves backwards with SEEK_CUR by passing a negative offset cast to unsigned, so
+     * the position is computed modulo 2^64 on purpose. */
+    switch (origin) {
+    case ZLIB_FILEFUNC_SEEK_SET: io->pos = offset; return 0;
+    case ZLIB_FILEFUNC_SEEK_CUR: io->pos += offset; return 0;
+    case ZLIB_FILEFUNC_SEEK_END: io->pos = io->z->size + offset; return 0;
+    default: return -1;
+    }
+}
+
+static int ZCALLBACK mz_close(voidpf opaque, voidpf stream)
+{
+    (void)opaque;
+    (void)stream;
+    return 0;
+}
+
+static int ZCALLBACK mz_error(voidpf opaque, voidpf stream)
+{
+    (void)stream;
+    return ((mz_io *)opaque)->failed;
+}
+
+static int disagree(ptc_error *err, const ptc__zip_entry *e, const char *what)
+{
+    if (e)
+        return rec_err(err, PTC_EFORMAT, e, "ptc and minizip disagree: %s", what);
+    return ptc__err(err, PTC_EFORMAT, "", -1, "ptc and minizip disagree: %s", what);
+}
+
+/* A value minizip read for a 32-bit central field. minizip 1.1 as Debian ships it does not apply
+ * zip64 extra fields on LP64 hosts (it compares the field with (unsigned long)-1, not with
+ * 0xFFFFFFFF), so for a field that held the sentinel it reports the sentinel itself; newer
+ * minizip reports the real value. Either is agreement; any other value is not. */
+static bool mz_same(uint64_t theirs, uint64_t ours, bool sentinel)
+{
+    return theirs == ours || (sentinel && theirs == U32_SENTINEL);
+}
+
+/* Opens the archive with minizip and requires the same entries, in the same order, with the same
+ * names, sizes, methods, flags, CRCs, central positions and data offsets. Where a local header
+ * lies beyond 4 GiB, a minizip that ignores zip64 fields cannot find it (see mz_same); for those
+ * entries the data offset is compared only when minizip does find the header. */
+static int cross_check(ptc__zip *z, const central_aux *aux, ptc_error *err)
+{
+    mz_io io;
+    memset(&io, 0, sizeof io);
+    io.z = z;
+    const uint64_t name_cap = 65536u;
+    int rc;
+    char *name = take(z, name_cap, &rc, err);
+    if (!name)
+        return rc;
+    if (!z->map && !(io.win = take(z, IO_CHUNK, &rc, err))) {
+        give(z, name, name_cap);
+        return rc;
+    }
+    zlib_filefunc64_def fns = {mz_open, mz_read, mz_write, mz_tell, mz_seek,
+                               mz_close, mz_error, &io};
+    unzFile uf = unzOpen2_64("", &fns);
+    if (!uf) {
+        rc = disagree(err, NULL, "minizip cannot open the archive");
+        goto done;
+    }
+    unz_global_info64 gi;
+    if (unzGetGlobalInfo64(uf, &gi) != UNZ_OK || gi.number_entry != z->n) {
+        rc = disagree(err, NULL, "minizip counts a different number of entries");
+        goto done;
+    }
+    int mrc = unzGoToFirstFile(uf);
+    for (size_t i = 0; i < z->n; i++) {
+        const ptc__zip_entry *e = &z->entries[i];
+        if (mrc != UNZ_OK) {
+            rc = disagree(err, e, "minizip cannot read this central directory entry");
+            goto done;
+        }
+        unz_file_info64 info;
+        if (unzGetCurrentFileInfo64(uf, &info, name, (uLong)name_cap, NULL, 0, NULL, 0) !=
+            UNZ_OK) {
+            rc = disagree(err, e, "minizip cannot read this central directory entry");
+            goto done;
+        }
+        size_t nlen = strlen(e->name);
+        if (info.size_filename != nlen || memcmp(name, e->name, nlen) != 0) {
+            rc = disagree(err, e, "minizip reads another name here");
+            goto done;
+        }
+        unsigned sent = aux[i].sentinels;
+        if (!mz_same(info.compressed_size, e->comp_size, sent & SENT_COMP_SIZE) ||
+            !mz_same(info.uncompressed_size, e->size, sent & SENT_SIZE) ||
+            info.compression_method != e->method || info.flag != e->flags ||
+            info.crc != e->crc32) {
+            rc = disagree(err, e, "minizip reads other sizes, method, flags or CRC");
+            goto done;
+        }
+        if (unzGetOffset64(uf) != aux[i].pos) {
+            rc = disagree(err, e, "minizip finds this entry elsewhere in the central directory");
+            goto done;
+        }
+        int method = 0, level = 0;
+        /* Opening in raw mode reads the local header (as minizip checks it) without inflating. */
+        if (unzOpenCurrentFile2(uf, &method, &level, 1) != UNZ_OK) {
+            if (sent & SENT_OFFSET) {
+                mrc = unzGoToNextFile(uf);
+                continue;
+            }
+            rc = disagree(err, e, "minizip rejects the local header");
+            goto done;
+        }
+        ZPOS64_T data = unzGetCurrentFileZStreamPos64(uf);
+        unzCloseCurrentFile(uf);
+        if (data != e->data_offset) {
+            rc = disagree(err, e, "minizip finds the data at another offset");
+            goto done;
+        }
+        mrc = unzGoToNextFile(uf);
+    }
+    if (mrc == UNZ_OK) {
+        rc = disagree(err, NULL, "minizip reads more entries");
+        goto done;
+    }
+    rc = 0;
+done:
+    if (uf)
+        unzClose(uf);
+    /* A failing read callback is an I/O error, not a disagreement; report it as such. */
+    if (rc < 0 && io.failed && err)
+        *err = io.io_err;
+    if (rc < 0 && io.failed)
+        rc = io.io_err.code ? io.io_err.code : PTC_EIO;
+    give(z, io.win, IO_CHUNK);
+    give(z, name, name_cap);
+    return rc;
+}
+
+/* ---- record bytes ---------------------------------------------------------------------------- */
+
+/* Inflates e's raw deflate data. With dst (e->size bytes) the output lands there; without it the
+ * output only feeds the CRC. Fails unless the stream ends exactly at e->size bytes of output and
+ * exactly at the end of its compressed bytes, and unless the CRC-32 matches. */
+static int inflate_record(ptc__zip *z, const ptc__zip_entry *e, uint8_t *dst, ptc_error *err)
+{
+    uint8_t *in = NULL, *out = NULL, probe[1];
+    z_stream s;
+    memset(&s, 0, sizeof s);
+    s.zalloc = zlib_alloc;
+    s.zfree = zlib_free;
+    bool live = false;
+    int rc;
+    if (!z->map && !(in = take(z, IO_CHUNK, &rc, err)))
+        goto done;
+    if (!dst && !(out = take(z, IO_CHUNK, &rc, err)))
+        goto done;
+    int zrc = inflateInit2(&s, -MAX_WBITS);
+    if (zrc != Z_OK) {
+        rc = rec_err(err, zrc == Z_MEM_ERROR ? PTC_ENOMEM : PTC_EFORMAT, e,
+                     "cannot start inflating (zlib error %d)", zrc);
+        goto done;
+    }
+    live = true;
+
+    uint64_t in_pos = e->data_offset, in_left = e->comp_size, total = 0;
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (;;) {
+        if (s.avail_in == 0 && in_left > 0) {
+            uint64_t span = z->map ? ZLIB_SPAN : IO_CHUNK;
+            size_t n = (size_t)(in_left < span ? in_left : span);
+            if (z->map) {
+                s.next_in = z->map + in_pos;
+            } else {
+                if ((rc = ptc__source_read(z->src, in_pos, in, n, err)) < 0)
+                    goto done;
+                s.next_in = in;
+            }
+            s.avail_in = (uInt)n;
+            in_pos += n;
+            in_left -= n;
+        }
+        if (s.avail_out == 0) {
+            /* Once the declared size is reached, one more byte of room tells whether the stream
+             * would produce more. */
+            uint64_t room = e->size - total;
+            if (room == 0) {
+                s.next_out = probe;
+                s.avail_out = 1;
+            } else {
+                uint64_t span = dst ? ZLIB_SPAN : IO_CHUNK;
+                s.next_out = dst ? dst + total : out;
+                s.avail_out = (uInt)(room < span ? room : span);
+            }
+        }
+        uint8_t *start = s.next_out;
+        uInt before = s.avail_out;
+        zrc = inflate(&s, Z_NO_FLUSH);
+        size_t made = before - s.avail_out;
+        if (made > 0) {
+            if (start == probe) {
+                rc = rec_err(err, PTC_EFORMAT, e, "inflates to more than the declared %llu bytes",
+                             (unsigned long long)e->size);
+                goto done;
+            }
+            crc = ptc__crc32((uint32_t)crc, start, made);
+            total += made;
+        }
+        if (zrc == Z_STREAM_END)
+            break;
+        if (zrc == Z_OK)
+            continue;
+        if (zrc == Z_MEM_ERROR)
+            rc = rec_err(err, PTC_ENOMEM, e, "out of memory inflating");
+        else if (zrc == Z_BUF_ERROR && s.avail_in == 0 && in_left == 0)
+            rc = rec_err(err, PTC_EFORMAT, e,
+                         "deflate stream is cut short after %llu of %llu bytes",
+                         (unsigned long long)total, (unsigned long long)e->size);
+        else
+            rc = rec_err(err, PTC_EFORMAT, e, "corrupt deflate data: %s",
+                         s.msg ? s.msg : "zlib error");
+        goto done;
+    }
+    if (total != e->size) {
+        rc = rec_err(err, PTC_EFORMAT, e, "inflates to %llu bytes, but the declared size is %llu",
+                     (unsigned long long)total, (unsigned long long)e->size);
+        goto done;
+    }
+    if (s.avail_in > 0 || in_left > 0) {
+        rc = rec_err(err, PTC_EFORMAT, e, "%llu bytes follow the end of the deflate stream",
+                     (unsigned long long)(s.avail_in + in_left));
+        goto done;
+    }
+    if ((uint32_t)crc != e->crc32) {
+        rc = rec_err(err, PTC_ECRC, e, "CRC-32 of the data is 0x%08x, the archive says 0x%08x",
+                     (uint32_t)crc, e->crc32);
+        goto done;
+    }
+    rc = 0;
+done:
+    if (live)
+        inflateEnd(&s);
+    give(z, out, IO_CHUNK);
+    give(z, in, IO_CHUNK);
+    return rc;
+}
+
+/* The CRC-32 of a stored record, read in place or in chunks. */
+static int crc_stored(ptc__zip *z, const ptc__zip_entry *e, uint32_t *out, ptc_error *err)
+{
+    uLong crc = crc32(0L, Z_NULL, 0);
+    if (z->map) {
+        *out = ptc__crc32((uint32_t)crc, z->map + e->data_offset, (size_t)e->comp_size);
+        return 0;
+    }
+    int rc;
+    uint8_t *buf = take(z, IO_CHUNK, &rc, err);
+    if (!buf)
+        return rc;
+    for (uint64_t done = 0; done < e->comp_size;) {
+        size_t n = (size_t)(e->comp_size - done < IO_CHUNK ? e->comp_size - done : IO_CHUNK);
+        if ((rc = ptc__source_read(z->src, e->data_offset + done, buf, n, err)) < 0)
+            break;
+        crc = ptc__crc32((uint32_t)crc, buf, n);
+        done += n;
+    }
+    give(z, buf, IO_CHUNK);
+    *out = (uint32_t)crc;
+    return rc;
+}
+
+/* ---- public ---------------------------------------------------------------------------------- */
+
+int ptc__zip_open(ptc__zip **out, ptc__source *src, const ptc_limits *limits, ptc__budget *budget,
+                  unsigned flags, ptc_error *err)
+{
+    if (!out || !src || !limits)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc__zip_open: NULL argument");
+    *out = NULL;
+    ptc__zip *z = ptc__calloc(1, sizeof *z);
+    if (!z)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory opening the archive");
+    z->src = src;
+    z->map = ptc__source_map(src);
+    z->size = ptc__source_size(src);
+    z->budget = budget;
+    z->limits = *limits;
+
+    uint8_t *cd_owned = NULL;
+    central_aux *aux = NULL;
+    uint64_t aux_len = 0;
+    const uint8_t *cd;
+    int rc = read_end(z, err);
+    if (rc < 0)
+        goto fail;
+
+    /* Tables, sized by the entry count the end records declare (already checked against the
+     * central directory's size). Each entry is at least CENTRAL_LEN bytes there and contributes
+     * its name plus a NUL here, so names fit in cd_size - (CENTRAL_LEN - 1) * n bytes. */
+    z->names_len = z->cd_size - (uint64_t)(CENTRAL_LEN - 1) * z->n;
+    aux_len = (uint64_t)z->n * sizeof *aux;
+    if (!(z->entries = take(z, (uint64_t)z->n * sizeof *z->entries, &rc, err)) ||
+        !(z->names = take(z, z->names_len, &rc, err)) ||
+        !(z->by_name = take(z, (uint64_t)z->n * sizeof *z->by_name, &rc, err)) ||
+        !(aux = take(z, aux_len, &rc, err)))
+        goto fail;
+    memset(z->entries, 0, z->n * sizeof *z->entries);
+    if (!z->map && !(cd_owned = take(z, z->cd_size, &rc, err)))
+        goto fail;
+    if ((rc = view(z, z->cd_offset, (size_t)z->cd_size, cd_owned, &cd, err)) < 0)
+        goto fail;
+    if ((rc = read_central(z, cd, aux, err)) < 0)
+        goto fail;
+    give(z, cd_owned, z->cd_size);
+    cd_owned = NULL;
+    if ((rc = index_names(z, err)) < 0 || (rc = read_locals(z, aux, err)) < 0 ||
+        (rc = cross_check(z, aux, err)) < 0)
+        goto fail;
+    give(z, aux, aux_len);
+    aux = NULL;
+    if (flags & PTC_OPEN_VERIFY_CRC) {
+        for (size_t i = 0; i < z->n; i++)
+            if ((rc = ptc__zip_check_crc(z, &z->entries[i], err)) < 0)
+                goto fail;
+    }
+    *out = z;
+    return 0;
+fail:
+    give(z, cd_owned, z->cd_size);
+    give(z, aux, aux_len);
+    ptc__zip_close(z);
+    return rc;
+}
+
+void ptc__zip_close(ptc__zip *z)
+{
+    if (!z)
+        return;
+    give(z, z->entries, (uint64_t)z->n * sizeof *z->entries);
+    give(z, z->names, z->names_len);
+    give(z, (void *)z->by_name, (uint64_t)z->n * sizeof *z->by_name);
+    give(z, z->prefix, (uint64_t)z->prefix_len + 1);
+    ptc__free(z);
+}
+
+const char *ptc__zip_prefix(const ptc__zip *z) { return z ? z->prefix : NULL; }
+
+size_t ptc__zip_count(const ptc__zip *z) { return z ? z->n : 0; }
+
+const ptc__zip_entry *ptc__zip_entry_at(const ptc__zip *z, size_t i)
+{
+    return z && i < z->n ? &z->entries[i] : NULL;
+}
+
+const ptc__zip_entry *ptc__zip_find(const ptc__zip *z, const char *record)
+{
+    if (!z || !record)
+        return NULL;
+    /* by_name has no two entries equal under case folding, so at most one candidate exists. */
+    size_t lo = 0, hi = z->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = fold_cmp(record, z->by_name[mid]->record);
+        if (c == 0)
+            return strcmp(record, z->by_name[mid]->record) == 0 ? z->by_name[mid] : NULL;
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return NULL;
+}
+
+int ptc__zip_read(ptc__zip *z, const ptc__zip_entry *e, const uint8_t **data, void **owned,
+                  ptc_error *err)
+{
+    if (!z || !e || !data || !owned)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc__zip_read: NULL argument");
+    *data = NULL;
+    *owned = NULL;
+    if (e->method == METHOD_STORED && z->map) {
+        *data = z->map + e->data_offset;
+        return 0;
+    }
+    uint8_t *buf = NULL;
+    int rc;
+    if (ptc__budget_take(z->budget, e->size, NULL, "", -1) < 0)
+        return rec_err(err, PTC_ELIMIT, e,
+                       "reading its %llu bytes would exceed the heap limit of %llu bytes",
+                       (unsigned long long)e->size, (unsigned long long)z->budget->limit);
+    /* ptc__malloc never allocates 0 bytes on purpose; an empty record still gets a buffer. */
+    if (e->size > SIZE_MAX - 1 || !(buf = ptc__malloc((size_t)e->size + 1))) {
+        ptc__budget_give(z->budget, e->size);
+        return rec_err(err, PTC_ENOMEM, e, "out of memory for %llu bytes",
+                       (unsigned long long)e->size);
+    }
+    if (e->method == METHOD_STORED)
+        rc = ptc__source_read(z->src, e->data_offset, buf, (size_t)e->size, err);
+    else
+        rc = inflate_record(z, e, buf, err);
+    if (rc < 0) {
+        ptc__free(buf);
+        ptc__budget_give(z->budget, e->size);
+        return rc;
+    }
+    *data = buf;
+    *owned = buf;
+    return 0;
+}
+
+void ptc__zip_release(ptc__zip *z, const ptc__zip_entry *e, void *owned)
+{
+    if (!z || !e || !owned)
+        return;
+    ptc__free(owned);
+    ptc__budget_give(z->budget, e->size);
+}
+
+int ptc__zip_check_crc(ptc__zip *z, const ptc__zip_entry *e, ptc_error *err)
+{
+    if (!z || !e)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc__zip_check_crc: NULL argument");
+    if (e->method != METHOD_STORED)
+        return inflate_record(z, e, NULL, err);
+    uint32_t crc = 0;
+    int rc = crc_stored(z, e, &crc, err);
+    if (rc < 0)
+        return rc;
+    if (crc != e->crc32)
+        return rec_err(err, PTC_ECRC, e, "CRC-32 of the data is 0x%08x, the archive says 0x%08x",
+                       crc, e->crc32);
+    return 0;
+}

@@ -1,0 +1,119 @@
+/*
+ * text.c - UTF-8 validation and the escaping of bytes that came from a file before they reach a
+ * message, a terminal or a log (threat model P10: no raw control bytes ever leave the library).
+ */
+#include "base/base.h"
+
+#include <stdio.h>
+#include <string.h>
+
+/* Length of the valid UTF-8 sequence at s (n bytes available), 0 when invalid. */
+static size_t utf8_seq(const uint8_t *s, size_t n)
+{
+    uint8_t c = s[0];
+    if (c < 0x80)
+        return 1;
+    size_t len;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+        cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        cp = c & 0x07;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[i] & 0x3F);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10FFFF)))
+        return 0; /* overlong or beyond Unicode */
+    if (cp >= 0xD800 && cp <= 0xDFFF)
+        return 0; /* surrogates are not characters */
+    return len;
+}
+
+/* Code points that change how a terminal shows text: C1 controls, line and paragraph separators,
+ * and the bidirectional overrides and isolates (the "Trojan Source" characters). */
+static bool is_format_control(const uint8_t *s, size_t len)
+{
+    uint32_t cp = len == 2 ? ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F)
+                : len == 3 ? ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) |
+                                 (s[2] & 0x3F)
+                           : 0;
+    return (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 ||
+           (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200E ||
+           cp == 0x200F || cp == 0x061C || cp == 0xFEFF;
+}
+
+bool ptc__utf8_valid(const uint8_t *s, size_t n)
+{
+    size_t i = 0;
+    while (i < n) {
+        if (s[i] < 0x80) {
+            i++;
+            continue;
+        }
+        size_t k = utf8_seq(s + i, n - i);
+        if (k == 0)
+            return false;
+        i += k;
+    }
+    return true;
+}
+
+char *ptc__escape(char *dst, size_t dstsz, const void *src, size_t n, bool keep_utf8)
+{
+    static const char hex[] = "0123456789abcdef";
+    const uint8_t *s = src;
+    size_t o = 0;
+    if (dstsz == 0)
+        return dst;
+    for (size_t i = 0; i < n; i++) {
+        char tmp[8];
+        size_t tn = 0;
+        uint8_t c = s[i];
+        size_t seq = 0;
+        if (c >= 0x20 && c < 0x7F) {
+            if (c == '\\' || c == '"')
+                tmp[tn++] = '\\';
+            tmp[tn++] = (char)c;
+        } else if (c == '\n') {
+            tmp[tn++] = '\\';
+            tmp[tn++] = 'n';
+        } else if (c == '\t') {
+            tmp[tn++] = '\\';
+            tmp[tn++] = 't';
+        } else if (keep_utf8 && c >= 0x80 && (seq = utf8_seq(s + i, n - i)) > 1 &&
+                   !is_format_control(s + i, seq)) {
+            memcpy(tmp, s + i, seq);
+            tn = seq;
+            i += seq - 1;
+        } else {
+            tmp[tn++] = '\\';
+            tmp[tn++] = 'x';
+            tmp[tn++] = hex[c >> 4];
+            tmp[tn++] = hex[c & 15];
+        }
+        if (o + tn + 4 > dstsz) { /* keep room for "..." and the NUL */
+            if (dstsz >= 4) {
+                memcpy(dst + (o + 4 <= dstsz ? o : dstsz - 4), "...", 4);
+            } else {
+                dst[0] = '\0';
+            }
+            return dst;
+        }
+        memcpy(dst + o, tmp, tn);
+        o += tn;
+    }
+    dst[o] = '\0';
+    return dst;
+}

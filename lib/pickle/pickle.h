@@ -1,0 +1,225 @@
+/*
+ * pickle.h - the restricted pickle machine, the value tree it builds, and the static scanner.
+ *
+ * The machine executes the protocol-2 subset that torch 2.6's weights-only unpickler accepts
+ * (reference pth-format.md section 4.3): 34 opcodes, nothing else. It never imports or calls
+ * anything: GLOBAL, REDUCE, NEWOBJ, BUILD and BINPERSID are handed to hooks (lib/pth supplies the
+ * torch semantics), and the machine itself only builds containers and scalars. This layer knows
+ * nothing of zip files or tensors.
+ *
+ * Limits (ptc_limits): the stack and the MARK stack are bounded by max_depth for MARKs and by the
+ * input length for the stack (each push consumes at least one input byte); memo indices must be
+ * below the number of opcodes executed so far (torch.save numbers them sequentially), and the memo
+ * may hold at most max_memo entries; at most max_objects values; container nesting above max_depth
+ * and cycles are rejected when the tree is finished (a cycle cannot exist in weights).
+ *
+ * Values live in an arena owned by the caller and are freed with it.
+ */
+#ifndef PTC_PICKLE_PICKLE_H
+#define PTC_PICKLE_PICKLE_H
+
+#include "base/base.h"
+
+/* ---- values ---------------------------------------------------------------------------------- */
+enum {
+    PTC__V_ORDERED = 1u << 0,   /* dict: collections.OrderedDict */
+    PTC__V_COUNTER = 1u << 1,   /* dict: collections.Counter */
+    PTC__V_BYTEARRAY = 1u << 2, /* bytes: builtins.bytearray */
+    PTC__V_PARAMETER = 1u << 3  /* tensor wrapped in nn.Parameter */
+};
+
+typedef struct ptc__seq {
+    ptc_value **items;
+    size_t n, cap;
+} ptc__seq;
+
+typedef struct ptc__dict {
+    ptc_value **keys, **vals;
+    size_t n, cap;
+    uint32_t *index; /* open-addressing hash of key positions + 1 (0 = empty), built past 8 pairs */
+    size_t index_cap;
+    ptc_value *attrs; /* dict set by BUILD (OrderedDict's {'_metadata': ...}) or NULL */
+} ptc__dict;
+
+/* A value kind of the hooks' own that never leaves the library (a storage between BINPERSID and
+ * the rebuild call that consumes it). */
+#define PTC__VALUE_OPAQUE 200
+
+struct ptc_value {
+    uint8_t kind;      /* ptc_value_kind or PTC__VALUE_OPAQUE */
+    uint8_t flags;     /* PTC__V_* */
+    uint8_t mark;      /* scratch for tree checks (cycle / depth) */
+    uint64_t expanded; /* nodes of the subtree with shared parts counted each time (tree check) */
+    union {
+        void *opaque;
+        bool b;
+        struct {
+            int64_t v;
+            const uint8_t *bytes; /* minimal two's-complement little-endian bytes (LONG1's form) */
+            uint32_t nbytes;
+            uint8_t small[8]; /* holds bytes for values that fit in 64 bits */
+            bool fits; /* v holds the value exactly */
+        } i;
+        double f;
+        struct {
+            double re, im;
+        } c;
+        struct {
+            const char *p; /* NUL-terminated copy */
+            size_t n;
+        } s; /* str and bytes */
+        ptc__seq seq; /* tuple, list, set, torch.Size */
+        ptc__dict dict;
+        struct {
+            const char *module, *name, *full; /* full = "module.name" */
+            int id;                           /* the hook's own tag for the global */
+        } g;
+        struct {
+            const ptc_value *cls;
+            ptc_value *args;
+            ptc_value *state;
+        } obj;
+        ptc_tensor *t;
+        ptc_dtype dt;
+        struct {
+            const char *type;
+            int64_t index;
+        } dev;
+    } u;
+};
+
+ptc_value *ptc__value_new(ptc__arena *a, ptc_value_kind kind);
+ptc_value *ptc__value_int(ptc__arena *a, int64_t v);
+ptc_value *ptc__value_str(ptc__arena *a, ptc_value_kind kind, const char *s, size_t n);
+int ptc__seq_push(ptc__arena *a, ptc_value *seq, ptc_value *item);
+/* dict[key] = val with Python semantics: an equal key keeps its position and takes the new value.
+ * Keys must be hashable (None, bool, int, float, str, bytes, tuple of those, dtype, global);
+ * anything else is PTC_EFORMAT. */
+int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val, ptc_error *err,
+                  const char *member, int64_t offset);
+/* Python equality of two hashable values (1 equal, 0 not). */
+int ptc__value_equal(const ptc_value *a, const ptc_value *b);
+
+/* ---- the machine ------------------------------------------------------------------------------ */
+typedef struct ptc__vm ptc__vm;
+
+typedef struct ptc__vm_hooks {
+    void *ud;
+    /* GLOBAL module name (after the Python-2 name mapping): a value to push, or an error
+     * (PTC_EUNSAFE for anything outside the policy). */
+    int (*global)(void *ud, ptc__vm *vm, const char *module, const char *name, ptc_value **out,
+                  ptc_error *err);
+    /* REDUCE callable(*args): args is a tuple. */
+    int (*reduce)(void *ud, ptc__vm *vm, ptc_value *callable, ptc_value *args, ptc_value **out,
+                  ptc_error *err);
+    /* NEWOBJ cls.__new__(cls, *args). */
+    int (*newobj)(void *ud, ptc__vm *vm, ptc_value *cls, ptc_value *args, ptc_value **out,
+                  ptc_error *err);
+    /* BUILD on anything but a dict (the machine itself attaches dict state to dicts). */
+    int (*build)(void *ud, ptc__vm *vm, ptc_value *target, ptc_value *state, ptc_error *err);
+    /* BINPERSID: the persistent id (any value) to the object it names. */
+    int (*persistent_load)(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value **out, ptc_error *err);
+} ptc__vm_hooks;
+
+/* Runs one pickle starting at data[0]. The stream must end with STOP; with allow_trailing false,
+ * STOP must be the last byte (bytes after STOP are PTC_EFORMAT); with it true, *consumed receives
+ * the length up to and including STOP (legacy streams concatenate pickles). member labels errors;
+ * offsets in errors are relative to data plus base_offset. */
+typedef struct ptc__pickle_params {
+    const char *member;
+    uint64_t base_offset;
+    const ptc_limits *limits;
+    ptc__arena *arena;
+    ptc__budget *budget; /* charged for the stack and memo; may be NULL */
+    const ptc__vm_hooks *hooks;
+    bool allow_trailing;
+} ptc__pickle_params;
+
+int ptc__pickle_run(const uint8_t *data, size_t len, const ptc__pickle_params *p, ptc_value **root,
+                    size_t *consumed, ptc_error *err);
+
+/* For hooks: where the machine is, to label errors, and the arena to build values in. */
+const char *ptc__vm_member(const ptc__vm *vm);
+int64_t ptc__vm_offset(const ptc__vm *vm); /* offset of the opcode being executed */
+ptc__arena *ptc__vm_arena(ptc__vm *vm);
+const ptc_limits *ptc__vm_limits(const ptc__vm *vm);
+
+/* Checks a finished tree: no cycles (PTC_EFORMAT), nesting at most max_depth, and the tree with
+ * every shared subtree counted each time it is reached at most max_expanded nodes (PTC_ELIMIT),
+ * so that no walk of an accepted tree can blow up ("billion laughs"). */
+int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t max_expanded,
+                          const char *member, ptc_error *err);
+
+/* ---- static scanner --------------------------------------------------------------------------
+ * Decodes every opcode of pickle protocols 0 to 5 without executing anything and reports each
+ * reference to a global: GLOBAL and INST (module and name from the stream), STACK_GLOBAL (module
+ * and name when the two preceding pushes were string constants, else dynamic), and EXT1/2/4
+ * (extension registry codes, always dynamic). Also reports opcodes outside the weights-only subset.
+ * Stops at STOP (or at the end of the input when stop_at_first is false, to see concatenated
+ * pickles); a truncated stream or an unknown opcode ends the scan with PTC_EFORMAT after every item
+ * seen before it was reported. */
+typedef enum ptc__scan_kind {
+    PTC__SCAN_GLOBAL,      /* module/name known */
+    PTC__SCAN_DYNAMIC,     /* a global whose name is computed at run time */
+    PTC__SCAN_OPCODE,      /* an opcode outside the weights-only subset */
+    PTC__SCAN_PROTO        /* a PROTO opcode (value in proto) */
+} ptc__scan_kind;
+
+typedef struct ptc__scan_item {
+    ptc__scan_kind kind;
+    uint8_t opcode;
+    int proto;
+    uint64_t offset;   /* of the opcode, base_offset included */
+    const char *module; /* raw bytes as in the stream, NUL-terminated; NULL when dynamic */
+    size_t module_len;  /* bytes in module (a name may hold NUL bytes) */
+    const char *name;
+    size_t name_len;
+    bool truncated; /* module or name was longer than 1023 bytes and is cut there */
+} ptc__scan_item;
+
+typedef int (*ptc__scan_fn)(void *ud, const ptc__scan_item *item);
+
+int ptc__pickle_scan(const uint8_t *data, size_t len, const char *member, uint64_t base_offset,
+                     bool stop_at_first, ptc__scan_fn fn, void *ud, size_t *consumed, ptc_error *err);
+
+/* torch's Python-2 name mapping (IMPORT_MAPPING / NAME_MAPPING): rewrites *module and *name
+ * when they name a Python-2 location ("__builtin__", "set" -> "builtins", "set"). The results
+ * point to static strings or to the inputs. */
+void ptc__pickle_map_name(const char **module, const char **name);
+
+/* ---- the writer -------------------------------------------------------------------------------
+ * Emits protocol-2 opcodes with the choices CPython's pickler makes (so that what torch.save would
+ * write can be reproduced byte for byte): BININT1 / BININT2 / BININT / LONG1 by magnitude,
+ * big-endian BINFLOAT, BINUNICODE for every str, BINPUT / LONG_BINPUT with sequential memo indices
+ * and BINGET / LONG_BINGET for objects already written. The memo is keyed by an address that
+ * stands for object identity (the value node, or a static for a constant such as 'storage').
+ * Failures (out of memory) are sticky: check ptc__pw_failed once at the end. */
+typedef struct ptc__pw {
+    ptc__buf out;
+    const void **keys; /* open addressing: memo key -> index in vals */
+    uint32_t *vals;
+    size_t cap, n;
+    uint32_t next; /* next memo index */
+    bool failed;
+} ptc__pw;
+
+void ptc__pw_init(ptc__pw *w);
+void ptc__pw_free(ptc__pw *w);
+bool ptc__pw_failed(const ptc__pw *w);
+void ptc__pw_op(ptc__pw *w, uint8_t op);
+/* Writes BINGET for key and returns true when key was memoized; false (writing nothing) else. */
+bool ptc__pw_get(ptc__pw *w, const void *key);
+/* Memoizes the object just written under key (NULL: an object that is never referenced again). */
+void ptc__pw_put(ptc__pw *w, const void *key);
+void ptc__pw_int(ptc__pw *w, int64_t v);
+void ptc__pw_long(ptc__pw *w, const uint8_t *bytes, size_t n); /* LONG1, two's complement LE */
+void ptc__pw_float(ptc__pw *w, double f);
+void ptc__pw_str(ptc__pw *w, const char *s, size_t n);
+void ptc__pw_global(ptc__pw *w, const char *module, const char *name);
+
+/* The name of a pickle opcode ("BINUNICODE"), or NULL for a byte that is no opcode. */
+const char *ptc__pickle_opname(uint8_t op);
+/* 1 if op is one of the 34 opcodes of the weights-only subset. */
+int ptc__pickle_in_subset(uint8_t op);
+
+#endif /* PTC_PICKLE_PICKLE_H */

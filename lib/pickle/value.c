@@ -1,0 +1,586 @@
+/*
+ * value.c - the value tree: constructors used by the pickle machine and the torch hooks, Python's
+ * dict semantics (equal keys replace, insertion order kept), the tree check (no cycles, bounded
+ * depth), and the public read-only accessors of ptc.h.
+ *
+ * Every node lives in an arena; growable arrays double inside the arena (the abandoned arrays stay
+ * until the arena is freed, which at most doubles the memory of a container).
+ */
+#include "pickle/pickle.h"
+
+#include <math.h>
+#include <string.h>
+
+ptc_value *ptc__value_new(ptc__arena *a, ptc_value_kind kind)
+{
+    ptc_value *v = ptc__arena_alloc(a, sizeof *v);
+    if (v)
+        v->kind = (uint8_t)kind;
+    return v;
+}
+
+ptc_value *ptc__value_int(ptc__arena *a, int64_t x)
+{
+    ptc_value *v = ptc__value_new(a, PTC_VALUE_INT);
+    if (!v)
+        return NULL;
+    v->u.i.v = x;
+    v->u.i.fits = true;
+    /* The minimal two's-complement form, as LONG1 writes it (0 has no bytes). */
+    size_t n = 0;
+    if (x != 0) {
+        for (n = 1; n < 8; n++) {
+            int64_t lim = (int64_t)1 << (8 * n - 1);
+            if (x >= -lim && x < lim)
+                break;
+        }
+    }
+    for (size_t k = 0; k < n; k++)
+        v->u.i.small[k] = (uint8_t)((uint64_t)x >> (8 * k));
+    v->u.i.bytes = v->u.i.small;
+    v->u.i.nbytes = (uint32_t)n;
+    return v;
+}
+
+ptc_value *ptc__value_str(ptc__arena *a, ptc_value_kind kind, const char *s, size_t n)
+{
+    ptc_value *v = ptc__value_new(a, kind);
+    if (!v)
+        return NULL;
+    char *p = ptc__arena_strndup(a, s, n);
+    if (!p)
+        return NULL;
+    v->u.s.p = p;
+    v->u.s.n = n;
+    return v;
+}
+
+static int grow(ptc__arena *a, void **items, size_t *cap, size_t n, size_t elsize)
+{
+    if (n < *cap)
+        return 0;
+    size_t ncap = *cap ? *cap * 2 : 4;
+    if (ncap > SIZE_MAX / elsize)
+        return PTC_ENOMEM;
+    void *d = ptc__arena_alloc(a, ncap * elsize);
+    if (!d)
+        return PTC_ENOMEM;
+    if (n)
+        memcpy(d, *items, n * elsize);
+    *items = d;
+    *cap = ncap;
+    return 0;
+}
+
+int ptc__seq_push(ptc__arena *a, ptc_value *seq, ptc_value *item)
+{
+    ptc__seq *s = &seq->u.seq;
+    int rc = grow(a, (void **)&s->items, &s->cap, s->n, sizeof *s->items);
+    if (rc < 0)
+        return rc;
+    s->items[s->n++] = item;
+    return 0;
+}
+
+/* ---- hashing and equality with Python's rules ----------------------------------------------
+ * Python treats 1, 1.0 and True as the same dict key; numbers hash by value so that equal numbers
+ * land in the same slot. */
+
+static bool hashable(const ptc_value *v)
+{
+    switch (v->kind) {
+    case PTC_VALUE_NONE: case PTC_VALUE_BOOL: case PTC_VALUE_INT: case PTC_VALUE_FLOAT:
+    case PTC_VALUE_STR: case PTC_VALUE_BYTES: case PTC_VALUE_COMPLEX: case PTC_VALUE_DTYPE:
+    case PTC_VALUE_GLOBAL: case PTC_VALUE_TENSOR: case PTC_VALUE_DEVICE:
+        return !(v->kind == PTC_VALUE_BYTES && (v->flags & PTC__V_BYTEARRAY));
+    case PTC_VALUE_TUPLE: case PTC_VALUE_SIZE:
+        for (size_t i = 0; i < v->u.seq.n; i++)
+            if (v->u.seq.items[i] == v || !hashable(v->u.seq.items[i]))
+                return false;
+        return true;
+    default:
+        return false;
+    }
+}
+
+static uint64_t mix(uint64_t h)
+{
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return h;
+}
+
+static uint64_t hash_bytes(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* Numeric view of bool/int/float for equality: exact for ints that fit. */
+static bool as_number(const ptc_value *v, bool *is_int, int64_t *i, double *f)
+{
+    switch (v->kind) {
+    case PTC_VALUE_BOOL: *is_int = true; *i = v->u.b; return true;
+    case PTC_VALUE_INT:
+        if (!v->u.i.fits)
+            return false;
+        *is_int = true; *i = v->u.i.v; return true;
+    case PTC_VALUE_FLOAT: *is_int = false; *f = v->u.f; return true;
+    default: return false;
+    }
+}
+
+static uint64_t hash_value(const ptc_value *v, int depth)
+{
+    bool is_int;
+    int64_t i;
+    double f;
+    if (as_number(v, &is_int, &i, &f)) {
+        if (!is_int && f == floor(f) && f >= -9.2e18 && f <= 9.2e18) {
+            is_int = true;
+            i = (int64_t)f;
+        }
+        if (is_int)
+            return mix((uint64_t)i);
+        uint64_t bits;
+        memcpy(&bits, &f, sizeof bits);
+        return mix(bits ^ 0x5bd1e995);
+    }
+    switch (v->kind) {
+    case PTC_VALUE_NONE: return 0x9e3779b97f4a7c15ULL;
+    case PTC_VALUE_INT: return hash_bytes(v->u.i.bytes, v->u.i.nbytes);
+    case PTC_VALUE_STR: return hash_bytes(v->u.s.p, v->u.s.n);
+    case PTC_VALUE_BYTES: return ~hash_bytes(v->u.s.p, v->u.s.n);
+    case PTC_VALUE_DTYPE: return mix(0xd7 + (uint64_t)v->u.dt);
+    case PTC_VALUE_GLOBAL: return hash_bytes(v->u.g.full, strlen(v->u.g.full));
+    case PTC_VALUE_TENSOR: return mix((uint64_t)(uintptr_t)v->u.t);
+    case PTC_VALUE_COMPLEX: return mix((uint64_t)(int64_t)(v->u.c.re * 1000003 + v->u.c.im));
+    case PTC_VALUE_DEVICE: return hash_bytes(v->u.dev.type, strlen(v->u.dev.type)) ^ (uint64_t)v->u.dev.index;
+    case PTC_VALUE_TUPLE:
+    case PTC_VALUE_SIZE: {
+        uint64_t h = 0x345678;
+        if (depth > 64)
+            return h;
+        for (size_t k = 0; k < v->u.seq.n; k++)
+            h = mix(h * 1000003 ^ hash_value(v->u.seq.items[k], depth + 1));
+        return h;
+    }
+    default: return 0;
+    }
+}
+
+static int equal_depth(const ptc_value *a, const ptc_value *b, int depth)
+{
+    if (a == b)
+        return 1;
+    if (depth > 64)
+        return 0;
+    bool ai, bi;
+    int64_t ia, ib;
+    double fa, fb;
+    if (as_number(a, &ai, &ia, &fa) && as_number(b, &bi, &ib, &fb)) {
+        if (ai && bi)
+            return ia == ib;
+        double x = ai ? (double)ia : fa, y = bi ? (double)ib : fb;
+        return x == y;
+    }
+    if (a->kind != b->kind) {
+        bool seq_a = a->kind == PTC_VALUE_TUPLE || a->kind == PTC_VALUE_SIZE;
+        bool seq_b = b->kind == PTC_VALUE_TUPLE || b->kind == PTC_VALUE_SIZE;
+        if (!(seq_a && seq_b))
+            return 0;
+    }
+    switch (a->kind) {
+    case PTC_VALUE_NONE: return 1;
+    case PTC_VALUE_INT:
+        return a->u.i.nbytes == b->u.i.nbytes && memcmp(a->u.i.bytes, b->u.i.bytes, a->u.i.nbytes) == 0;
+    case PTC_VALUE_STR:
+    case PTC_VALUE_BYTES:
+        return a->u.s.n == b->u.s.n && memcmp(a->u.s.p, b->u.s.p, a->u.s.n) == 0;
+    case PTC_VALUE_COMPLEX: return a->u.c.re == b->u.c.re && a->u.c.im == b->u.c.im;
+    case PTC_VALUE_DTYPE: return a->u.dt == b->u.dt;
+    case PTC_VALUE_GLOBAL: return strcmp(a->u.g.full, b->u.g.full) == 0;
+    case PTC_VALUE_DEVICE:
+        return strcmp(a->u.dev.type, b->u.dev.type) == 0 && a->u.dev.index == b->u.dev.index;
+    case PTC_VALUE_TUPLE:
+    case PTC_VALUE_SIZE:
+        if (a->u.seq.n != b->u.seq.n)
+            return 0;
+        for (size_t k = 0; k < a->u.seq.n; k++)
+            if (!equal_depth(a->u.seq.items[k], b->u.seq.items[k], depth + 1))
+                return 0;
+        return 1;
+    default: return 0; /* tensors compare by identity (checked above) */
+    }
+}
+
+int ptc__value_equal(const ptc_value *a, const ptc_value *b) { return equal_depth(a, b, 0); }
+
+static int index_insert(ptc__dict *d, ptc__arena *a, size_t pos)
+{
+    (void)a;
+    size_t mask = d->index_cap - 1;
+    size_t h = (size_t)hash_value(d->keys[pos], 0) & mask;
+    while (d->index[h])
+        h = (h + 1) & mask;
+    d->index[h] = (uint32_t)(pos + 1);
+    return 0;
+}
+
+static int index_rebuild(ptc__dict *d, ptc__arena *a, size_t want)
+{
+    size_t cap = 16;
+    while (cap < want * 2)
+        cap *= 2;
+    if (cap > UINT32_MAX)
+        return PTC_ELIMIT;
+    uint32_t *idx = ptc__arena_alloc(a, cap * sizeof *idx);
+    if (!idx)
+        return PTC_ENOMEM;
+    d->index = idx;
+    d->index_cap = cap;
+    for (size_t i = 0; i < d->n; i++)
+        index_insert(d, a, i);
+    return 0;
+}
+
+int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val, ptc_error *err,
+                  const char *member, int64_t offset)
+{
+    ptc__dict *d = &dict->u.dict;
+    if (!hashable(key))
+        return ptc__err(err, PTC_EFORMAT, member, offset, "dict key of type %s is not hashable",
+                        ptc_value_kind_name((ptc_value_kind)key->kind));
+    /* An equal key replaces the value in place, as in Python. */
+    if (d->index) {
+        size_t mask = d->index_cap - 1;
+        for (size_t h = (size_t)hash_value(key, 0) & mask; d->index[h]; h = (h + 1) & mask) {
+            size_t pos = d->index[h] - 1;
+            if (ptc__value_equal(d->keys[pos], key)) {
+                d->vals[pos] = val;
+                return 0;
+            }
+        }
+    } else {
+        for (size_t i = 0; i < d->n; i++) {
+            if (ptc__value_equal(d->keys[i], key)) {
+                d->vals[i] = val;
+                return 0;
+            }
+        }
+    }
+    size_t kcap = d->cap, vcap = d->cap;
+    if (grow(a, (void **)&d->keys, &kcap, d->n, sizeof *d->keys) < 0 ||
+        grow(a, (void **)&d->vals, &vcap, d->n, sizeof *d->vals) < 0)
+        return ptc__err(err, PTC_ENOMEM, member, offset, "out of memory growing a dict");
+    d->cap = kcap;
+    d->keys[d->n] = key;
+    d->vals[d->n] = val;
+    d->n++;
+    if (d->n > 8) {
+        if (!d->index || d->n * 2 > d->index_cap) {
+            if (index_rebuild(d, a, d->n) < 0)
+                return ptc__err(err, PTC_ENOMEM, member, offset, "out of memory indexing a dict");
+        } else {
+            index_insert(d, a, d->n - 1);
+        }
+    }
+    return 0;
+}
+
+/* ---- tree check ------------------------------------------------------------------------------
+ * Iterative depth-first walk with three colours: 0 unseen, 1 on the current path, 2 finished.
+ * Meeting a node of colour 1 is a cycle. Shared subtrees are walked once. */
+
+typedef struct frame {
+    const ptc_value *v;
+    size_t next; /* index of the next child to visit */
+} frame;
+
+static size_t nchildren(const ptc_value *v)
+{
+    switch (v->kind) {
+    case PTC_VALUE_TUPLE: case PTC_VALUE_LIST: case PTC_VALUE_SET: case PTC_VALUE_SIZE:
+        return v->u.seq.n;
+    case PTC_VALUE_DICT: return 2 * v->u.dict.n + 1;
+    case PTC_VALUE_OBJECT: return 2;
+    default: return 0;
+    }
+}
+
+static const ptc_value *child(const ptc_value *v, size_t i)
+{
+    switch (v->kind) {
+    case PTC_VALUE_DICT:
+        if (i == 2 * v->u.dict.n)
+            return v->u.dict.attrs;
+        return (i & 1) ? v->u.dict.vals[i / 2] : v->u.dict.keys[i / 2];
+    case PTC_VALUE_OBJECT: return i == 0 ? v->u.obj.args : v->u.obj.state;
+    default: return v->u.seq.items[i];
+    }
+}
+
+static void finish(ptc_value *v)
+{
+    uint64_t total = 1;
+    size_t n = nchildren(v);
+    for (size_t i = 0; i < n; i++) {
+        const ptc_value *c = child(v, i);
+        if (c && !ptc__add_u64_ok(total, c->expanded, &total))
+            total = UINT64_MAX;
+    }
+    v->expanded = total;
+    v->mark = 2;
+}
+
+int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t max_expanded,
+                          const char *member, ptc_error *err)
+{
+    if (!root)
+        return 0;
+    if (root->kind == PTC__VALUE_OPAQUE)
+        return ptc__err(err, PTC_EUNSUPPORTED, member, -1,
+                        "a bare storage is not a value ptc can return (save tensors instead)");
+    size_t cap = 64, n = 0;
+    frame *st = ptc__malloc(cap * sizeof *st);
+    if (!st)
+        return ptc__err(err, PTC_ENOMEM, member, -1, "out of memory checking the object tree");
+    int rc = 0;
+    ((ptc_value *)root)->mark = 1;
+    st[n++] = (frame){root, 0};
+    while (n > 0) {
+        frame *f = &st[n - 1];
+        if (f->next >= nchildren(f->v)) {
+            finish((ptc_value *)f->v);
+            if (f->v->expanded > max_expanded) {
+                rc = ptc__err(err, PTC_ELIMIT, member, -1,
+                              "shared references expand the object tree beyond %llu nodes",
+                              (unsigned long long)max_expanded);
+                break;
+            }
+            n--;
+            continue;
+        }
+        const ptc_value *c = child(f->v, f->next++);
+        if (!c || c->mark == 2)
+            continue;
+        if (c->kind == PTC__VALUE_OPAQUE) {
+            rc = ptc__err(err, PTC_EUNSUPPORTED, member, -1,
+                          "a bare storage is not a value ptc can return (save tensors instead)");
+            break;
+        }
+        if (c->mark == 1) {
+            rc = ptc__err(err, PTC_EFORMAT, member, -1,
+                          "the object tree contains a cycle (a %s contains itself)",
+                          ptc_value_kind_name((ptc_value_kind)c->kind));
+            break;
+        }
+        if (n > max_depth) {
+            rc = ptc__err(err, PTC_ELIMIT, member, -1, "containers nest deeper than the limit %u",
+                          max_depth);
+            break;
+        }
+        if (n == cap) {
+            frame *ns = ptc__realloc(st, 2 * cap * sizeof *st);
+            if (!ns) {
+                rc = ptc__err(err, PTC_ENOMEM, member, -1, "out of memory checking the object tree");
+                break;
+            }
+            st = ns;
+            cap *= 2;
+        }
+        ((ptc_value *)c)->mark = 1;
+        st[n++] = (frame){c, 0};
+    }
+    ptc__free(st);
+    return rc;
+}
+
+/* ---- public accessors ------------------------------------------------------------------------ */
+
+ptc_value_kind ptc_value_kind_of(const ptc_value *v) { return v ? (ptc_value_kind)v->kind : PTC_VALUE_NONE; }
+
+const char *ptc_value_kind_name(ptc_value_kind k)
+{
+    static const char *const names[] = {"none", "bool", "int", "float", "str", "bytes", "tuple",
+                                        "list", "dict", "set", "complex", "tensor", "dtype",
+                                        "device", "size", "global", "object"};
+    return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
+}
+
+int ptc_value_bool(const ptc_value *v, int *out)
+{
+    if (!v || v->kind != PTC_VALUE_BOOL)
+        return PTC_EINVAL;
+    *out = v->u.b;
+    return 0;
+}
+
+int ptc_value_int(const ptc_value *v, int64_t *out)
+{
+    if (!v || v->kind != PTC_VALUE_INT)
+        return PTC_EINVAL;
+    if (!v->u.i.fits)
+        return PTC_ERANGE;
+    *out = v->u.i.v;
+    return 0;
+}
+
+int ptc_value_int_bytes(const ptc_value *v, const uint8_t **bytes, size_t *len)
+{
+    if (!v || v->kind != PTC_VALUE_INT)
+        return PTC_EINVAL;
+    *bytes = v->u.i.bytes;
+    *len = v->u.i.nbytes;
+    return 0;
+}
+
+int ptc_value_float(const ptc_value *v, double *out)
+{
+    if (!v || v->kind != PTC_VALUE_FLOAT)
+        return PTC_EINVAL;
+    *out = v->u.f;
+    return 0;
+}
+
+int ptc_value_complex(const ptc_value *v, double *re, double *im)
+{
+    if (!v || v->kind != PTC_VALUE_COMPLEX)
+        return PTC_EINVAL;
+    *re = v->u.c.re;
+    *im = v->u.c.im;
+    return 0;
+}
+
+int ptc_value_str(const ptc_value *v, const char **s, size_t *len)
+{
+    if (!v || v->kind != PTC_VALUE_STR)
+        return PTC_EINVAL;
+    *s = v->u.s.p;
+    *len = v->u.s.n;
+    return 0;
+}
+
+int ptc_value_bytes(const ptc_value *v, const uint8_t **b, size_t *len)
+{
+    if (!v || v->kind != PTC_VALUE_BYTES)
+        return PTC_EINVAL;
+    *b = (const uint8_t *)v->u.s.p;
+    *len = v->u.s.n;
+    return 0;
+}
+
+size_t ptc_value_len(const ptc_value *v)
+{
+    if (!v)
+        return 0;
+    switch (v->kind) {
+    case PTC_VALUE_TUPLE: case PTC_VALUE_LIST: case PTC_VALUE_SET: case PTC_VALUE_SIZE:
+        return v->u.seq.n;
+    case PTC_VALUE_DICT: return v->u.dict.n;
+    case PTC_VALUE_STR: case PTC_VALUE_BYTES: return v->u.s.n;
+    default: return 0;
+    }
+}
+
+const ptc_value *ptc_value_item(const ptc_value *v, size_t i)
+{
+    if (!v)
+        return NULL;
+    switch (v->kind) {
+    case PTC_VALUE_TUPLE: case PTC_VALUE_LIST: case PTC_VALUE_SET: case PTC_VALUE_SIZE:
+        return i < v->u.seq.n ? v->u.seq.items[i] : NULL;
+    default: return NULL;
+    }
+}
+
+const ptc_value *ptc_dict_key(const ptc_value *v, size_t i)
+{
+    return v && v->kind == PTC_VALUE_DICT && i < v->u.dict.n ? v->u.dict.keys[i] : NULL;
+}
+
+const ptc_value *ptc_dict_value(const ptc_value *v, size_t i)
+{
+    return v && v->kind == PTC_VALUE_DICT && i < v->u.dict.n ? v->u.dict.vals[i] : NULL;
+}
+
+const ptc_value *ptc_dict_get(const ptc_value *v, const char *key)
+{
+    if (!v || v->kind != PTC_VALUE_DICT || !key)
+        return NULL;
+    size_t n = strlen(key);
+    ptc_value probe = {.kind = PTC_VALUE_STR};
+    probe.u.s.p = key;
+    probe.u.s.n = n;
+    const ptc__dict *d = &v->u.dict;
+    if (d->index) {
+        size_t mask = d->index_cap - 1;
+        for (size_t h = (size_t)hash_value(&probe, 0) & mask; d->index[h]; h = (h + 1) & mask) {
+            size_t pos = d->index[h] - 1;
+            if (ptc__value_equal(d->keys[pos], &probe))
+                return d->vals[pos];
+        }
+        return NULL;
+    }
+    for (size_t i = 0; i < d->n; i++)
+        if (ptc__value_equal(d->keys[i], &probe))
+            return d->vals[i];
+    return NULL;
+}
+
+int ptc_dict_is_ordered(const ptc_value *v)
+{
+    return v && v->kind == PTC_VALUE_DICT && (v->flags & (PTC__V_ORDERED | PTC__V_COUNTER)) != 0;
+}
+
+const ptc_value *ptc_dict_attrs(const ptc_value *v)
+{
+    return v && v->kind == PTC_VALUE_DICT ? v->u.dict.attrs : NULL;
+}
+
+int ptc_value_dtype(const ptc_value *v, ptc_dtype *out)
+{
+    if (!v || v->kind != PTC_VALUE_DTYPE)
+        return PTC_EINVAL;
+    *out = v->u.dt;
+    return 0;
+}
+
+int ptc_value_device(const ptc_value *v, const char **type, int64_t *index)
+{
+    if (!v || v->kind != PTC_VALUE_DEVICE)
+        return PTC_EINVAL;
+    *type = v->u.dev.type;
+    *index = v->u.dev.index;
+    return 0;
+}
+
+const char *ptc_value_global_name(const ptc_value *v)
+{
+    if (!v)
+        return NULL;
+    if (v->kind == PTC_VALUE_GLOBAL)
+        return v->u.g.full;
+    if (v->kind == PTC_VALUE_OBJECT && v->u.obj.cls)
+        return v->u.obj.cls->u.g.full;
+    return NULL;
+}
+
+const ptc_value *ptc_object_args(const ptc_value *v)
+{
+    return v && v->kind == PTC_VALUE_OBJECT ? v->u.obj.args : NULL;
+}
+
+const ptc_value *ptc_object_state(const ptc_value *v)
+{
+    return v && v->kind == PTC_VALUE_OBJECT ? v->u.obj.state : NULL;
+}
+
+const ptc_tensor *ptc_value_tensor(const ptc_value *v)
+{
+    return v && v->kind == PTC_VALUE_TENSOR ? v->u.t : NULL;
+}

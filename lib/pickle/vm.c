@@ -1,0 +1,749 @@
+/*
+ * vm.c - the restricted pickle machine.
+ *
+ * Executes exactly the 34 opcodes of torch 2.6's weights-only unpickler (protocol 2 subset):
+ *   PROTO STOP MARK NONE NEWTRUE NEWFALSE BININT BININT1 BININT2 LONG1 BINFLOAT BINUNICODE
+ *   SHORT_BINSTRING EMPTY_TUPLE TUPLE TUPLE1 TUPLE2 TUPLE3 EMPTY_LIST APPEND APPENDS EMPTY_DICT
+ *   SETITEM SETITEMS EMPTY_SET GLOBAL REDUCE NEWOBJ BUILD BINPERSID BINPUT LONG_BINPUT BINGET
+ *   LONG_BINGET
+ * Opcodes that can reach a callable by other means (STACK_GLOBAL, INST, OBJ, EXT1/2/4, NEWOBJ_EX)
+ * are PTC_EUNSAFE; every other byte is PTC_EFORMAT. Stricter than torch where torch is loose:
+ * PROTO must be 2 and first, the stack must hold exactly the result at STOP with no open MARK,
+ * SETITEM(S) only on dicts (CVE-2026-24747), memo indices below the opcode count, strings valid
+ * UTF-8 without surrogates.
+ *
+ * Encodings (all from the pickle protocol): BININT int32 LE; BININT1 u8; BININT2 u16 LE; LONG1 u8
+ * length + two's-complement LE; BINFLOAT IEEE double big-endian; BINUNICODE u32 LE length + UTF-8;
+ * SHORT_BINSTRING u8 length + bytes (decoded as UTF-8, as torch.load passes encoding='utf-8');
+ * GLOBAL two '\n'-terminated lines; BINPUT/BINGET u8; LONG_BINPUT/LONG_BINGET u32 LE.
+ */
+#include "pickle/pickle.h"
+
+#include <string.h>
+
+enum {
+    OP_MARK = '(', OP_STOP = '.', OP_POP = '0', OP_POP_MARK = '1', OP_DUP = '2', OP_FLOAT = 'F',
+    OP_INT = 'I', OP_BININT = 'J', OP_BININT1 = 'K', OP_LONG = 'L', OP_BININT2 = 'M',
+    OP_NONE = 'N', OP_PERSID = 'P', OP_BINPERSID = 'Q', OP_REDUCE = 'R', OP_STRING = 'S',
+    OP_BINSTRING = 'T', OP_SHORT_BINSTRING = 'U', OP_UNICODE = 'V', OP_BINUNICODE = 'X',
+    OP_APPEND = 'a', OP_BUILD = 'b', OP_GLOBAL = 'c', OP_DICT = 'd', OP_EMPTY_DICT = '}',
+    OP_APPENDS = 'e', OP_GET = 'g', OP_BINGET = 'h', OP_INST = 'i', OP_LONG_BINGET = 'j',
+    OP_LIST = 'l', OP_EMPTY_LIST = ']', OP_OBJ = 'o', OP_PUT = 'p', OP_BINPUT = 'q',
+    OP_LONG_BINPUT = 'r', OP_SETITEM = 's', OP_TUPLE = 't', OP_EMPTY_TUPLE = ')',
+    OP_SETITEMS = 'u', OP_BINFLOAT = 'G',
+    OP_PROTO = 0x80, OP_NEWOBJ = 0x81, OP_EXT1 = 0x82, OP_EXT2 = 0x83, OP_EXT4 = 0x84,
+    OP_TUPLE1 = 0x85, OP_TUPLE2 = 0x86, OP_TUPLE3 = 0x87, OP_NEWTRUE = 0x88, OP_NEWFALSE = 0x89,
+    OP_LONG1 = 0x8a, OP_LONG4 = 0x8b, OP_BINBYTES = 'B', OP_SHORT_BINBYTES = 'C',
+    OP_SHORT_BINUNICODE = 0x8c, OP_BINUNICODE8 = 0x8d, OP_BINBYTES8 = 0x8e, OP_EMPTY_SET = 0x8f,
+    OP_ADDITEMS = 0x90, OP_FROZENSET = 0x91, OP_NEWOBJ_EX = 0x92, OP_STACK_GLOBAL = 0x93,
+    OP_MEMOIZE = 0x94, OP_FRAME = 0x95, OP_BYTEARRAY8 = 0x96, OP_NEXT_BUFFER = 0x97,
+    OP_READONLY_BUFFER = 0x98
+};
+
+const char *ptc__pickle_opname(uint8_t op)
+{
+    switch (op) {
+#define N(x)      \
+    case OP_##x: \
+        return #x;
+        N(MARK) N(STOP) N(POP) N(POP_MARK) N(DUP) N(FLOAT) N(INT) N(BININT) N(BININT1) N(LONG)
+        N(BININT2) N(NONE) N(PERSID) N(BINPERSID) N(REDUCE) N(STRING) N(BINSTRING)
+        N(SHORT_BINSTRING) N(UNICODE) N(BINUNICODE) N(APPEND) N(BUILD) N(GLOBAL) N(DICT)
+        N(EMPTY_DICT) N(APPENDS) N(GET) N(BINGET) N(INST) N(LONG_BINGET) N(LIST) N(EMPTY_LIST)
+        N(OBJ) N(PUT) N(BINPUT) N(LONG_BINPUT) N(SETITEM) N(TUPLE) N(EMPTY_TUPLE) N(SETITEMS)
+        N(BINFLOAT) N(PROTO) N(NEWOBJ) N(EXT1) N(EXT2) N(EXT4) N(TUPLE1) N(TUPLE2) N(TUPLE3)
+        N(NEWTRUE) N(NEWFALSE) N(LONG1) N(LONG4) N(BINBYTES) N(SHORT_BINBYTES)
+        N(SHORT_BINUNICODE) N(BINUNICODE8) N(BINBYTES8) N(EMPTY_SET) N(ADDITEMS) N(FROZENSET)
+        N(NEWOBJ_EX) N(STACK_GLOBAL) N(MEMOIZE) N(FRAME) N(BYTEARRAY8) N(NEXT_BUFFER)
+        N(READONLY_BUFFER)
+#undef N
+    default: return NULL;
+    }
+}
+
+int ptc__pickle_in_subset(uint8_t op)
+{
+    switch (op) {
+    case OP_GLOBAL: case OP_NEWOBJ: case OP_REDUCE: case OP_BUILD: case OP_APPEND: case OP_APPENDS:
+    case OP_SETITEM: case OP_SETITEMS: case OP_MARK: case OP_TUPLE: case OP_TUPLE1: case OP_TUPLE2:
+    case OP_TUPLE3: case OP_NONE: case OP_NEWFALSE: case OP_NEWTRUE: case OP_EMPTY_TUPLE:
+    case OP_EMPTY_LIST: case OP_EMPTY_DICT: case OP_EMPTY_SET: case OP_BININT: case OP_BININT1:
+    case OP_BININT2: case OP_BINFLOAT: case OP_BINUNICODE: case OP_SHORT_BINSTRING:
+    case OP_BINPERSID: case OP_BINGET: case OP_LONG_BINGET: case OP_BINPUT: case OP_LONG_BINPUT:
+    case OP_LONG1: case OP_PROTO: case OP_STOP:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* torch's Python-2 mapping (torch/_utils.py IMPORT_MAPPING and NAME_MAPPING), the entries that can
+ * matter for a weights-only load; unmapped names pass through unchanged. */
+void ptc__pickle_map_name(const char **module, const char **name)
+{
+    static const struct {
+        const char *from_mod, *from_name, *to_mod, *to_name;
+    } names[] = {
+        {"__builtin__", "xrange", "builtins", "range"},
+        {"__builtin__", "reduce", "functools", "reduce"},
+        {"__builtin__", "intern", "sys", "intern"},
+        {"__builtin__", "unichr", "builtins", "chr"},
+        {"__builtin__", "unicode", "builtins", "str"},
+        {"__builtin__", "long", "builtins", "int"},
+        {"__builtin__", "basestring", "builtins", "str"},
+        {"itertools", "izip", "builtins", "zip"},
+        {"itertools", "imap", "builtins", "map"},
+        {"itertools", "ifilter", "builtins", "filter"},
+        {"itertools", "ifilterfalse", "itertools", "filterfalse"},
+        {"itertools", "izip_longest", "itertools", "zip_longest"},
+        {"UserDict", "IterableUserDict", "collections", "UserDict"},
+        {"UserList", "UserList", "collections", "UserList"},
+        {"UserString", "UserString", "collections", "UserString"},
+        {"whichdb", "whichdb", "dbm", "whichdb"},
+        {"_socket", "fromfd", "socket", "fromfd"},
+        {"_multiprocessing", "Connection", "multiprocessing.connection", "Connection"},
+        {"multiprocessing.process", "Process", "multiprocessing.context", "Process"},
+        {"multiprocessing.forking", "Popen", "multiprocessing.popen_fork", "Popen"},
+        {"urllib", "ContentTooShortError", "urllib.error", "ContentTooShortError"},
+        {"urllib", "getproxies", "urllib.request", "getproxies"},
+        {"urllib", "pathname2url", "urllib.request", "pathname2url"},
+        {"urllib", "quote_plus", "urllib.parse", "quote_plus"},
+        {"urllib", "quote", "urllib.parse", "quote"},
+        {"urllib", "unquote_plus", "urllib.parse", "unquote_plus"},
+        {"urllib", "unquote", "urllib.parse", "unquote"},
+        {"urllib", "url2pathname", "urllib.request", "url2pathname"},
+        {"urllib", "urlcleanup", "urllib.request", "urlcleanup"},
+        {"urllib", "urlencode", "urllib.parse", "urlencode"},
+        {"urllib", "urlopen", "urllib.request", "urlopen"},
+        {"urllib", "urlretrieve", "urllib.request", "urlretrieve"},
+        {"urllib2", "HTTPError", "urllib.error", "HTTPError"},
+        {"urllib2", "URLError", "urllib.error", "URLError"},
+    };
+    static const struct {
+        const char *from, *to;
+    } modules[] = {
+        {"__builtin__", "builtins"}, {"copy_reg", "copyreg"}, {"Queue", "queue"},
+        {"SocketServer", "socketserver"}, {"ConfigParser", "configparser"}, {"repr", "reprlib"},
+        {"tkFileDialog", "tkinter.filedialog"}, {"tkSimpleDialog", "tkinter.simpledialog"},
+        {"tkColorChooser", "tkinter.colorchooser"}, {"tkCommonDialog", "tkinter.commondialog"},
+        {"Dialog", "tkinter.dialog"}, {"Tkdnd", "tkinter.dnd"}, {"tkFont", "tkinter.font"},
+        {"tkMessageBox", "tkinter.messagebox"}, {"ScrolledText", "tkinter.scrolledtext"},
+        {"Tkconstants", "tkinter.constants"}, {"Tix", "tkinter.tix"}, {"ttk", "tkinter.ttk"},
+        {"Tkinter", "tkinter"}, {"markupbase", "_markupbase"}, {"_winreg", "winreg"},
+        {"thread", "_thread"}, {"dummy_thread", "_dummy_thread"}, {"dbhash", "dbm.bsd"},
+        {"dumbdbm", "dbm.dumb"}, {"dbm", "dbm.ndbm"}, {"gdbm", "dbm.gnu"},
+        {"xmlrpclib", "xmlrpc.client"}, {"SimpleXMLRPCServer", "xmlrpc.server"},
+        {"httplib", "http.client"}, {"htmlentitydefs", "html.entities"},
+        {"HTMLParser", "html.parser"}, {"Cookie", "http.cookies"},
+        {"cookielib", "http.cookiejar"}, {"BaseHTTPServer", "http.server"},
+        {"test.test_support", "test.support"}, {"commands", "subprocess"},
+        {"urlparse", "urllib.parse"}, {"robotparser", "urllib.robotparser"},
+        {"urllib2", "urllib.request"}, {"anydbm", "dbm"}, {"_abcoll", "collections.abc"},
+        {"cPickle", "pickle"}, {"_elementtree", "xml.etree.ElementTree"},
+        {"FileDialog", "tkinter.filedialog"}, {"SimpleDialog", "tkinter.simpledialog"},
+        {"DocXMLRPCServer", "xmlrpc.server"}, {"SimpleHTTPServer", "http.server"},
+        {"CGIHTTPServer", "http.server"}, {"UserDict", "collections"},
+        {"UserList", "collections"}, {"UserString", "collections"}, {"whichdb", "dbm"},
+        {"StringIO", "io"}, {"cStringIO", "io"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        if (strcmp(*module, names[i].from_mod) == 0 && strcmp(*name, names[i].from_name) == 0) {
+            *module = names[i].to_mod;
+            *name = names[i].to_name;
+            return;
+        }
+    }
+    for (size_t i = 0; i < sizeof modules / sizeof *modules; i++) {
+        if (strcmp(*module, modules[i].from) == 0) {
+            *module = modules[i].to;
+            return;
+        }
+    }
+}
+
+/* ---- the machine ----------------------------------------------------------------------------- */
+
+struct ptc__vm {
+    const uint8_t *data;
+    size_t len, pos;
+    size_t op_pos; /* offset of the opcode being executed */
+    const ptc__pickle_params *p;
+    ptc__arena *arena;
+    ptc_value **stack;
+    size_t nstack, capstack;
+    size_t *marks;
+    size_t nmarks, capmarks;
+    ptc_value **memo;
+    size_t capmemo, nmemo_set;
+    uint64_t nops, nobjects;
+};
+
+const char *ptc__vm_member(const ptc__vm *vm) { return vm->p->member; }
+int64_t ptc__vm_offset(const ptc__vm *vm) { return (int64_t)(vm->p->base_offset + vm->op_pos); }
+ptc__arena *ptc__vm_arena(ptc__vm *vm) { return vm->arena; }
+const ptc_limits *ptc__vm_limits(const ptc__vm *vm) { return vm->p->limits; }
+
+#define VM_ERR(vm, code, ...) \
+    ptc__err(err, code, (vm)->p->member, ptc__vm_offset(vm), __VA_ARGS__)
+
+static int grow_array(ptc__vm *vm, void **arr, size_t *cap, size_t need, size_t elsize,
+                      ptc_error *err)
+{
+    if (need <= *cap)
+        return 0;
+    size_t ncap = *cap ? *cap : 64;
+    while (ncap < need)
+        ncap *= 2;
+    if (ncap > SIZE_MAX / elsize)
+        return VM_ERR(vm, PTC_ELIMIT, "pickle machine array too large");
+    if (ptc__budget_take(vm->p->budget, (uint64_t)(ncap - *cap) * elsize, err, vm->p->member,
+                         ptc__vm_offset(vm)) < 0)
+        return PTC_ELIMIT;
+    void *n = ptc__realloc(*arr, ncap * elsize);
+    if (!n) {
+        ptc__budget_give(vm->p->budget, (uint64_t)(ncap - *cap) * elsize);
+        return VM_ERR(vm, PTC_ENOMEM, "out of memory");
+    }
+    *arr = n;
+    *cap = ncap;
+    return 0;
+}
+
+static ptc_value *new_value(ptc__vm *vm, ptc_value_kind kind, ptc_error *err, int *rc)
+{
+    if (++vm->nobjects > vm->p->limits->max_objects) {
+        *rc = VM_ERR(vm, PTC_ELIMIT, "the pickle builds more than the limit of %llu objects",
+                     (unsigned long long)vm->p->limits->max_objects);
+        return NULL;
+    }
+    ptc_value *v = ptc__value_new(vm->arena, kind);
+    if (!v)
+        *rc = VM_ERR(vm, PTC_ENOMEM, "out of memory building a %s", ptc_value_kind_name(kind));
+    return v;
+}
+
+static int push(ptc__vm *vm, ptc_value *v, ptc_error *err)
+{
+    int rc = grow_array(vm, (void **)&vm->stack, &vm->capstack, vm->nstack + 1,
+                        sizeof *vm->stack, err);
+    if (rc < 0)
+        return rc;
+    vm->stack[vm->nstack++] = v;
+    return 0;
+}
+
+/* Number of stack items above the innermost MARK (or the whole stack when no MARK is open). */
+static size_t floor_of(const ptc__vm *vm) { return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0; }
+
+static int need(ptc__vm *vm, size_t n, uint8_t op, ptc_error *err)
+{
+    if (vm->nstack - floor_of(vm) < n)
+        return VM_ERR(vm, PTC_EFORMAT, "%s needs %zu stack item%s but %zu are above the mark",
+                      ptc__pickle_opname(op), n, n == 1 ? "" : "s", vm->nstack - floor_of(vm));
+    return 0;
+}
+
+static int read_bytes(ptc__vm *vm, size_t n, const uint8_t **out, ptc_error *err)
+{
+    if (vm->len - vm->pos < n)
+        return VM_ERR(vm, PTC_EFORMAT, "truncated: %s needs %zu bytes, %zu remain",
+                      ptc__pickle_opname(vm->data[vm->op_pos]), n, vm->len - vm->pos);
+    *out = vm->data + vm->pos;
+    vm->pos += n;
+    return 0;
+}
+
+static int pop_mark(ptc__vm *vm, uint8_t op, size_t *start, ptc_error *err)
+{
+    if (vm->nmarks == 0)
+        return VM_ERR(vm, PTC_EFORMAT, "%s without a MARK", ptc__pickle_opname(op));
+    *start = vm->marks[--vm->nmarks];
+    return 0;
+}
+
+static int make_string(ptc__vm *vm, ptc_value_kind kind, const uint8_t *s, size_t n,
+                       ptc_error *err)
+{
+    if (kind == PTC_VALUE_STR && !ptc__utf8_valid(s, n)) {
+        char esc[64];
+        return VM_ERR(vm, PTC_EFORMAT, "string is not valid UTF-8: \"%s\"",
+                      ptc__escape(esc, sizeof esc, s, n, false));
+    }
+    int rc = 0;
+    if (++vm->nobjects > vm->p->limits->max_objects)
+        return VM_ERR(vm, PTC_ELIMIT, "the pickle builds more than the limit of %llu objects",
+                      (unsigned long long)vm->p->limits->max_objects);
+    ptc_value *v = ptc__value_str(vm->arena, kind, (const char *)s, n);
+    if (!v)
+        return VM_ERR(vm, PTC_ENOMEM, "out of memory for a string of %zu bytes", n);
+    rc = push(vm, v, err);
+    return rc;
+}
+
+static int tuple_from(ptc__vm *vm, size_t start, ptc_error *err)
+{
+    int rc = 0;
+    ptc_value *t = new_value(vm, PTC_VALUE_TUPLE, err, &rc);
+    if (!t)
+        return rc;
+    size_t n = vm->nstack - start;
+    if (n) {
+        t->u.seq.items = ptc__arena_alloc(vm->arena, n * sizeof *t->u.seq.items);
+        if (!t->u.seq.items)
+            return VM_ERR(vm, PTC_ENOMEM, "out of memory for a tuple of %zu items", n);
+        memcpy(t->u.seq.items, vm->stack + start, n * sizeof *t->u.seq.items);
+        t->u.seq.n = t->u.seq.cap = n;
+    }
+    vm->nstack = start;
+    return push(vm, t, err);
+}
+
+static int memo_put(ptc__vm *vm, uint32_t idx, ptc_error *err)
+{
+    if (vm->nstack == 0 || vm->nstack == floor_of(vm))
+        return VM_ERR(vm, PTC_EFORMAT, "memo put with nothing above the mark");
+    /* torch.save numbers memo entries 0, 1, 2 ... so an index can never exceed the number of
+     * opcodes executed; larger ones only serve to make a reader allocate. */
+    if ((uint64_t)idx >= vm->nops)
+        return VM_ERR(vm, PTC_EFORMAT, "memo index %u is beyond the %llu opcodes executed", idx,
+                      (unsigned long long)vm->nops);
+    int rc = 0;
+    if (idx >= vm->capmemo) {
+        size_t old = vm->capmemo;
+        rc = grow_array(vm, (void **)&vm->memo, &vm->capmemo, (size_t)idx + 1, sizeof *vm->memo,
+                        err);
+        if (rc < 0)
+            return rc;
+        memset(vm->memo + old, 0, (vm->capmemo - old) * sizeof *vm->memo);
+    }
+    if (!vm->memo[idx]) {
+        if (++vm->nmemo_set > vm->p->limits->max_memo)
+            return VM_ERR(vm, PTC_ELIMIT, "more than the limit of %llu memo entries",
+                          (unsigned long long)vm->p->limits->max_memo);
+    }
+    vm->memo[idx] = vm->stack[vm->nstack - 1];
+    return 0;
+}
+
+static int memo_get(ptc__vm *vm, uint32_t idx, ptc_error *err)
+{
+    if (idx >= vm->capmemo || !vm->memo[idx])
+        return VM_ERR(vm, PTC_EFORMAT, "memo index %u was never set", idx);
+    return push(vm, vm->memo[idx], err);
+}
+
+static int op_long1(ptc__vm *vm, ptc_error *err)
+{
+    const uint8_t *p;
+    int rc = read_bytes(vm, 1, &p, err);
+    if (rc < 0)
+        return rc;
+    size_t n = p[0];
+    rc = read_bytes(vm, n, &p, err);
+    if (rc < 0)
+        return rc;
+    /* Strip redundant sign bytes so that equal numbers have equal forms. */
+    while (n > 0) {
+        uint8_t top = p[n - 1];
+        bool neg_below = n >= 2 && (p[n - 2] & 0x80);
+        if ((top == 0x00 && !(n >= 2 && neg_below)) || (top == 0xFF && n >= 2 && neg_below))
+            n--;
+        else
+            break;
+    }
+    if (n == 1 && p[0] == 0)
+        n = 0;
+    if (n <= 8) {
+        uint64_t u = 0;
+        for (size_t k = 0; k < n; k++)
+            u |= (uint64_t)p[k] << (8 * k);
+        if (n > 0 && n < 8 && (p[n - 1] & 0x80))
+            u |= ~(uint64_t)0 << (8 * n); /* sign-extend */
+        ptc_value *v = ptc__value_int(vm->arena, (int64_t)u);
+        if (!v || ++vm->nobjects > vm->p->limits->max_objects)
+            return VM_ERR(vm, v ? PTC_ELIMIT : PTC_ENOMEM, "cannot build an int");
+        return push(vm, v, err);
+    }
+    int rc2 = 0;
+    ptc_value *v = new_value(vm, PTC_VALUE_INT, err, &rc2);
+    if (!v)
+        return rc2;
+    uint8_t *copy = ptc__arena_alloc(vm->arena, n);
+    if (!copy)
+        return VM_ERR(vm, PTC_ENOMEM, "out of memory for an int");
+    memcpy(copy, p, n);
+    v->u.i.bytes = copy;
+    v->u.i.nbytes = (uint32_t)n;
+    v->u.i.fits = false;
+    v->u.i.v = (p[n - 1] & 0x80) ? INT64_MIN : INT64_MAX; /* saturated, for comparisons only */
+    return push(vm, v, err);
+}
+
+/* GLOBAL: two '\n'-terminated lines, each valid UTF-8 without control bytes. */
+static int op_global(ptc__vm *vm, ptc_error *err)
+{
+    const char *lines[2];
+    size_t lens[2];
+    for (int k = 0; k < 2; k++) {
+        const uint8_t *start = vm->data + vm->pos;
+        const uint8_t *nl = memchr(start, '\n', vm->len - vm->pos);
+        if (!nl)
+            return VM_ERR(vm, PTC_EFORMAT, "GLOBAL %s line is not terminated",
+                          k == 0 ? "module" : "name");
+        lens[k] = (size_t)(nl - start);
+        lines[k] = (const char *)start;
+        vm->pos += lens[k] + 1;
+        if (lens[k] == 0 || !ptc__utf8_valid(start, lens[k]) || memchr(start, 0, lens[k])) {
+            char esc[96];
+            return VM_ERR(vm, PTC_EFORMAT, "GLOBAL %s is not a valid name: \"%s\"",
+                          k == 0 ? "module" : "name",
+                          ptc__escape(esc, sizeof esc, start, lens[k], false));
+        }
+    }
+    char *module = ptc__arena_strndup(vm->arena, lines[0], lens[0]);
+    char *name = ptc__arena_strndup(vm->arena, lines[1], lens[1]);
+    if (!module || !name)
+        return VM_ERR(vm, PTC_ENOMEM, "out of memory");
+    const char *m = module, *nm = name;
+    ptc__pickle_map_name(&m, &nm);
+    ptc_value *v = NULL;
+    int rc = vm->p->hooks->global(vm->p->hooks->ud, vm, m, nm, &v, err);
+    if (rc < 0)
+        return rc;
+    if (++vm->nobjects > vm->p->limits->max_objects)
+        return VM_ERR(vm, PTC_ELIMIT, "too many objects");
+    return push(vm, v, err);
+}
+
+static int op_setitems(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
+{
+    if (start == 0)
+        return VM_ERR(vm, PTC_EFORMAT, "%s with no dict below the items", ptc__pickle_opname(op));
+    ptc_value *d = vm->stack[start - 1];
+    size_t n = vm->nstack - start;
+    if (d->kind != PTC_VALUE_DICT)
+        return VM_ERR(vm, PTC_EUNSAFE, "%s on a %s: only dicts take items", ptc__pickle_opname(op),
+                      ptc_value_kind_name((ptc_value_kind)d->kind));
+    if (n % 2)
+        return VM_ERR(vm, PTC_EFORMAT, "%s with an odd number (%zu) of keys and values",
+                      ptc__pickle_opname(op), n);
+    for (size_t i = start; i < vm->nstack; i += 2) {
+        int rc = ptc__dict_set(vm->arena, d, vm->stack[i], vm->stack[i + 1], err, vm->p->member,
+                               ptc__vm_offset(vm));
+        if (rc < 0)
+            return rc;
+    }
+    vm->nstack = start;
+    return 0;
+}
+
+static int op_appends(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
+{
+    if (start == 0)
+        return VM_ERR(vm, PTC_EFORMAT, "%s with no list below the items", ptc__pickle_opname(op));
+    ptc_value *l = vm->stack[start - 1];
+    if (l->kind != PTC_VALUE_LIST)
+        return VM_ERR(vm, PTC_EFORMAT, "%s on a %s: only lists can be appended to",
+                      ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)l->kind));
+    for (size_t i = start; i < vm->nstack; i++)
+        if (ptc__seq_push(vm->arena, l, vm->stack[i]) < 0)
+            return VM_ERR(vm, PTC_ENOMEM, "out of memory growing a list");
+    vm->nstack = start;
+    return 0;
+}
+
+static int op_build(ptc__vm *vm, ptc_error *err)
+{
+    ptc_value *state = vm->stack[--vm->nstack];
+    ptc_value *target = vm->stack[vm->nstack - 1];
+    if (target->kind == PTC_VALUE_DICT) {
+        /* OrderedDict / Counter state is attribute assignment (this is how a state dict's
+         * _metadata arrives); a plain dict has no attributes in Python. */
+        if (!(target->flags & (PTC__V_ORDERED | PTC__V_COUNTER)))
+            return VM_ERR(vm, PTC_EFORMAT, "BUILD on a plain dict");
+        if (state->kind != PTC_VALUE_DICT)
+            return VM_ERR(vm, PTC_EFORMAT, "BUILD state of an OrderedDict must be a dict, not %s",
+                          ptc_value_kind_name((ptc_value_kind)state->kind));
+        for (size_t i = 0; i < state->u.dict.n; i++)
+            if (state->u.dict.keys[i]->kind != PTC_VALUE_STR)
+                return VM_ERR(vm, PTC_EFORMAT, "BUILD attribute names must be str");
+        if (!target->u.dict.attrs) {
+            target->u.dict.attrs = state;
+            return 0;
+        }
+        for (size_t i = 0; i < state->u.dict.n; i++) {
+            int rc = ptc__dict_set(vm->arena, target->u.dict.attrs, state->u.dict.keys[i],
+                                   state->u.dict.vals[i], err, vm->p->member, ptc__vm_offset(vm));
+            if (rc < 0)
+                return rc;
+        }
+        return 0;
+    }
+    if (!vm->p->hooks->build)
+        return VM_ERR(vm, PTC_EFORMAT, "BUILD on a %s", ptc_value_kind_name((ptc_value_kind)target->kind));
+    return vm->p->hooks->build(vm->p->hooks->ud, vm, target, state, err);
+}
+
+static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
+{
+    const ptc_limits *lim = vm->p->limits;
+    int rc = 0;
+    while (vm->pos < vm->len) {
+        vm->op_pos = vm->pos;
+        uint8_t op = vm->data[vm->pos++];
+        vm->nops++;
+        const uint8_t *p;
+        ptc_value *v;
+        size_t start;
+        if (vm->nops > 1 && op == OP_PROTO)
+            return VM_ERR(vm, PTC_EFORMAT, "PROTO is allowed only as the first opcode");
+        if (vm->nops == 1 && op != OP_PROTO)
+            return VM_ERR(vm, PTC_EFORMAT, "the pickle does not start with PROTO 2 (first opcode %s)",
+                          ptc__pickle_opname(op) ? ptc__pickle_opname(op) : "unknown");
+        switch (op) {
+        case OP_PROTO:
+            if ((rc = read_bytes(vm, 1, &p, err)) < 0)
+                return rc;
+            if (p[0] != 2)
+                return VM_ERR(vm, PTC_EFORMAT, "pickle protocol %u; checkpoints use protocol 2", p[0]);
+            break;
+        case OP_STOP:
+            if (vm->nmarks)
+                return VM_ERR(vm, PTC_EFORMAT, "STOP with %zu MARK(s) still open", vm->nmarks);
+            if (vm->nstack != 1)
+                return VM_ERR(vm, PTC_EFORMAT, "STOP with %zu items on the stack (expected 1)",
+                              vm->nstack);
+            *root = vm->stack[0];
+            *consumed = vm->pos;
+            if (!vm->p->allow_trailing && vm->pos != vm->len)
+                return ptc__err(err, PTC_EFORMAT, vm->p->member,
+                                (int64_t)(vm->p->base_offset + vm->pos),
+                                "%zu bytes after STOP", vm->len - vm->pos);
+            return 0;
+        case OP_MARK:
+            if (vm->nmarks >= lim->max_depth)
+                return VM_ERR(vm, PTC_ELIMIT, "MARKs nest deeper than the limit %u", lim->max_depth);
+            if ((rc = grow_array(vm, (void **)&vm->marks, &vm->capmarks, vm->nmarks + 1,
+                                 sizeof *vm->marks, err)) < 0)
+                return rc;
+            vm->marks[vm->nmarks++] = vm->nstack;
+            break;
+        case OP_NONE:
+            if (!(v = new_value(vm, PTC_VALUE_NONE, err, &rc)) || (rc = push(vm, v, err)) < 0)
+                return rc;
+            break;
+        case OP_NEWTRUE:
+        case OP_NEWFALSE:
+            if (!(v = new_value(vm, PTC_VALUE_BOOL, err, &rc)))
+                return rc;
+            v->u.b = op == OP_NEWTRUE;
+            if ((rc = push(vm, v, err)) < 0)
+                return rc;
+            break;
+        case OP_BININT:
+        case OP_BININT1:
+        case OP_BININT2: {
+            size_t n = op == OP_BININT ? 4 : op == OP_BININT1 ? 1 : 2;
+            if ((rc = read_bytes(vm, n, &p, err)) < 0)
+                return rc;
+            int64_t x = op == OP_BININT ? (int64_t)(int32_t)ptc__le32(p)
+                        : op == OP_BININT1 ? p[0] : ptc__le16(p);
+            if (++vm->nobjects > lim->max_objects)
+                return VM_ERR(vm, PTC_ELIMIT, "too many objects");
+            if (!(v = ptc__value_int(vm->arena, x)))
+                return VM_ERR(vm, PTC_ENOMEM, "out of memory");
+            if ((rc = push(vm, v, err)) < 0)
+                return rc;
+            break;
+        }
+        case OP_LONG1:
+            if ((rc = op_long1(vm, err)) < 0)
+                return rc;
+            break;
+        case OP_BINFLOAT: {
+            if ((rc = read_bytes(vm, 8, &p, err)) < 0)
+                return rc;
+            uint64_t bits = 0;
+            for (int k = 0; k < 8; k++)
+                bits = (bits << 8) | p[k];
+            if (!(v = new_value(vm, PTC_VALUE_FLOAT, err, &rc)))
+                return rc;
+            memcpy(&v->u.f, &bits, sizeof bits);
+            if ((rc = push(vm, v, err)) < 0)
+                return rc;
+            break;
+        }
+        case OP_BINUNICODE: {
+            if ((rc = read_bytes(vm, 4, &p, err)) < 0)
+                return rc;
+            uint32_t n = ptc__le32(p);
+            if ((rc = read_bytes(vm, n, &p, err)) < 0)
+                return rc;
+            if ((rc = make_string(vm, PTC_VALUE_STR, p, n, err)) < 0)
+                return rc;
+            break;
+        }
+        case OP_SHORT_BINSTRING: {
+            if ((rc = read_bytes(vm, 1, &p, err)) < 0)
+                return rc;
+            size_t n = p[0];
+            if ((rc = read_bytes(vm, n, &p, err)) < 0)
+                return rc;
+            if ((rc = make_string(vm, PTC_VALUE_STR, p, n, err)) < 0)
+                return rc;
+            break;
+        }
+        case OP_EMPTY_TUPLE:
+            if ((rc = tuple_from(vm, vm->nstack, err)) < 0)
+                return rc;
+            break;
+        case OP_TUPLE1:
+        case OP_TUPLE2:
+        case OP_TUPLE3: {
+            size_t n = (size_t)(op - OP_TUPLE1 + 1);
+            if ((rc = need(vm, n, op, err)) < 0 || (rc = tuple_from(vm, vm->nstack - n, err)) < 0)
+                return rc;
+            break;
+        }
+        case OP_TUPLE:
+            if ((rc = pop_mark(vm, op, &start, err)) < 0 || (rc = tuple_from(vm, start, err)) < 0)
+                return rc;
+            break;
+        case OP_EMPTY_LIST:
+        case OP_EMPTY_DICT:
+        case OP_EMPTY_SET:
+            v = new_value(vm, op == OP_EMPTY_LIST ? PTC_VALUE_LIST
+                              : op == OP_EMPTY_DICT ? PTC_VALUE_DICT : PTC_VALUE_SET, err, &rc);
+            if (!v || (rc = push(vm, v, err)) < 0)
+                return rc;
+            break;
+        case OP_APPEND:
+            if ((rc = need(vm, 2, op, err)) < 0 || (rc = op_appends(vm, vm->nstack - 1, op, err)) < 0)
+                return rc;
+            break;
+        case OP_APPENDS:
+            if ((rc = pop_mark(vm, op, &start, err)) < 0)
+                return rc;
+            if (start == 0 || start <= floor_of(vm))
+                return VM_ERR(vm, PTC_EFORMAT, "APPENDS with no list below the MARK");
+            if ((rc = op_appends(vm, start, op, err)) < 0)
+                return rc;
+            break;
+        case OP_SETITEM:
+            if ((rc = need(vm, 3, op, err)) < 0 || (rc = op_setitems(vm, vm->nstack - 2, op, err)) < 0)
+                return rc;
+            break;
+        case OP_SETITEMS:
+            if ((rc = pop_mark(vm, op, &start, err)) < 0)
+                return rc;
+            if (start == 0 || start <= floor_of(vm))
+                return VM_ERR(vm, PTC_EFORMAT, "SETITEMS with no dict below the MARK");
+            if ((rc = op_setitems(vm, start, op, err)) < 0)
+                return rc;
+            break;
+        case OP_GLOBAL:
+            if ((rc = op_global(vm, err)) < 0)
+                return rc;
+            break;
+        case OP_REDUCE:
+        case OP_NEWOBJ: {
+            if ((rc = need(vm, 2, op, err)) < 0)
+                return rc;
+            ptc_value *args = vm->stack[vm->nstack - 1];
+            ptc_value *fn = vm->stack[vm->nstack - 2];
+            if (args->kind != PTC_VALUE_TUPLE)
+                return VM_ERR(vm, PTC_EFORMAT, "%s arguments must be a tuple, not %s",
+                              ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)args->kind));
+            if (fn->kind != PTC_VALUE_GLOBAL)
+                return VM_ERR(vm, PTC_EFORMAT, "%s on a %s, which is not callable",
+                              ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)fn->kind));
+            v = NULL;
+            rc = op == OP_REDUCE ? vm->p->hooks->reduce(vm->p->hooks->ud, vm, fn, args, &v, err)
+                                 : vm->p->hooks->newobj(vm->p->hooks->ud, vm, fn, args, &v, err);
+            if (rc < 0)
+                return rc;
+            if (++vm->nobjects > lim->max_objects)
+                return VM_ERR(vm, PTC_ELIMIT, "too many objects");
+            vm->nstack -= 2;
+            if ((rc = push(vm, v, err)) < 0)
+                return rc;
+            break;
+        }
+        case OP_BUILD:
+            if ((rc = need(vm, 2, op, err)) < 0 || (rc = op_build(vm, err)) < 0)
+                return rc;
+            break;
+        case OP_BINPERSID: {
+            if ((rc = need(vm, 1, op, err)) < 0)
+                return rc;
+            ptc_value *pid = vm->stack[vm->nstack - 1];
+            v = NULL;
+            if (!vm->p->hooks->persistent_load)
+                return VM_ERR(vm, PTC_EFORMAT, "BINPERSID is not allowed here");
+            if ((rc = vm->p->hooks->persistent_load(vm->p->hooks->ud, vm, pid, &v, err)) < 0)
+                return rc;
+            vm->stack[vm->nstack - 1] = v;
+            break;
+        }
+        case OP_BINPUT:
+        case OP_LONG_BINPUT:
+        case OP_BINGET:
+        case OP_LONG_BINGET: {
+            bool lng = op == OP_LONG_BINPUT || op == OP_LONG_BINGET;
+            if ((rc = read_bytes(vm, lng ? 4 : 1, &p, err)) < 0)
+                return rc;
+            uint32_t idx = lng ? ptc__le32(p) : p[0];
+            rc = (op == OP_BINPUT || op == OP_LONG_BINPUT) ? memo_put(vm, idx, err)
+                                                           : memo_get(vm, idx, err);
+            if (rc < 0)
+                return rc;
+            break;
+        }
+        case OP_STACK_GLOBAL:
+        case OP_INST:
+        case OP_OBJ:
+        case OP_EXT1:
+        case OP_EXT2:
+        case OP_EXT4:
+        case OP_NEWOBJ_EX:
+            return VM_ERR(vm, PTC_EUNSAFE,
+                          "opcode %s can reach a callable and is not allowed in a weights-only pickle",
+                          ptc__pickle_opname(op));
+        default:
+            if (ptc__pickle_opname(op))
+                return VM_ERR(vm, PTC_EFORMAT, "opcode %s is not allowed in a weights-only pickle",
+                              ptc__pickle_opname(op));
+            return VM_ERR(vm, PTC_EFORMAT, "invalid opcode 0x%02x", op);
+        }
+    }
+    return ptc__err(err, PTC_EFORMAT, vm->p->member, (int64_t)(vm->p->base_offset + vm->len),
+                    "truncated: the pickle ends without STOP");
+}
+
+int ptc__pickle_run(const uint8_t *data, size_t len, const ptc__pickle_params *p, ptc_value **root,
+                    size_t *consumed, ptc_error *err)
+{
+    if (len > p->limits->max_pickle_bytes)
+        return ptc__err(err, PTC_ELIMIT, p->member, (int64_t)p->base_offset,
+                        "pickle of %zu bytes exceeds the limit of %llu", len,
+                        (unsigned long long)p->limits->max_pickle_bytes);
+    ptc__vm vm = {.data = data, .len = len, .p = p, .arena = p->arena};
+    size_t used = 0;
+    ptc_value *result = NULL;
+    int rc = run(&vm, &result, &used, err);
+    if (rc == 0)
+        rc = ptc__value_check_tree(result, p->limits->max_depth, p->limits->max_objects, p->member,
+                                   err);
+    if (rc == 0) {
+        *root = result;
+        if (consumed)
+            *consumed = used;
+    }
+    ptc__budget_give(p->budget, (uint64_t)vm.capstack * sizeof *vm.stack +
+                                    (uint64_t)vm.capmarks * sizeof *vm.marks +
+                                    (uint64_t)vm.capmemo * sizeof *vm.memo);
+    ptc__free(vm.stack);
+    ptc__free(vm.marks);
+    ptc__free(vm.memo);
+    return rc;
+}

@@ -1,0 +1,439 @@
+/*
+ * ptc.h - the public interface of libptc.
+ *
+ * libptc reads PyTorch checkpoints (what torch.save writes: the zip format of PyTorch >= 1.6 and the
+ * legacy pickle-stream format of older releases) without Python and without running any code from the
+ * file. Loading follows torch 2.6's torch.load(weights_only=True): a restricted pickle machine that
+ * knows a fixed set of opcodes and an exact allowlist of globals, and every size in the file is
+ * treated as hostile and checked before use.
+ *
+ * Example: print every tensor of a state dict.
+ *
+ *     ptc_ckpt *c; ptc_error err;
+ *     if (ptc_ckpt_open(&c, "model.pth", NULL, &err) < 0) {
+ *         fprintf(stderr, "%s\n", err.message);   // "data.pkl+0x1c4: GLOBAL posix.system is not allowed ..."
+ *         return 1;
+ *     }
+ *     ptc_walk *w = NULL; const ptc_tensor *t; const char *path;
+ *     ptc_walk_new(&w, ptc_ckpt_root(c), &err);
+ *     while (ptc_walk_next(w, &path, &t) > 0)
+ *         printf("%s %s %lld elements\n", path, ptc_dtype_name(ptc_tensor_dtype(t)),
+ *                (long long)ptc_tensor_numel(t));
+ *     ptc_walk_free(w);
+ *     ptc_ckpt_close(c);
+ *
+ * Conventions that hold for every function below:
+ *   - Functions that can fail return int: 0 on success, a negative PTC_E* code on failure. When a
+ *     ptc_error pointer is given (it may be NULL) it receives the code and a message that names the
+ *     member, the byte offset and the reason.
+ *   - Every *_free / *_close accepts NULL.
+ *   - Getters on a checkpoint return borrowed pointers that live as long as the checkpoint.
+ *   - No function keeps global mutable state; distinct handles may be used from distinct threads.
+ *     One handle must not be used from two threads at once.
+ */
+#ifndef PTC_PTC_H
+#define PTC_PTC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && defined(PTC_BUILDING)
+#define PTC_API __attribute__((visibility("default")))
+#else
+#define PTC_API
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Versions
+ */
+#define PTC_VERSION_MAJOR 0
+#define PTC_VERSION_MINOR 1
+#define PTC_VERSION_PATCH 0
+#define PTC_VERSION_STRING "0.1.0"
+PTC_API const char *ptc_version(void);
+
+/* ---------------------------------------------------------------------------------------------
+ * Errors. Codes are appended, never renumbered.
+ *
+ *   NOMEM        an allocation failed (the allocator refused, or the system is out of memory)
+ *   INVAL        a caller passed an invalid argument
+ *   IO           the operating system failed to open, read, map or write a file
+ *   FORMAT       the file is malformed: its structure is broken, inconsistent or ambiguous
+ *   UNSAFE       the file references a global or opcode outside the policy (it may run code)
+ *   LIMIT        the file exceeds a configured limit (depth, memo, objects, bytes, ratio)
+ *   UNSUPPORTED  the file is a recognised format that ptc refuses (TorchScript, tar, preview)
+ *   NOTFOUND     a named record, key or tensor does not exist
+ *   CRC          a record's bytes do not match its CRC-32
+ *   RANGE        a value does not fit the requested type (an int beyond 64 bits, say)
+ *   NOTZIP       the input is neither a zip checkpoint nor a legacy stream
+ */
+#define PTC_ERRNO_MAP(XX)                                                                  \
+    XX(NOMEM, -1, "out of memory")                                                         \
+    XX(INVAL, -2, "invalid argument")                                                      \
+    XX(IO, -3, "input/output error")                                                       \
+    XX(FORMAT, -4, "malformed checkpoint")                                                 \
+    XX(UNSAFE, -5, "content outside the allowlist")                                        \
+    XX(LIMIT, -6, "resource limit exceeded")                                               \
+    XX(UNSUPPORTED, -7, "unsupported format")                                              \
+    XX(NOTFOUND, -8, "not found")                                                          \
+    XX(CRC, -9, "checksum mismatch")                                                       \
+    XX(RANGE, -10, "value out of range")                                                   \
+    XX(NOTZIP, -11, "not a checkpoint")
+
+typedef enum ptc_errno {
+#define PTC_XX_ENUM(name, value, text) PTC_E##name = value,
+    PTC_ERRNO_MAP(PTC_XX_ENUM)
+#undef PTC_XX_ENUM
+    PTC_OK = 0
+} ptc_errno;
+
+/* Detail of a failure. member is the record the problem was found in ("data.pkl", "data/3",
+ * "byteorder", or "" for the container itself); offset is the byte offset inside that member (or
+ * inside the file when member is ""), -1 when no offset applies. message is complete and printable:
+ * every byte that came from the file is escaped. */
+typedef struct ptc_error {
+    int code;
+    int64_t offset;
+    char member[128];
+    char message[512];
+} ptc_error;
+
+PTC_API const char *ptc_strerror(int code); /* "malformed checkpoint"; never NULL */
+PTC_API const char *ptc_err_name(int code); /* "EFORMAT"; never NULL */
+
+/* ---------------------------------------------------------------------------------------------
+ * Allocation. Every allocation of the library goes through one allocator, replaceable per process
+ * before the first handle is created (tests use it to fail the Nth allocation). The default wraps
+ * malloc/realloc/free. The functions must behave like realloc: ptc_realloc(ctx, NULL, n) allocates,
+ * ptc_realloc(ctx, p, 0) frees and returns NULL.
+ */
+typedef void *(*ptc_realloc_fn)(void *ctx, void *ptr, size_t size);
+PTC_API void ptc_set_allocator(ptc_realloc_fn fn, void *ctx); /* NULL restores the default */
+
+/* ---------------------------------------------------------------------------------------------
+ * Data types, with torch's names (ptc_dtype_name returns "float32", "bfloat16", "float8_e4m3fn" ...).
+ */
+typedef enum ptc_dtype {
+    PTC_FLOAT64,
+    PTC_FLOAT32,
+    PTC_FLOAT16,
+    PTC_BFLOAT16,
+    PTC_INT64,
+    PTC_INT32,
+    PTC_INT16,
+    PTC_INT8,
+    PTC_UINT8,
+    PTC_BOOL,
+    PTC_COMPLEX128,
+    PTC_COMPLEX64,
+    PTC_COMPLEX32,
+    PTC_QINT8,
+    PTC_QINT32,
+    PTC_QUINT8,
+    PTC_QUINT4X2,
+    PTC_QUINT2X4,
+    PTC_FLOAT8_E4M3FN,
+    PTC_FLOAT8_E5M2,
+    PTC_FLOAT8_E4M3FNUZ,
+    PTC_FLOAT8_E5M2FNUZ,
+    PTC_BITS8,
+    PTC_BITS16,
+    PTC_BITS1X8,
+    PTC_BITS2X4,
+    PTC_BITS4X2,
+    PTC_UINT16,
+    PTC_UINT32,
+    PTC_UINT64,
+    PTC_DTYPE_COUNT
+} ptc_dtype;
+
+PTC_API const char *ptc_dtype_name(ptc_dtype dt);  /* NULL for an invalid value */
+PTC_API size_t ptc_dtype_size(ptc_dtype dt);       /* bytes per element; 0 for an invalid value */
+PTC_API int ptc_dtype_from_name(const char *name, ptc_dtype *out); /* PTC_ENOTFOUND if unknown */
+
+/* ---------------------------------------------------------------------------------------------
+ * Limits. Every size in a file is checked against what the file holds and against these limits
+ * before anything is allocated. ptc_limits_default() fills the defaults listed beside each field.
+ */
+typedef struct ptc_limits {
+    uint32_t max_depth;          /* nesting of containers and MARKs: 1000 */
+    uint64_t max_memo;           /* pickle memo entries: 1 << 20 */
+    uint64_t max_objects;        /* values built by one pickle: 1 << 24 */
+    uint64_t max_pickle_bytes;   /* size of one pickle: 1 GiB */
+    uint64_t max_heap_bytes;     /* heap used by one load, mapped data excluded: 1 GiB */
+    uint64_t max_records;        /* members of a zip archive: 1 << 20 */
+    uint64_t max_inflated_bytes; /* one deflated record once inflated: 16 GiB */
+    uint32_t max_inflate_ratio;  /* uncompressed / compressed for deflated records: 1000 */
+    uint32_t max_ndim;           /* dimensions of one tensor: 64 */
+} ptc_limits;
+
+PTC_API void ptc_limits_default(ptc_limits *l);
+
+/* ---------------------------------------------------------------------------------------------
+ * Values: the object tree a checkpoint's pickle describes. Values are borrowed from the checkpoint
+ * that produced them and live until it is closed. The tree may share nodes (the same tensor or list
+ * referenced twice); ptc rejects cycles at load time, so every walk terminates.
+ */
+typedef struct ptc_value ptc_value;
+typedef struct ptc_tensor ptc_tensor;
+typedef struct ptc_storage ptc_storage;
+
+typedef enum ptc_value_kind {
+    PTC_VALUE_NONE,
+    PTC_VALUE_BOOL,
+    PTC_VALUE_INT,     /* any size; ptc_value_int answers PTC_ERANGE beyond 64 bits */
+    PTC_VALUE_FLOAT,
+    PTC_VALUE_STR,     /* UTF-8, may contain NUL */
+    PTC_VALUE_BYTES,   /* bytes / bytearray */
+    PTC_VALUE_TUPLE,
+    PTC_VALUE_LIST,
+    PTC_VALUE_DICT,    /* dict, collections.OrderedDict or collections.Counter; insertion order */
+    PTC_VALUE_SET,
+    PTC_VALUE_COMPLEX,
+    PTC_VALUE_TENSOR,
+    PTC_VALUE_DTYPE,   /* torch.float32 ... */
+    PTC_VALUE_DEVICE,  /* torch.device('cuda', 0) */
+    PTC_VALUE_SIZE,    /* torch.Size: a tuple of ints */
+    PTC_VALUE_GLOBAL,  /* a bare reference to an allowed global that was never called */
+    PTC_VALUE_OBJECT   /* an instance of a class a policy allowed (see ptc_policy_allow_global) */
+} ptc_value_kind;
+
+PTC_API ptc_value_kind ptc_value_kind_of(const ptc_value *v);
+PTC_API const char *ptc_value_kind_name(ptc_value_kind k); /* "none", "dict", "tensor", ... */
+
+PTC_API int ptc_value_bool(const ptc_value *v, int *out);
+PTC_API int ptc_value_int(const ptc_value *v, int64_t *out);
+/* Two's-complement little-endian bytes of any int (the LONG1 encoding); borrowed. */
+PTC_API int ptc_value_int_bytes(const ptc_value *v, const uint8_t **bytes, size_t *len);
+PTC_API int ptc_value_float(const ptc_value *v, double *out);
+PTC_API int ptc_value_complex(const ptc_value *v, double *re, double *im);
+/* str and bytes: pointer and length, borrowed; str data is also NUL-terminated. */
+PTC_API int ptc_value_str(const ptc_value *v, const char **s, size_t *len);
+PTC_API int ptc_value_bytes(const ptc_value *v, const uint8_t **b, size_t *len);
+
+/* tuple, list, set, torch.Size: number of items and the i-th item. dict: number of pairs. */
+PTC_API size_t ptc_value_len(const ptc_value *v);
+PTC_API const ptc_value *ptc_value_item(const ptc_value *v, size_t i);
+/* dict pairs in insertion order. */
+PTC_API const ptc_value *ptc_dict_key(const ptc_value *v, size_t i);
+PTC_API const ptc_value *ptc_dict_value(const ptc_value *v, size_t i);
+/* Lookup by string key; NULL when absent or v is not a dict. */
+PTC_API const ptc_value *ptc_dict_get(const ptc_value *v, const char *key);
+/* OrderedDict or Counter rather than dict. */
+PTC_API int ptc_dict_is_ordered(const ptc_value *v);
+/* Attributes set on a dict by BUILD (an OrderedDict's {'_metadata': ...}); NULL when none. */
+PTC_API const ptc_value *ptc_dict_attrs(const ptc_value *v);
+
+PTC_API int ptc_value_dtype(const ptc_value *v, ptc_dtype *out);
+/* device: type ("cpu", "cuda") and index (-1 when absent). */
+PTC_API int ptc_value_device(const ptc_value *v, const char **type, int64_t *index);
+/* global and object: "module.name" of the global or class; object args and state (may be NULL). */
+PTC_API const char *ptc_value_global_name(const ptc_value *v);
+PTC_API const ptc_value *ptc_object_args(const ptc_value *v);
+PTC_API const ptc_value *ptc_object_state(const ptc_value *v);
+PTC_API const ptc_tensor *ptc_value_tensor(const ptc_value *v); /* NULL unless a tensor */
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors and storages. A tensor views a storage: element (i0, i1, ...) lives at element index
+ * storage_offset + sum(i_d * stride_d) of the storage. ptc proves at load time that every element a
+ * tensor can address lies inside its storage, and that every storage lies inside its record.
+ */
+PTC_API ptc_dtype ptc_tensor_dtype(const ptc_tensor *t);
+PTC_API int ptc_tensor_ndim(const ptc_tensor *t);
+PTC_API const int64_t *ptc_tensor_shape(const ptc_tensor *t);  /* [ndim] */
+PTC_API const int64_t *ptc_tensor_stride(const ptc_tensor *t); /* [ndim], in elements */
+PTC_API int64_t ptc_tensor_storage_offset(const ptc_tensor *t); /* in elements */
+PTC_API int64_t ptc_tensor_numel(const ptc_tensor *t);
+PTC_API int64_t ptc_tensor_nbytes(const ptc_tensor *t);        /* numel * element size */
+PTC_API int ptc_tensor_requires_grad(const ptc_tensor *t);
+PTC_API int ptc_tensor_is_parameter(const ptc_tensor *t);      /* pickled as nn.Parameter */
+PTC_API int ptc_tensor_is_contiguous(const ptc_tensor *t);     /* row-major, no gaps */
+/* conj / neg bits: the storage holds the data before conjugation / negation (torch's lazy views);
+ * ptc_tensor_read applies them. */
+PTC_API int ptc_tensor_is_conj(const ptc_tensor *t);
+PTC_API int ptc_tensor_is_neg(const ptc_tensor *t);
+PTC_API const ptc_storage *ptc_tensor_storage(const ptc_tensor *t);
+/* Pointer to the element at storage_offset, in host byte order; borrowed. */
+PTC_API const void *ptc_tensor_data(const ptc_tensor *t);
+/* Copies the elements in row-major order, as little-endian bytes, with conj/neg applied, into dst
+ * (which holds dst_len bytes, at least ptc_tensor_nbytes). */
+PTC_API int ptc_tensor_read(const ptc_tensor *t, void *dst, size_t dst_len, ptc_error *err);
+/* SHA-256 of the bytes ptc_tensor_read produces. */
+PTC_API int ptc_tensor_sha256(const ptc_tensor *t, uint8_t digest[32], ptc_error *err);
+
+PTC_API const char *ptc_storage_key(const ptc_storage *s);      /* "0", "1", ... */
+PTC_API const char *ptc_storage_location(const ptc_storage *s); /* "cpu", "cuda:0", ... */
+PTC_API ptc_dtype ptc_storage_dtype(const ptc_storage *s);
+PTC_API int64_t ptc_storage_nbytes(const ptc_storage *s);
+PTC_API const void *ptc_storage_data(const ptc_storage *s);     /* host byte order; borrowed */
+/* 1 when the data is used in place from the file's mapping, 0 when ptc holds a copy (the record was
+ * deflated, unaligned, byte-swapped, or the checkpoint was opened with PTC_OPEN_COPY). */
+PTC_API int ptc_storage_is_mapped(const ptc_storage *s);
+
+/* ---------------------------------------------------------------------------------------------
+ * Policy: which globals a pickle may reference. The default is torch 2.6's weights-only allowlist.
+ * "strict" allows only what torch.save emits for tensors, state dicts and plain containers.
+ * ptc_policy_allow_global adds one exact "module.name" (torch's add_safe_globals); a reference to it
+ * then becomes a PTC_VALUE_GLOBAL and calling it (REDUCE / NEWOBJ) builds a PTC_VALUE_OBJECT holding
+ * the arguments, to which BUILD attaches the state. Modules sys, os, posix and nt can never be allowed.
+ */
+typedef struct ptc_policy ptc_policy;
+typedef enum ptc_policy_base { PTC_POLICY_DEFAULT, PTC_POLICY_STRICT } ptc_policy_base;
+
+PTC_API int ptc_policy_new(ptc_policy **out, ptc_policy_base base, ptc_error *err);
+PTC_API void ptc_policy_free(ptc_policy *p);
+PTC_API int ptc_policy_allow_global(ptc_policy *p, const char *module_dot_name, ptc_error *err);
+/* 1 if the policy allows "module.name" (after torch's Python-2 name mapping). */
+PTC_API int ptc_policy_allows(const ptc_policy *p, const char *module, const char *name);
+
+/* ---------------------------------------------------------------------------------------------
+ * Checkpoints.
+ */
+typedef struct ptc_ckpt ptc_ckpt;
+
+typedef enum ptc_format { PTC_FORMAT_ZIP, PTC_FORMAT_LEGACY, PTC_FORMAT_SAFETENSORS } ptc_format;
+
+enum {
+    PTC_OPEN_VERIFY_CRC = 1u << 0, /* check the CRC-32 of every record (reads every byte) */
+    PTC_OPEN_COPY = 1u << 1        /* copy storages to the heap instead of using the mapping */
+};
+
+typedef struct ptc_open_params {
+    const ptc_policy *policy; /* NULL: the default policy */
+    const ptc_limits *limits; /* NULL: ptc_limits_default() */
+    unsigned flags;           /* PTC_OPEN_* */
+} ptc_open_params;
+
+PTC_API void ptc_open_params_default(ptc_open_params *p);
+
+/* Opens a file by path. The file is mapped; stored records are used in place. */
+PTC_API int ptc_ckpt_open(ptc_ckpt **out, const char *path, const ptc_open_params *params,
+                          ptc_error *err);
+/* Opens a checkpoint held in memory. buf is borrowed and must outlive the checkpoint. */
+PTC_API int ptc_ckpt_open_memory(ptc_ckpt **out, const void *buf, size_t len,
+                                 const ptc_open_params *params, ptc_error *err);
+/* Opens a checkpoint through a positional read callback: read(ctx, offset, buf, len) returns the
+ * number of bytes read (short only at the end) or a negative value on error. size is the total
+ * size. Records are read into memory that ptc owns. */
+typedef int64_t (*ptc_read_fn)(void *ctx, uint64_t offset, void *buf, size_t len);
+PTC_API int ptc_ckpt_open_callback(ptc_ckpt **out, ptc_read_fn read, void *ctx, uint64_t size,
+                                   const ptc_open_params *params, ptc_error *err);
+PTC_API void ptc_ckpt_close(ptc_ckpt *c);
+
+PTC_API const ptc_value *ptc_ckpt_root(const ptc_ckpt *c);
+PTC_API ptc_format ptc_ckpt_format(const ptc_ckpt *c);
+PTC_API const char *ptc_ckpt_prefix(const ptc_ckpt *c);    /* zip: the archive prefix; legacy: "" */
+PTC_API const char *ptc_ckpt_byteorder(const ptc_ckpt *c); /* "little" or "big" */
+PTC_API size_t ptc_ckpt_nstorages(const ptc_ckpt *c);
+PTC_API const ptc_storage *ptc_ckpt_storage(const ptc_ckpt *c, size_t i);
+/* Zip checkpoints: the records in central-directory order (name without prefix, size). */
+PTC_API size_t ptc_ckpt_nrecords(const ptc_ckpt *c);
+PTC_API const char *ptc_ckpt_record_name(const ptc_ckpt *c, size_t i);
+PTC_API uint64_t ptc_ckpt_record_size(const ptc_ckpt *c, size_t i);
+
+/* Walks every tensor reachable from a value, depth-first in container order, with its path: dict
+ * keys as written and list or tuple indices in decimal, joined by '.'. A tensor reached twice is
+ * reported twice. The path pointer is valid until the next call. */
+typedef struct ptc_walk ptc_walk;
+PTC_API int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err);
+/* 1 and the next tensor, 0 at the end, negative on error. */
+PTC_API int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t);
+PTC_API void ptc_walk_free(ptc_walk *w);
+
+/* A state dict entry by key ("conv1.weight"); follows nested dicts when the key is not found whole.
+ * NULL if absent or not a tensor. */
+PTC_API const ptc_tensor *ptc_state_dict_get(const ptc_value *root, const char *key);
+
+/* ---------------------------------------------------------------------------------------------
+ * Building values to write. A document owns the nodes and the storages made through it; values
+ * borrowed from an open checkpoint may be placed in a document's containers as they are (the
+ * checkpoint must then stay open until the document is saved). Constructors return NULL when out
+ * of memory or given invalid arguments; ptc_doc_error then holds the reason. A document is not
+ * thread safe.
+ */
+typedef struct ptc_doc ptc_doc;
+
+PTC_API int ptc_doc_new(ptc_doc **out, ptc_error *err);
+PTC_API void ptc_doc_free(ptc_doc *d);
+PTC_API const ptc_error *ptc_doc_error(const ptc_doc *d); /* the last failure; borrowed */
+
+PTC_API ptc_value *ptc_doc_none(ptc_doc *d);
+PTC_API ptc_value *ptc_doc_bool(ptc_doc *d, int b);
+PTC_API ptc_value *ptc_doc_int(ptc_doc *d, int64_t i);
+/* Any int, as two's-complement little-endian bytes (LONG1's form). */
+PTC_API ptc_value *ptc_doc_int_bytes(ptc_doc *d, const uint8_t *bytes, size_t len);
+PTC_API ptc_value *ptc_doc_float(ptc_doc *d, double f);
+PTC_API ptc_value *ptc_doc_complex(ptc_doc *d, double re, double im);
+/* str: UTF-8 (checked); len (size_t)-1 means strlen(s). */
+PTC_API ptc_value *ptc_doc_str(ptc_doc *d, const char *s, size_t len);
+PTC_API ptc_value *ptc_doc_bytes(ptc_doc *d, const void *b, size_t len);
+PTC_API ptc_value *ptc_doc_dtype(ptc_doc *d, ptc_dtype dt);
+PTC_API ptc_value *ptc_doc_device(ptc_doc *d, const char *type, int64_t index /* -1: none */);
+/* Empty containers; kind is PTC_VALUE_TUPLE, PTC_VALUE_LIST, PTC_VALUE_SET or PTC_VALUE_SIZE. */
+PTC_API ptc_value *ptc_doc_seq(ptc_doc *d, ptc_value_kind kind);
+/* An empty dict; ordered: collections.OrderedDict (what state_dict() returns) rather than dict. */
+PTC_API ptc_value *ptc_doc_dict(ptc_doc *d, int ordered);
+PTC_API int ptc_doc_push(ptc_doc *d, ptc_value *seq, const ptc_value *item);
+/* dict[key] = val, Python semantics (an equal key keeps its place and takes the new value). */
+PTC_API int ptc_doc_set(ptc_doc *d, ptc_value *dict, const ptc_value *key, const ptc_value *val);
+/* Attributes of an OrderedDict (a state dict's {'_metadata': ...}); attrs must be a dict of str. */
+PTC_API int ptc_doc_set_attrs(ptc_doc *d, ptc_value *dict, const ptc_value *attrs);
+
+/* A storage of nbytes bytes of dtype dt. data NULL: zero-filled memory the document owns, to be
+ * filled through ptc_storage_mutable; copy nonzero: data is copied; copy zero: data is borrowed and
+ * must outlive the save. location NULL means "cpu". */
+PTC_API ptc_storage *ptc_doc_storage(ptc_doc *d, ptc_dtype dt, int64_t nbytes, const void *data,
+                                     int copy, const char *location);
+/* Writable data of a storage the document allocated or copied; NULL for borrowed ones. */
+PTC_API void *ptc_storage_mutable(ptc_storage *s);
+/* A tensor viewing a storage (of this document or of an open checkpoint); the view is checked to
+ * lie inside the storage. stride NULL means contiguous. */
+PTC_API ptc_value *ptc_doc_tensor(ptc_doc *d, const ptc_storage *s, ptc_dtype dt, int ndim,
+                                  const int64_t *shape, const int64_t *stride, int64_t offset,
+                                  int requires_grad);
+/* The same view as tensor (a PTC_VALUE_TENSOR), as an nn.Parameter with the given requires_grad
+ * (torch.save writes it through torch._utils._rebuild_parameter). */
+PTC_API ptc_value *ptc_doc_parameter(ptc_doc *d, const ptc_value *tensor, int requires_grad);
+/* A new contiguous tensor with t's elements converted to dtype dt (floating and integer dtypes;
+ * float to float16/bfloat16 rounds to nearest even exactly as torch's Tensor.to does, NaN and
+ * infinities included). dt equal to t's dtype makes a contiguous copy. A Parameter stays one. */
+PTC_API ptc_value *ptc_doc_cast(ptc_doc *d, const ptc_tensor *t, ptc_dtype dt);
+
+/* ---------------------------------------------------------------------------------------------
+ * Saving. ptc_save writes any value tree ptc can read, in the container torch 2.6 writes (record
+ * order, archive prefix from the file stem, 64-byte aligned records, data descriptors, zip64 end
+ * records) with the pickle torch's pickler would write for it; or as safetensors (a flat dict of
+ * str to tensor). Saving is atomic: the bytes go to a temporary file in the same folder, which is
+ * flushed to disk and renamed over the final name; on any failure the previous file under that
+ * name is untouched and no temporary file is left behind.
+ */
+typedef enum ptc_save_format {
+    PTC_SAVE_AUTO,       /* from the extension: .safetensors, anything else torch's zip */
+    PTC_SAVE_PTH,        /* torch.save's zip format */
+    PTC_SAVE_SAFETENSORS
+} ptc_save_format;
+
+typedef struct ptc_save_params {
+    ptc_save_format format;
+    const char *archive_name; /* zip prefix; NULL: the file name without its last extension */
+    int serialization_id;     /* write .data/serialization_id as torch >= 2.1 does (default 1) */
+    /* safetensors: dict of str to str for "__metadata__"; NULL: the root's own "__metadata__"
+     * attribute when it has one (a dict read from a safetensors file), else none. */
+    const ptc_value *metadata;
+    /* Called now and then with bytes written so far and the total; may be NULL. */
+    void (*progress)(void *ctx, uint64_t done, uint64_t total);
+    void *progress_ctx;
+} ptc_save_params;
+
+PTC_API void ptc_save_params_default(ptc_save_params *p);
+PTC_API int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *params,
+                     ptc_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* PTC_PTC_H */

@@ -1,0 +1,74 @@
+/*
+ * pth.h - torch semantics on top of the archive and pickle layers: the allowlist policy, the hooks
+ * that rebuild tensors, storages bound to records, and the checkpoint handle.
+ */
+#ifndef PTC_PTH_PTH_H
+#define PTC_PTH_PTH_H
+
+#include "archive/archive.h"
+#include "pickle/pickle.h"
+#include "tensor/tensor.h"
+
+/* What an allowed global is; stored in ptc_value.u.g.id of PTC_VALUE_GLOBAL values. */
+typedef enum ptc__gid {
+    G_NONE = 0,
+    G_ORDERED_DICT, G_COUNTER, G_PARAMETER, G_GET_LAYOUT, G_SIZE, G_TENSOR, G_DEVICE,
+    G_CODECS_ENCODE, G_BYTEARRAY, G_SET, G_COMPLEX,
+    G_LEGACY_TENSOR_CLASS, /* torch.FloatTensor, torch.cuda.LongTensor, ... */
+    G_STORAGE,             /* legacy typed storage class: torch.FloatStorage, torch.cuda.HalfStorage */
+    G_UNTYPED_STORAGE, G_TYPED_STORAGE, G_QSCHEME,
+    G_REBUILD_PARAMETER, G_REBUILD_PARAMETER_WITH_STATE, G_REBUILD_QTENSOR, G_REBUILD_TENSOR,
+    G_REBUILD_TENSOR_V2, G_REBUILD_TENSOR_V3, G_REBUILD_SPARSE, G_REBUILD_META, G_REBUILD_NESTED,
+    G_REBUILD_WRAPPER, G_REBUILD_DEVICE_NUMPY, G_REBUILD_DEVICE_CPU, G_REBUILD_FROM_TYPE_V2,
+    G_DTYPE, /* torch.float32 ...: becomes a PTC_VALUE_DTYPE, never a GLOBAL */
+    G_USER   /* allowed by ptc_policy_allow_global */
+} ptc__gid;
+
+/* Classifies "module"."name" (already mapped from Python 2 names) under a policy: the id, and for
+ * G_DTYPE the dtype. Returns 0 when allowed; PTC_EUNSAFE with a message otherwise. */
+int ptc__policy_lookup(const ptc_policy *p, const char *module, const char *name, ptc__gid *id,
+                       ptc_dtype *dtype, const char *member, int64_t offset, ptc_error *err);
+bool ptc__module_blocked(const char *module);
+
+/* Scans one pickle for references outside the policy before it runs (fail closed). */
+int ptc__pth_prescan(const ptc_policy *p, const uint8_t *data, size_t len, const char *member,
+                     uint64_t base_offset, bool whole, size_t *consumed, ptc_error *err);
+
+struct ptc_ckpt {
+    ptc_format format;
+    ptc__source *src;
+    ptc__zip *zip;
+    ptc__budget budget;
+    ptc__arena *arena;
+    ptc_limits limits;
+    ptc_policy *default_policy; /* owned when the caller gave none */
+    const ptc_policy *policy;
+    unsigned flags;
+    const char *prefix;
+    bool big_endian;
+    const ptc_value *root;
+    ptc_storage **storages; /* in order of first reference */
+    size_t nstorages, capstorages;
+    uint32_t *sindex; /* hash of storage keys: index + 1 into storages, 0 = empty */
+    size_t sindex_cap;
+    bool legacy_mode; /* persistent ids are 6-tuples */
+};
+
+/* The unpickling hooks of a checkpoint (ud = the ptc_ckpt). */
+extern const ptc__vm_hooks ptc__pth_hooks_template;
+int ptc__pth_run_pickle(ptc_ckpt *c, const uint8_t *data, size_t len, const char *member,
+                        uint64_t base_offset, bool allow_trailing, ptc_value **root,
+                        size_t *consumed, ptc_error *err);
+ptc_storage *ptc__ckpt_find_storage(ptc_ckpt *c, const char *key);
+int ptc__ckpt_add_storage(ptc_ckpt *c, ptc_storage *s, ptc_error *err);
+/* Zip: loads and the legacy stream loader. */
+int ptc__load_zip(ptc_ckpt *c, ptc_error *err);
+int ptc__load_legacy(ptc_ckpt *c, ptc_error *err);
+
+/* safetensors (lib/pth/safetensors.c): the loader behind ptc_ckpt_open and the writer behind
+ * ptc_save. */
+int ptc__load_safetensors(ptc_ckpt *c, ptc_error *err);
+int ptc__save_safetensors(const ptc_value *root, const char *path, const ptc_save_params *p,
+                          ptc_error *err);
+
+#endif /* PTC_PTH_PTH_H */

@@ -1,0 +1,160 @@
+#!/bin/sh
+# run.sh - checkpoint loading speed and memory: ptc against torch.load(weights_only=True) and
+# against a plain read() of the same file, measured in the same run. See README.md beside this.
+#
+#   make bench                                  (builds bench_load, then runs this)
+#   top_builddir=BUILD tests/bench/load/run.sh  (directly; top_builddir defaults to this tree)
+#
+# Environment: TORCH_PYTHON (default python3) must import torch and torchvision; BENCH_REPEATS
+# (default 7, at least 5) runs per measurement, medians reported; BENCH_TMPDIR (default $TMPDIR or
+# /tmp) holds the three inputs, about 1.1 GiB, with 3 GiB required free; BENCH_CASES (default
+# "a b c") picks cases. Exit status is 0 when every measurement ran, whatever the numbers: the
+# targets are reported, never asserted.
+
+here=$(cd "$(dirname "$0")" && pwd)
+: "${top_srcdir:=$(cd "$here/../../.." && pwd)}"
+# make runs recipes in the build tree, so a build tree in the current directory wins.
+if [ -z "$top_builddir" ] && [ -e "./tests/bench/load/bench_load" ]; then top_builddir=$(pwd); fi
+: "${top_builddir:=$top_srcdir}"
+py=${TORCH_PYTHON:-python3}
+repeats=${BENCH_REPEATS:-7}
+cases=${BENCH_CASES:-a b c}
+bench="$top_builddir/tests/bench/load/bench_load"
+
+case $repeats in
+'' | *[!0-9]*) echo "run.sh: BENCH_REPEATS must be a number" >&2; exit 2 ;;
+esac
+if [ "$repeats" -lt 5 ]; then
+    echo "run.sh: BENCH_REPEATS=$repeats raised to 5 (medians of fewer runs are noise)" >&2
+    repeats=5
+fi
+if [ ! -x "$bench" ]; then
+    echo "run.sh: $bench is not built (make tests/bench/load/bench_load, or make bench)" >&2
+    exit 1
+fi
+if ! "$py" -c 'import torch, torchvision' 2>/dev/null; then
+    echo "run.sh: $py cannot import torch and torchvision (set TORCH_PYTHON)" >&2
+    exit 1
+fi
+
+base=${BENCH_TMPDIR:-${TMPDIR:-/tmp}}
+free_kib=$(df -Pk "$base" | awk 'NR == 2 { print $4 }')
+if [ -n "$free_kib" ] && [ "$free_kib" -lt $((3 * 1024 * 1024)) ]; then
+    echo "run.sh: $base has $((free_kib / 1024)) MiB free; 3 GiB are needed (set BENCH_TMPDIR)" >&2
+    exit 1
+fi
+tmp=$(mktemp -d "$base/ptc-bench.XXXXXX") || exit 1
+trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM
+
+# ---- inputs, written by the PyTorch peer ------------------------------------------------------
+echo "making inputs in $tmp with $py ..."
+"$py" - "$tmp" "$cases" <<'EOF' || exit 1
+import sys, torch
+out, cases = sys.argv[1], sys.argv[2].split()
+torch.manual_seed(0)
+if "a" in cases:
+    import torchvision
+    torch.save(torchvision.models.resnet18(num_classes=10).state_dict(), out + "/a.pth")
+if "b" in cases:
+    # 16 tensors of 64 MiB: 1 GiB of float32.
+    torch.save({"t%02d" % i: torch.rand(16 << 20) for i in range(16)}, out + "/b.pth")
+if "c" in cases:
+    # 20,000 tensors of 128 floats: about 10 MB of data, dominated by per-tensor costs.
+    torch.save({"p%05d" % i: torch.rand(128) for i in range(20000)}, out + "/c.pth")
+EOF
+
+# Timing snippets for the peer: the median of several loads in one process (after one warm-up
+# load that pays for imports and first use), and, in a fresh process, the peak RSS of one load.
+torch_time='
+import statistics, sys, time, torch
+path, n = sys.argv[1], int(sys.argv[2])
+torch.load(path, weights_only=True)
+times = []
+for _ in range(n):
+    t0 = time.perf_counter()
+    obj = torch.load(path, weights_only=True)
+    times.append(time.perf_counter() - t0)
+    del obj
+print("median_s=%.6f" % statistics.median(times))
+'
+torch_rss='
+import resource, sys, torch
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+obj = torch.load(sys.argv[1], weights_only=True)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print("peak_rss_kib=%d import_rss_kib=%d" % (after, before))
+'
+
+results="$tmp/results"
+: >"$results"
+for c in $cases; do
+    f="$tmp/$c.pth"
+    [ -f "$f" ] || continue
+    size=$(wc -c <"$f" | tr -d ' ')
+    echo "case $c: $f ($size bytes)"
+    # Warm the page cache so every contender reads from memory, not from the disk.
+    cat "$f" >/dev/null
+    cat "$f" >/dev/null
+    for mode in open read plain; do
+        line=$("$bench" "$mode" "$f" "$repeats") || exit 1
+        echo "  $line"
+        echo "case=$c size=$size $line" >>"$results"
+    done
+    line=$("$py" -c "$torch_time" "$f" "$repeats") || exit 1
+    line2=$("$py" -c "$torch_rss" "$f") || exit 1
+    echo "  torch $line $line2"
+    echo "case=$c size=$size mode=torch $line $line2" >>"$results"
+done
+
+# ---- the table --------------------------------------------------------------------------------
+"$py" - "$results" "$repeats" <<'EOF'
+import sys
+rows = {}
+for line in open(sys.argv[1]):
+    kv = dict(w.split("=", 1) for w in line.split() if "=" in w)
+    rows.setdefault(kv["case"], {})[kv["mode"]] = kv
+names = {"a": "(a) resnet18 state dict", "b": "(b) 1 GiB, 16 tensors",
+         "c": "(c) 20,000 small tensors"}
+MiB = 1024.0
+hdr = ("case", "size MiB", "ptc open ms", "ptc read ms", "plain read ms", "torch ms",
+       "torch/ptc-read", "ptc-read/plain", "ptc peak RSS MiB", "ptc anon MiB", "torch peak RSS MiB")
+table = []
+verdicts = []
+def ms(r):
+    return float(r["median_s"]) * 1e3
+for c in sorted(rows):
+    r = rows[c]
+    o, rd, pl, t = ms(r["open"]), ms(r["read"]), ms(r["plain"]), ms(r["torch"])
+    anon = int(r["read"]["peak_anon_kib"])
+    table.append((names.get(c, c), "%.1f" % (int(r["read"]["size"]) / 1048576.0),
+                  "%.2f" % o, "%.2f" % rd, "%.2f" % pl, "%.2f" % t,
+                  "%.1fx" % (t / rd), "%.2fx" % (rd / pl),
+                  "%.0f" % (int(r["read"]["peak_rss_kib"]) / MiB),
+                  "%.1f" % (anon / MiB) if anon >= 0 else "?",
+                  "%.0f (%.0f import)" % (int(r["torch"]["peak_rss_kib"]) / MiB,
+                                         int(r["torch"]["import_rss_kib"]) / MiB)))
+    def judge(ok, text):
+        verdicts.append("%-4s %s" % ("met" if ok else "MISS", text))
+    if c == "c":
+        judge(t / rd >= 50, "(c) ptc read >= 50x faster than torch.load: %.1fx" % (t / rd))
+    if c in ("a", "b"):
+        judge(rd / pl <= 1.5, "(%s) ptc read within 1.5x of plain read: %.2fx" % (c, rd / pl))
+        judge(t / rd >= 3, "(%s) ptc read >= 3x faster than torch.load: %.1fx" % (c, t / rd))
+    if c == "b":
+        judge(0 <= anon < 64 * 1024,
+              "(b) ptc peak RSS under 64 MiB plus page cache: %s MiB anonymous"
+              % ("%.1f" % (anon / MiB) if anon >= 0 else "unknown"))
+widths = [max(len(str(x[i])) for x in [hdr] + table) for i in range(len(hdr))]
+fmt = "  ".join("%%-%ds" if i == 0 else "%%%ds" for i in range(len(hdr))) % tuple(widths)
+print()
+print(fmt % hdr)
+for row in table:
+    print(fmt % row)
+print()
+print("medians of %s runs; torch/ptc-read above 1 favours ptc; ptc-read/plain is the overhead"
+      % sys.argv[2])
+print("over the page-cache read limit. Targets:")
+for v in verdicts:
+    print("  " + v)
+EOF

@@ -1,0 +1,203 @@
+"""kill_save.py - a save killed at any moment leaves the old file or the new one, never a mix.
+
+Two checkpoints are written once by torch in a temporary folder: A (about 200 MB) and B (about
+100 MB, other numbers). ptc writes each three times, uninterrupted, under the name ckpt.pth in a
+folder of its own: the reference outputs, whose SHA-256 are kept, which must load in torch, and
+whose median write time sets the range of the kill delays; no other file may remain there.
+
+Then, in trial after trial, ptc (`ptc convert SRC ckpt.pth`, or `save_tool copy` while convert is
+not built) writes whichever of A and B the file ckpt.pth does not hold at the moment, over it, and
+is killed with SIGKILL (its whole process group) after a random delay between 0 and 90% of the
+time an uninterrupted write takes (process start included), so that most kills land while it
+writes. After each trial:
+  - ckpt.pth exists and its SHA-256 is that of the old file or of the new one; a run that finished
+    before the kill must have left the new one;
+  - every other file in the folder is a temporary file named .ckpt.pth.ptc-*; those are counted
+    and removed by this test; a run that finished leaves none.
+At the end ckpt.pth must load with torch.load(weights_only=True, mmap=True).
+
+KILL_SAVE_TRIALS (default 50) and KILL_SAVE_SEED (default 20250101) change the run. It takes 30 to
+60 s, most of it writing up to 200 MB per trial.
+Exit status: 0 never a mix, 1 a failure, 77 torch missing.
+"""
+
+import hashlib
+import os
+import random
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import interop_common as ic  # noqa: E402
+
+torch = ic.require_torch()
+warnings.filterwarnings("ignore")
+
+NAME = "ckpt.pth"
+TEMP_RE = re.compile(r"^\." + re.escape(NAME) + r"\.ptc-")
+
+
+def sha256(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while True:
+            b = f.read(8 << 20)
+            if not b:
+                return h.hexdigest()
+            h.update(b)
+
+
+def make_sources(tmp):
+    g = torch.Generator().manual_seed(42)
+    srcs = {}
+    for tag, n in (("A", 12), ("B", 6)):  # tensors of 16 MiB: 192 MiB and 96 MiB
+        d = {"%s.layer%02d.weight" % (tag, i): torch.rand(4 << 20, generator=g) for i in range(n)}
+        d["step"] = torch.tensor(n)
+        p = os.path.join(tmp, "src_%s.pth" % tag)
+        torch.save(d, p)
+        srcs[tag] = (p, d)
+    return srcs
+
+
+def writer_argv(w, src, dst):
+    if w.has_convert():
+        return w.convert_argv(src, dst)
+    return [w.save_tool, "copy", src, dst]
+
+
+def main():
+    ic.standin_banner()
+    w = ic.Writer()
+    print("writer: " + w.describe())
+    try:
+        w.require()
+    except ic.WriterError as e:
+        print("FAIL: %s" % e)
+        return 1
+    ntrials = int(os.environ.get("KILL_SAVE_TRIALS", "50"))
+    seed = int(os.environ.get("KILL_SAVE_SEED", "20250101"))
+    rng = random.Random(seed)
+    tmp = ic.mktemp("kill")
+    problems = []
+    t_start = time.monotonic()
+    try:
+        srcs = make_sources(tmp)
+        work = os.path.join(tmp, "work")
+        os.makedirs(work)
+        target = os.path.join(work, NAME)
+
+        # Reference outputs, written without interruption: their hash and their write time.
+        ref, dur = {}, {}
+        for tag, (src, obj) in srcs.items():
+            d = os.path.join(tmp, "ref_" + tag)
+            os.makedirs(d)
+            out = os.path.join(d, NAME)
+            times = []
+            for _ in range(3):  # over the previous copy, as in the trials
+                t0 = time.monotonic()
+                r = subprocess.run(writer_argv(w, src, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                times.append(time.monotonic() - t0)
+                if r.returncode != 0:
+                    print("FAIL: the uninterrupted write of %s exited %d: %s" % (
+                        tag, r.returncode, r.stderr.decode("utf-8", "replace").strip()))
+                    return 1
+            left = sorted(f for f in os.listdir(d) if f != NAME)
+            if left:
+                print("FAIL: uninterrupted writes of %s left %s beside %s" % (tag, left, NAME))
+                return 1
+            loaded = torch.load(out, weights_only=True, mmap=True)
+            bad = ic.diff(obj, loaded)
+            if bad:
+                print("FAIL: ptc's uninterrupted copy of %s does not load equal to it: %s" % (tag, bad[:3]))
+                return 1
+            del loaded
+            ref[tag] = (sha256(out), os.path.getsize(out))
+            dur[tag] = statistics.median(times)
+            print("reference %s: %d bytes, written in %.2f s (median of 3), loads equal to the source" % (
+                tag, ref[tag][1], dur[tag]))
+
+        shutil.copyfile(os.path.join(tmp, "ref_B", NAME), target)
+        current = "B"
+        counts = {"old": 0, "new": 0, "finished": 0, "temps": 0}
+        for trial in range(1, ntrials + 1):
+            new = "A" if current == "B" else "B"
+            delay = rng.uniform(0, 0.9 * dur[new])
+            p = subprocess.Popen(writer_argv(w, srcs[new][0], target), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, start_new_session=True)
+            time.sleep(delay)
+            finished = p.poll() is not None
+            if not finished:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            err = p.communicate()[1].decode("utf-8", "replace").strip()
+            rc = p.returncode
+            if rc is not None and rc >= 0 and not finished:
+                finished = True  # it exited on its own just before the kill
+            what = "trial %d: write %s over %s, kill after %.3f s" % (trial, new, current, delay)
+            if finished and rc != 0:
+                problems.append("%s: the writer exited %d before the kill: %s" % (what, rc, err))
+
+            others = sorted(f for f in os.listdir(work) if f != NAME)
+            for f in others:
+                if TEMP_RE.match(f):
+                    counts["temps"] += 1
+                    if finished and rc == 0:
+                        problems.append("%s: a finished write left the temporary file %s" % (what, f))
+                    p_ = os.path.join(work, f)
+                    shutil.rmtree(p_) if os.path.isdir(p_) else os.unlink(p_)
+                else:
+                    problems.append("%s: unexpected file %s (not a .%s.ptc-* temporary name)" % (
+                        what, f, NAME))
+                    os.unlink(os.path.join(work, f))
+            if not os.path.exists(target):
+                problems.append("%s: %s is gone" % (what, NAME))
+                break
+            size = os.path.getsize(target)
+            h = sha256(target) if size in (ref["A"][1], ref["B"][1]) else None
+            if h == ref[current][0]:
+                state = "old"
+            elif h == ref[new][0]:
+                state = "new"
+            else:
+                problems.append("%s: %s is neither the old file (%d bytes) nor the new one (%d bytes): "
+                                "%d bytes, sha256 %s" % (what, NAME, ref[current][1], ref[new][1], size, h))
+                break
+            if finished and rc == 0 and state != "new":
+                problems.append("%s: the write finished, yet the file is the old one" % what)
+            counts["finished" if finished else state] += 1
+            if state == "new":
+                current = new
+
+        if not problems:
+            try:
+                bad = ic.diff(srcs[current][1], torch.load(target, weights_only=True, mmap=True))
+            except Exception as e:  # noqa: BLE001
+                bad = ["torch.load failed: %s" % e]
+            if bad:
+                problems.append("the final %s (%s) does not load equal to its source: %s" % (
+                    NAME, current, bad[:3]))
+        elapsed = time.monotonic() - t_start
+        ntrials = trial
+        print("%d trials (seed %d) in %.1f s: killed while the old file was in place %d, killed after the "
+              "new one was in place %d, finished before the kill %d; %d temporary files left by killed "
+              "runs, removed" % (ntrials, seed, elapsed, counts["old"], counts["new"], counts["finished"],
+                                 counts["temps"]))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    for p in problems:
+        print("FAIL " + p)
+    if not problems:
+        print("ok   every trial left the complete old or the complete new file under its name")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

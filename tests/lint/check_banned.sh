@@ -1,0 +1,137 @@
+#!/bin/sh
+# check_banned.sh - the library's source hygiene: banned functions, then formatting.
+#
+# 1. Banned functions (always a hard failure). lib/ must not call
+#      sprintf vsprintf strcpy strcat atoi atol gets   (unbounded or unchecked: use snprintf,
+#                                                       ptc__buf_*, memcpy with checked lengths,
+#                                                       strtoll with its end pointer)
+#      exit abort                                      (the library never ends the process; the
+#                                                       one abort allowed is ptc__assert_fail in
+#                                                       lib/base/error.c, for programmer errors)
+#      malloc calloc realloc free                      (every allocation goes through the
+#                                                       replaceable allocator; only
+#                                                       lib/base/alloc.c may call the C library)
+#    Matching is on whole words followed by '(', after comments and string and character
+#    literals are removed, so ptc__malloc(, "free(" in a message and ops->free( are fine.
+# 2. clang-format --dry-run over the C sources of lib/ tools/ tests/ examples/, when .clang-format
+#    exists at the top of the tree and clang-format is installed. Files that would change are
+#    listed; this fails the check only with PTC_FORMAT_STRICT=1 (set it once the tree is formatted).
+#    CLANG_FORMAT selects the binary (default: clang-format, then clang-format-14).
+#
+# Run by make check, or by hand: sh tests/lint/check_banned.sh  (top_srcdir defaults to this tree).
+
+here=$(cd "$(dirname "$0")" && pwd)
+: "${top_srcdir:=$(cd "$here/../.." && pwd)}"
+cd "$top_srcdir" || exit 1
+
+status=0
+
+# ---- 1. banned functions -----------------------------------------------------------------------
+lib_files=$(find lib -type f \( -name '*.c' -o -name '*.h' \) | LC_ALL=C sort)
+if [ -z "$lib_files" ]; then
+    echo "FAIL: no C sources under $top_srcdir/lib"
+    exit 1
+fi
+
+# The awk program strips comments and literals (keeping line numbers; block comments may span
+# lines), then reports each banned call as "file:line: name(  <source line>".
+# shellcheck disable=SC2086 # the file list is split on purpose; paths under lib/ have no spaces
+hits=$(awk '
+FNR == 1 { in_comment = 0; in_assert = 0 }
+{
+    line = $0; out = ""; i = 1; n = length(line)
+    while (i <= n) {
+        c = substr(line, i, 1); c2 = substr(line, i, 2)
+        if (in_comment) {
+            if (c2 == "*/") { in_comment = 0; i += 2 } else i++
+            continue
+        }
+        if (c2 == "/*") { in_comment = 1; out = out " "; i += 2; continue }
+        if (c2 == "//") break
+        if (c == "\"" || c == "\047") {
+            # Skip to the matching quote, honouring backslash escapes.
+            q = c; i++
+            while (i <= n) {
+                d = substr(line, i, 1)
+                if (d == "\\") { i += 2; continue }
+                i++
+                if (d == q) break
+            }
+            out = out q q
+            continue
+        }
+        out = out c; i++
+    }
+
+    # The body of ptc__assert_fail in lib/base/error.c may call abort().
+    is_error_c = FILENAME ~ /(^|\/)lib\/base\/error\.c$/
+    if (is_error_c && out ~ /^[A-Za-z].*[^A-Za-z0-9_]ptc__assert_fail[ \t]*\(/ && out !~ /;[ \t]*$/)
+        in_assert = 1
+
+    banned = "sprintf|vsprintf|strcpy|strcat|atoi|atol|gets|exit|abort"
+    if (FILENAME !~ /(^|\/)lib\/base\/alloc\.c$/)
+        banned = banned "|malloc|calloc|realloc|free"
+    rest = out
+    while (match(rest, "(^|[^A-Za-z0-9_.>])(" banned ")[ \t]*\\(")) {
+        call = substr(rest, RSTART, RLENGTH)
+        sub(/^[^A-Za-z]/, "", call)
+        sub(/[ \t]*\($/, "", call)
+        rest = substr(rest, RSTART + RLENGTH)
+        if (call == "abort" && in_assert)
+            continue
+        printf "%s:%d: %s(  %s\n", FILENAME, FNR, call, $0
+    }
+
+    if (in_assert && out ~ /^}/)
+        in_assert = 0
+}' $lib_files)
+
+if [ -n "$hits" ]; then
+    echo "FAIL: banned functions in lib/:"
+    echo "$hits"
+    status=1
+else
+    echo "ok: no banned functions in $(echo "$lib_files" | wc -l | tr -d ' ') files under lib/"
+fi
+
+# ---- 2. formatting -----------------------------------------------------------------------------
+format_bin=
+if [ -n "$CLANG_FORMAT" ]; then
+    format_bin=$CLANG_FORMAT
+elif command -v clang-format >/dev/null 2>&1; then
+    format_bin=clang-format
+elif command -v clang-format-14 >/dev/null 2>&1; then
+    format_bin=clang-format-14
+fi
+
+if [ ! -f .clang-format ]; then
+    echo "skip: formatting not checked: no .clang-format at the top of the tree"
+elif [ -z "$format_bin" ]; then
+    echo "skip: formatting not checked: clang-format is not installed"
+else
+    unformatted=
+    nfiles=0
+    for f in $(find lib tools tests examples -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null |
+        LC_ALL=C sort); do
+        nfiles=$((nfiles + 1))
+        if ! "$format_bin" --dry-run -Werror "$f" >/dev/null 2>&1; then
+            unformatted="$unformatted $f"
+        fi
+    done
+    if [ -z "$unformatted" ]; then
+        echo "ok: $nfiles files match .clang-format ($format_bin)"
+    else
+        count=$(echo "$unformatted" | wc -w | tr -d ' ')
+        echo "$count of $nfiles files differ from .clang-format (see: $format_bin --dry-run FILE," \
+            "fix: $format_bin -i FILE):"
+        for f in $unformatted; do echo "  $f"; done
+        if [ "$PTC_FORMAT_STRICT" = 1 ]; then
+            echo "FAIL: formatting (PTC_FORMAT_STRICT=1)"
+            status=1
+        else
+            echo "note: formatting is reported only; PTC_FORMAT_STRICT=1 makes it fail"
+        fi
+    fi
+fi
+
+exit $status

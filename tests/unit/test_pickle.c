@@ -1,0 +1,357 @@
+/*
+ * test_pickle.c - the restricted pickle machine and the static scanner, on hand-assembled streams:
+ * every value kind, memo sharing, Python dict semantics, each structural rejection and limit, and
+ * the scanner's view of globals (after STOP, behind STACK_GLOBAL).
+ */
+#include "pickle/pickle.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+/* Permissive hooks: any global becomes a GLOBAL value, calls return None, BINPERSID returns its
+ * argument. The tests of the torch rules live in test_pth.c. */
+static int g_global(void *ud, ptc__vm *vm, const char *m, const char *n, ptc_value **out,
+                    ptc_error *err)
+{
+    (void)ud;
+    (void)err;
+    ptc_value *v = ptc__value_new(ptc__vm_arena(vm), PTC_VALUE_GLOBAL);
+    char *full = ptc__arena_alloc(ptc__vm_arena(vm), strlen(m) + strlen(n) + 2);
+    if (!v || !full)
+        return PTC_ENOMEM;
+    memcpy(full, m, strlen(m));
+    full[strlen(m)] = '.';
+    memcpy(full + strlen(m) + 1, n, strlen(n) + 1);
+    v->u.g.module = m;
+    v->u.g.name = n;
+    v->u.g.full = full;
+    *out = v;
+    return 0;
+}
+
+static int g_call(void *ud, ptc__vm *vm, ptc_value *f, ptc_value *a, ptc_value **out, ptc_error *err)
+{
+    (void)ud;
+    (void)f;
+    (void)a;
+    (void)err;
+    *out = ptc__value_new(ptc__vm_arena(vm), PTC_VALUE_NONE);
+    return *out ? 0 : PTC_ENOMEM;
+}
+
+static int g_pers(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value **out, ptc_error *err)
+{
+    (void)ud;
+    (void)vm;
+    (void)err;
+    *out = pid;
+    return 0;
+}
+
+static const ptc__vm_hooks hooks = {NULL, g_global, g_call, g_call, NULL, g_pers};
+
+static ptc__arena *arena;
+static ptc_limits limits;
+
+/* A small pickle builder: C hex escapes swallow following hex digits, so streams with text are
+ * assembled from pieces rather than written as one literal. */
+typedef struct pk {
+    char b[4096];
+    size_t n;
+} pk;
+static void op(pk *p, int c) { p->b[p->n++] = (char)c; }
+static void raw(pk *p, const void *d, size_t n) { memcpy(p->b + p->n, d, n); p->n += n; }
+static void u32(pk *p, uint32_t v) { for (int k = 0; k < 4; k++) op(p, (int)((v >> (8 * k)) & 0xff)); }
+static void ustr(pk *p, const char *s) { op(p, 'X'); u32(p, (uint32_t)strlen(s)); raw(p, s, strlen(s)); }
+#define RAW(p, lit) raw(p, lit, sizeof(lit) - 1)
+static void binfloat(pk *p, double f)
+{
+    uint64_t bits;
+    memcpy(&bits, &f, 8);
+    op(p, 'G');
+    for (int k = 7; k >= 0; k--)
+        op(p, (int)((bits >> (8 * k)) & 0xff));
+}
+
+static int run(const char *bytes, size_t n, ptc_value **root, ptc_error *err)
+{
+    ptc__pickle_params p = {.member = "data.pkl", .limits = &limits, .arena = arena,
+                            .hooks = &hooks};
+    return ptc__pickle_run((const uint8_t *)bytes, n, &p, root, NULL, err);
+}
+#define RUN(lit, root, err) run(lit, sizeof(lit) - 1, root, err)
+
+static void test_values(void)
+{
+    ptc_value *v;
+    ptc_error err;
+    /* {'a': [1, -2, 300, 70000, True, None, 1.5], 'b': ('x', 'é'), 'c': 2**70, 'd': -1} */
+    pk p = {.n = 0};
+    RAW(&p, "\x80\x02}(");
+    ustr(&p, "a");
+    RAW(&p, "](K\x01J\xfe\xff\xff\xffM\x2c\x01J\x70\x11\x01\x00\x88N");
+    binfloat(&p, 1.5);
+    op(&p, 'e');
+    ustr(&p, "b");
+    ustr(&p, "x");
+    ustr(&p, "\xc3\xa9");
+    op(&p, 0x86);
+    ustr(&p, "c");
+    RAW(&p, "\x8a\x09\x00\x00\x00\x00\x00\x00\x00\x00\x40");
+    ustr(&p, "d");
+    RAW(&p, "\x8a\x01\xffu.");
+    CHECK_CODE(run(p.b, p.n, &v, &err), 0, &err);
+    CHECK_INT(ptc_value_kind_of(v), PTC_VALUE_DICT);
+    CHECK_INT(ptc_value_len(v), 4);
+    const ptc_value *a = ptc_dict_get(v, "a");
+    CHECK_INT(ptc_value_kind_of(a), PTC_VALUE_LIST);
+    CHECK_INT(ptc_value_len(a), 7);
+    int64_t i;
+    CHECK(ptc_value_int(ptc_value_item(a, 0), &i) == 0 && i == 1);
+    CHECK(ptc_value_int(ptc_value_item(a, 1), &i) == 0 && i == -2);
+    CHECK(ptc_value_int(ptc_value_item(a, 2), &i) == 0 && i == 300);
+    CHECK(ptc_value_int(ptc_value_item(a, 3), &i) == 0 && i == 70000);
+    int b;
+    CHECK(ptc_value_bool(ptc_value_item(a, 4), &b) == 0 && b == 1);
+    CHECK_INT(ptc_value_kind_of(ptc_value_item(a, 5)), PTC_VALUE_NONE);
+    double f;
+    CHECK(ptc_value_float(ptc_value_item(a, 6), &f) == 0 && f == 1.5);
+    const ptc_value *t = ptc_dict_get(v, "b");
+    const char *s;
+    size_t n;
+    CHECK_INT(ptc_value_kind_of(t), PTC_VALUE_TUPLE);
+    CHECK(ptc_value_str(ptc_value_item(t, 1), &s, &n) == 0 && n == 2 &&
+          memcmp(s, "\xc3\xa9", 2) == 0);
+    const ptc_value *big = ptc_dict_get(v, "c");
+    CHECK_INT(ptc_value_int(big, &i), PTC_ERANGE);
+    const uint8_t *bytes;
+    CHECK(ptc_value_int_bytes(big, &bytes, &n) == 0 && n == 9 && bytes[8] == 0x40);
+    CHECK(ptc_value_int(ptc_dict_get(v, "d"), &i) == 0 && i == -1);
+    CHECK(ptc_value_int_bytes(ptc_dict_get(v, "d"), &bytes, &n) == 0 && n == 1 && bytes[0] == 0xff);
+}
+
+static void test_memo_and_dicts(void)
+{
+    ptc_value *v;
+    ptc_error err;
+    /* l = []; (l, l): both slots are the same node (memo holds references). */
+    static const char p1[] = "\x80\x02]q\x00h\x00\x86q\x01.";
+    CHECK_CODE(RUN(p1, &v, &err), 0, &err);
+    CHECK(ptc_value_item(v, 0) == ptc_value_item(v, 1));
+    /* {1: 'a', True: 'b', 1.0: 'c'}: one key; Python keeps the first key and the last value. */
+    pk p = {.n = 0};
+    RAW(&p, "\x80\x02}(K\x01");
+    ustr(&p, "a");
+    op(&p, 0x88);
+    ustr(&p, "b");
+    binfloat(&p, 1.0);
+    ustr(&p, "c");
+    RAW(&p, "u.");
+    CHECK_CODE(run(p.b, p.n, &v, &err), 0, &err);
+    CHECK_INT(ptc_value_len(v), 1);
+    const char *s;
+    size_t n;
+    CHECK(ptc_value_str(ptc_dict_value(v, 0), &s, &n) == 0 && s[0] == 'c');
+    CHECK_INT(ptc_value_kind_of(ptc_dict_key(v, 0)), PTC_VALUE_INT);
+    /* A dict of 2500 int keys in three batches, as torch.save writes more than 1000 items. */
+    size_t cap = 64 + 2500 * 10;
+    char *q = malloc(cap), *w = q;
+    memcpy(w, "\x80\x02}", 3);
+    w += 3;
+    for (int batch = 0; batch < 3; batch++) {
+        *w++ = '(';
+        for (int k = batch * 1000; k < 2500 && k < (batch + 1) * 1000; k++) {
+            *w++ = 'J';
+            for (int j = 0; j < 4; j++)
+                *w++ = (char)((k >> (8 * j)) & 0xff);
+            *w++ = 'N';
+        }
+        *w++ = 'u';
+    }
+    *w++ = '.';
+    CHECK_CODE(run(q, (size_t)(w - q), &v, &err), 0, &err);
+    CHECK_INT(ptc_value_len(v), 2500);
+    int64_t i;
+    CHECK(ptc_value_int(ptc_dict_key(v, 2499), &i) == 0 && i == 2499);
+    free(q);
+}
+
+typedef struct reject_case {
+    const char *name;
+    const char *bytes;
+    size_t len;
+    int code;
+} reject_case;
+#define R(name, lit, code) {name, lit, sizeof(lit) - 1, code}
+
+static void test_rejections(void)
+{
+    static const reject_case cases[] = {
+        R("empty", "", PTC_EFORMAT),
+        R("stop only", ".", PTC_EFORMAT),
+        R("no PROTO", "N.", PTC_EFORMAT),
+        R("protocol 4", "\x80\x04N.", PTC_EFORMAT),
+        R("second PROTO", "\x80\x02\x80\x02N.", PTC_EFORMAT),
+        R("no STOP", "\x80\x02N", PTC_EFORMAT),
+        R("bytes after STOP", "\x80\x02N.junk", PTC_EFORMAT),
+        R("two results", "\x80\x02NN.", PTC_EFORMAT),
+        R("open MARK at STOP", "\x80\x02(N.", PTC_EFORMAT),
+        R("TUPLE3 with two items", "\x80\x02NN\x87.", PTC_EFORMAT),
+        R("REDUCE on empty stack", "\x80\x02R.", PTC_EFORMAT),
+        R("SETITEM with one item", "\x80\x02}Ns.", PTC_EFORMAT),
+        R("odd SETITEMS", "\x80\x02}(NNNu.", PTC_EFORMAT),
+        R("APPENDS without MARK", "\x80\x02]Ne.", PTC_EFORMAT),
+        R("BINGET before BINPUT", "\x80\x02h\x05.", PTC_EFORMAT),
+        R("huge LONG_BINPUT", "\x80\x02Nr\xff\xff\xff\xff.", PTC_EFORMAT),
+        R("list cycle", "\x80\x02]q\x00h\x00a.", PTC_EFORMAT),
+        R("APPEND on dict", "\x80\x02}Na.", PTC_EFORMAT),
+        R("SETITEM on list", "\x80\x02]NNs.", PTC_EUNSAFE),
+        R("BUILD on plain dict", "\x80\x02}}b.", PTC_EFORMAT),
+        R("BINUNICODE length lie", "\x80\x02X\xff\xff\xff\x7f" "abc", PTC_EFORMAT),
+        R("SHORT_BINSTRING length lie", "\x80\x02U\xff" "a", PTC_EFORMAT),
+        R("LONG1 past end", "\x80\x02\x8a\xc8", PTC_EFORMAT),
+        R("bad UTF-8", "\x80\x02X\x02\x00\x00\x00\xff\xfe.", PTC_EFORMAT),
+        R("lone surrogate", "\x80\x02X\x03\x00\x00\x00\xed\xa0\x80.", PTC_EFORMAT),
+        R("unterminated GLOBAL", "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2", PTC_EFORMAT),
+        R("FRAME", "\x80\x02\x95\x01\x00\x00\x00\x00\x00\x00\x00N.", PTC_EFORMAT),
+        R("BINBYTES", "\x80\x02" "B\x01\x00\x00\x00x.", PTC_EFORMAT),
+        R("DUP", "\x80\x02N2.", PTC_EFORMAT),
+        R("POP", "\x80\x02NN0.", PTC_EFORMAT),
+        R("MEMOIZE", "\x80\x02N\x94.", PTC_EFORMAT),
+        R("invalid opcode", "\x80\x02\xff.", PTC_EFORMAT),
+        R("STACK_GLOBAL", "\x80\x02X\x02\x00\x00\x00osX\x06\x00\x00\x00system\x93.", PTC_EUNSAFE),
+        R("INST", "\x80\x02(ibuiltins\nprint\n.", PTC_EUNSAFE),
+        R("REDUCE args not a tuple", "\x80\x02" "cm\nf\nNR.", PTC_EFORMAT),
+        R("REDUCE on an int", "\x80\x02K\x01)R.", PTC_EFORMAT),
+        R("unhashable key", "\x80\x02}]Ns.", PTC_EFORMAT),
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ptc_value *v;
+        ptc_error err;
+        int rc = run(cases[i].bytes, cases[i].len, &v, &err);
+        if (rc != cases[i].code)
+            fprintf(stderr, "  case \"%s\": got %s (%s)\n", cases[i].name, ptc_err_name(rc),
+                    rc ? err.message : "");
+        CHECK_INT(rc, cases[i].code);
+        if (rc < 0)
+            for (const char *m = err.message; *m; m++)
+                CHECK((unsigned char)*m >= 0x20 && *m != 0x7f);
+    }
+}
+
+static void test_limits(void)
+{
+    ptc_value *v;
+    ptc_error err;
+    /* 200,000 nested lists: the machine is iterative, the tree check caps the depth. */
+    size_t depth = 200000, n = 2 + depth + (depth - 1) + 1;
+    char *p = malloc(n), *w = p;
+    *w++ = '\x80';
+    *w++ = '\x02';
+    memset(w, ']', depth);
+    w += depth;
+    memset(w, 'a', depth - 1);
+    w += depth - 1;
+    *w++ = '.';
+    CHECK_CODE(run(p, (size_t)(w - p), &v, &err), PTC_ELIMIT, &err);
+    free(p);
+    /* MARK nesting beyond max_depth. */
+    char marks[1200];
+    memcpy(marks, "\x80\x02", 2);
+    memset(marks + 2, '(', sizeof marks - 3);
+    marks[sizeof marks - 1] = '.';
+    CHECK_CODE(run(marks, sizeof marks, &v, &err), PTC_ELIMIT, &err);
+    /* Billion laughs: level k is a tuple holding level k-1 three times (memo references), so
+     * 30 levels expand to 3^30 nodes; the tree check refuses it before any walk can blow up. */
+    char t3[5 + 30 * 7 + 1], *r = t3;
+    *r++ = '\x80';
+    *r++ = '\x02';
+    *r++ = ')';
+    *r++ = 'q';
+    *r++ = 0;
+    for (int k = 1; k <= 30; k++) {
+        /* the previous level is on the stack; fetch it twice more and pack the three */
+        *r++ = 'h';
+        *r++ = (char)(k - 1);
+        *r++ = 'h';
+        *r++ = (char)(k - 1);
+        *r++ = '\x87';
+        *r++ = 'q';
+        *r++ = (char)k;
+    }
+    *r++ = '.';
+    CHECK_CODE(run(t3, (size_t)(r - t3), &v, &err), PTC_ELIMIT, &err);
+}
+
+typedef struct scan_log {
+    int globals, dynamic, opcodes;
+    char last[128];
+} scan_log;
+
+static int log_item(void *ud, const ptc__scan_item *it)
+{
+    scan_log *l = ud;
+    if (it->kind == PTC__SCAN_GLOBAL) {
+        l->globals++;
+        snprintf(l->last, sizeof l->last, "%s.%s", it->module, it->name);
+    } else if (it->kind == PTC__SCAN_DYNAMIC) {
+        l->dynamic++;
+    } else if (it->kind == PTC__SCAN_OPCODE) {
+        l->opcodes++;
+    }
+    return 0;
+}
+
+static void test_scan(void)
+{
+    ptc_error err;
+    scan_log l = {0};
+    /* A global hidden after STOP is still seen when scanning the whole member. */
+    static const char p1[] = "\x80\x02N.cposix\nsystem\nX\x02\x00\x00\x00lsR.";
+    CHECK_CODE(ptc__pickle_scan((const uint8_t *)p1, sizeof p1 - 1, "data.pkl", 0, false,
+                                log_item, &l, NULL, &err), 0, &err);
+    CHECK_INT(l.globals, 1);
+    CHECK_STR(l.last, "posix.system");
+    /* STACK_GLOBAL names resolved from the two preceding string pushes. */
+    memset(&l, 0, sizeof l);
+    static const char p2[] = "\x80\x04\x8c\x02os\x94\x8c\x06system\x94\x93)R.";
+    CHECK_CODE(ptc__pickle_scan((const uint8_t *)p2, sizeof p2 - 1, "data.pkl", 0, false,
+                                log_item, &l, NULL, &err), 0, &err);
+    CHECK_INT(l.globals, 1);
+    CHECK_STR(l.last, "os.system");
+    CHECK(l.opcodes >= 3); /* SHORT_BINUNICODE, MEMOIZE are outside the subset */
+    /* A payload followed by garbage: reported, then the scan fails. */
+    memset(&l, 0, sizeof l);
+    static const char p3[] = "\x80\x02" "cbuiltins\neval\n\xff\xff";
+    CHECK_CODE(ptc__pickle_scan((const uint8_t *)p3, sizeof p3 - 1, "data.pkl", 0, false,
+                                log_item, &l, NULL, &err), PTC_EFORMAT, &err);
+    CHECK_INT(l.globals, 1);
+    /* Python-2 names map like torch's. */
+    const char *m = "__builtin__", *n = "set";
+    ptc__pickle_map_name(&m, &n);
+    CHECK_STR(m, "builtins");
+    CHECK_STR(n, "set");
+    m = "__builtin__";
+    n = "long";
+    ptc__pickle_map_name(&m, &n);
+    CHECK_STR(n, "int");
+    CHECK(ptc__pickle_in_subset('X') && !ptc__pickle_in_subset(0x95));
+    CHECK_STR(ptc__pickle_opname(0x93), "STACK_GLOBAL");
+}
+
+int main(void)
+{
+    ptc_limits_default(&limits);
+    ptc__budget budget = {0, 1ull << 30};
+    if (ptc__arena_new(&arena, &budget) < 0)
+        return 1;
+    test_values();
+    test_memo_and_dicts();
+    test_rejections();
+    test_limits();
+    test_scan();
+    ptc__arena_free(arena);
+    return check_exit("test_pickle");
+}

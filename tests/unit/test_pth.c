@@ -1,0 +1,454 @@
+/*
+ * test_pth.c - torch semantics through the public API: the vectors written by torch 2.6 (values,
+ * views, shared storage, dtypes, nested training checkpoints, legacy stream), the three ways to
+ * open, zero-copy versus copies, policies, limits and format dispatch. Expected values come from
+ * the reference specification (shared/reference/pth-format.md section 11) and from what the
+ * vectors' generator saved (arange, ones), never from ptc's own output.
+ */
+#include "ptc/ptc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+
+static char vec_dir[4096];
+
+static const char *vec(const char *name)
+{
+    static char path[4200];
+    snprintf(path, sizeof path, "%s/%s", vec_dir, name);
+    return path;
+}
+
+static ptc_ckpt *open_ok(const char *name, unsigned flags)
+{
+    ptc_open_params p;
+    ptc_open_params_default(&p);
+    p.flags = flags;
+    ptc_ckpt *c = NULL;
+    ptc_error err;
+    int rc = ptc_ckpt_open(&c, vec(name), &p, &err);
+    if (rc < 0)
+        fprintf(stderr, "open %s: %s\n", name, err.message);
+    CHECK_INT(rc, 0);
+    return c;
+}
+
+static void read_f32(const ptc_tensor *t, float *out, size_t n)
+{
+    ptc_error err;
+    CHECK_INT(ptc_tensor_read(t, out, n * sizeof *out, &err), 0);
+}
+
+static void test_views(void)
+{
+    ptc_ckpt *c = open_ok("views.pt", 0);
+    if (!c)
+        return;
+    const ptc_value *root = ptc_ckpt_root(c);
+    const ptc_tensor *base = ptc_state_dict_get(root, "base");
+    const ptc_tensor *view = ptc_state_dict_get(root, "view");
+    const ptc_tensor *t = ptc_state_dict_get(root, "t");
+    CHECK(base && view && t);
+    if (!base || !view || !t)
+        return;
+    CHECK(ptc_tensor_storage(base) == ptc_tensor_storage(view));
+    CHECK(ptc_tensor_storage(base) == ptc_tensor_storage(t));
+    CHECK_INT(ptc_ckpt_nstorages(c), 1);
+    CHECK_INT(ptc_tensor_storage_offset(view), 2);
+    CHECK_INT(ptc_tensor_stride(view)[0], 2);
+    CHECK_INT(ptc_tensor_shape(t)[0], 5);
+    CHECK_INT(ptc_tensor_stride(t)[1], 5);
+    CHECK(!ptc_tensor_is_contiguous(t) && ptc_tensor_is_contiguous(base));
+    float b[10], v[3], tt[10];
+    read_f32(base, b, 10);
+    read_f32(view, v, 3);
+    read_f32(t, tt, 10);
+    for (int i = 0; i < 10; i++)
+        CHECK(b[i] == (float)i);
+    CHECK(v[0] == 2 && v[1] == 4 && v[2] == 6);
+    /* t = base.view(2, 5).t(): t[i][j] = base[j * 5 + i] */
+    for (int i = 0; i < 5; i++)
+        for (int j = 0; j < 2; j++)
+            CHECK(tt[i * 2 + j] == (float)(j * 5 + i));
+    CHECK(ptc_storage_is_mapped(ptc_tensor_storage(base)));
+    CHECK(((uintptr_t)ptc_storage_data(ptc_tensor_storage(base)) % 64) == 0);
+    CHECK_STR(ptc_ckpt_prefix(c), "views");
+    ptc_ckpt_close(c);
+
+    c = open_ok("views.pt", PTC_OPEN_COPY | PTC_OPEN_VERIFY_CRC);
+    if (c) {
+        CHECK(!ptc_storage_is_mapped(ptc_ckpt_storage(c, 0)));
+        ptc_ckpt_close(c);
+    }
+}
+
+static void test_dtypes(void)
+{
+    ptc_ckpt *c = open_ok("dtypes.pt", 0);
+    if (!c)
+        return;
+    const ptc_value *root = ptc_ckpt_root(c);
+    CHECK_INT(ptc_value_len(root), 17);
+    /* Every entry is arange(3) in its dtype, keyed by the dtype's name. */
+    for (size_t i = 0; i < ptc_value_len(root); i++) {
+        const char *key;
+        size_t n;
+        CHECK_INT(ptc_value_str(ptc_dict_key(root, i), &key, &n), 0);
+        const ptc_tensor *t = ptc_value_tensor(ptc_dict_value(root, i));
+        CHECK(t != NULL);
+        if (!t)
+            continue;
+        CHECK_STR(ptc_dtype_name(ptc_tensor_dtype(t)), key);
+        CHECK_INT(ptc_tensor_numel(t), 3);
+        uint8_t buf[64];
+        ptc_error err;
+        CHECK_INT(ptc_tensor_read(t, buf, sizeof buf, &err), 0);
+        size_t es = ptc_dtype_size(ptc_tensor_dtype(t));
+        if (strcmp(key, "int64") == 0 || strcmp(key, "uint64") == 0) {
+            int64_t x[3];
+            memcpy(x, buf, sizeof x);
+            CHECK(x[0] == 0 && x[1] == 1 && x[2] == 2);
+        } else if (strcmp(key, "float16") == 0) {
+            CHECK(buf[2] == 0x00 && buf[3] == 0x3c && buf[5] == 0x40);
+        } else if (strcmp(key, "bfloat16") == 0) {
+            CHECK(buf[2] == 0x80 && buf[3] == 0x3f && buf[5] == 0x40);
+        } else if (strcmp(key, "float8_e4m3fn") == 0) {
+            CHECK(buf[0] == 0x00 && buf[1] == 0x38 && buf[2] == 0x40);
+        } else if (strcmp(key, "bool") == 0) {
+            CHECK(buf[0] == 0 && buf[1] == 1 && buf[2] == 1);
+        } else if (strcmp(key, "complex64") == 0) {
+            float z[6];
+            memcpy(z, buf, sizeof z);
+            CHECK(z[0] == 0 && z[2] == 1 && z[4] == 2 && z[1] == 0 && z[5] == 0);
+        } else if (strcmp(key, "uint16") == 0) {
+            CHECK(es == 2 && buf[0] == 0 && buf[2] == 1 && buf[4] == 2);
+        }
+        ptc_dtype dt;
+        CHECK(ptc_dtype_from_name(key, &dt) == 0 && dt == ptc_tensor_dtype(t));
+    }
+    ptc_ckpt_close(c);
+}
+
+static void test_training_checkpoint(void)
+{
+    ptc_ckpt *c = open_ok("train_ckpt.pt", 0);
+    if (!c)
+        return;
+    const ptc_value *root = ptc_ckpt_root(c);
+    int64_t epoch;
+    double loss, lr;
+    CHECK(ptc_value_int(ptc_dict_get(root, "epoch"), &epoch) == 0 && epoch == 5);
+    CHECK(ptc_value_float(ptc_dict_get(root, "loss"), &loss) == 0 && loss == 0.25);
+    const ptc_value *msd = ptc_dict_get(root, "model_state_dict");
+    CHECK(ptc_dict_is_ordered(msd));
+    CHECK(!ptc_dict_is_ordered(root));
+    const ptc_value *md = ptc_dict_get(ptc_dict_attrs(msd), "_metadata");
+    CHECK_INT(ptc_value_len(md), 3);
+    const ptc_value *bn = ptc_dict_get(md, "1");
+    int64_t version;
+    CHECK(ptc_value_int(ptc_dict_get(bn, "version"), &version) == 0 && version == 2);
+    const ptc_value *groups = ptc_dict_get(ptc_dict_get(root, "optimizer_state_dict"), "param_groups");
+    const ptc_value *g0 = ptc_value_item(groups, 0);
+    CHECK(ptc_value_float(ptc_dict_get(g0, "lr"), &lr) == 0 && lr == 0.1);
+    CHECK_INT(ptc_value_kind_of(ptc_dict_get(g0, "foreach")), PTC_VALUE_NONE);
+    CHECK_INT(ptc_value_len(ptc_dict_get(g0, "params")), 4);
+    const ptc_value *state = ptc_dict_get(ptc_dict_get(root, "optimizer_state_dict"), "state");
+    CHECK_INT(ptc_value_kind_of(ptc_dict_key(state, 0)), PTC_VALUE_INT);
+    const ptc_tensor *nbt = ptc_state_dict_get(root, "model_state_dict.1.num_batches_tracked");
+    CHECK(nbt && ptc_tensor_ndim(nbt) == 0 && ptc_tensor_dtype(nbt) == PTC_INT64);
+    /* Walk order and paths: the model's tensors first, then the momentum buffers keyed by int. */
+    ptc_walk *w;
+    ptc_error err;
+    const char *path;
+    const ptc_tensor *t;
+    CHECK_INT(ptc_walk_new(&w, root, &err), 0);
+    CHECK(ptc_walk_next(w, &path, &t) == 1 && strcmp(path, "model_state_dict.0.weight") == 0);
+    int n = 1;
+    char last[128] = "";
+    while (ptc_walk_next(w, &path, &t) > 0) {
+        n++;
+        snprintf(last, sizeof last, "%s", path);
+    }
+    CHECK_INT(n, 11);
+    CHECK_STR(last, "optimizer_state_dict.state.3.momentum_buffer");
+    ptc_walk_free(w);
+    ptc_ckpt_close(c);
+}
+
+static void test_legacy_and_root_tensor(void)
+{
+    ptc_ckpt *c = open_ok("legacy_format.pt", 0);
+    if (c) {
+        CHECK_INT(ptc_ckpt_format(c), PTC_FORMAT_LEGACY);
+        float w[4];
+        read_f32(ptc_state_dict_get(ptc_ckpt_root(c), "w"), w, 4);
+        CHECK(w[0] == 0 && w[3] == 3);
+        const ptc_tensor *h = ptc_state_dict_get(ptc_ckpt_root(c), "h");
+        CHECK(h && ptc_tensor_dtype(h) == PTC_FLOAT16 && ptc_tensor_numel(h) == 3);
+        ptc_ckpt_close(c);
+    }
+    c = open_ok("tensor_bytesio.pt", 0);
+    if (c) {
+        CHECK_STR(ptc_ckpt_prefix(c), "archive");
+        const ptc_tensor *t = ptc_value_tensor(ptc_ckpt_root(c));
+        float x[2];
+        CHECK(t != NULL);
+        if (t) {
+            read_f32(t, x, 2);
+            CHECK(x[0] == 1.0f && x[1] == 2.0f);
+        }
+        CHECK_INT(ptc_ckpt_nrecords(c), 5);
+        CHECK_STR(ptc_ckpt_record_name(c, 0), "data.pkl");
+        CHECK_INT(ptc_ckpt_record_size(c, 0), 150);
+        ptc_ckpt_close(c);
+    }
+}
+
+typedef struct memfile {
+    uint8_t *data;
+    size_t len;
+    int calls;
+} memfile;
+
+static int64_t mem_read(void *ctx, uint64_t off, void *buf, size_t len)
+{
+    memfile *m = ctx;
+    m->calls++;
+    if (off >= m->len)
+        return 0;
+    size_t n = m->len - off < len ? (size_t)(m->len - off) : len;
+    memcpy(buf, m->data + off, n);
+    return (int64_t)n;
+}
+
+static int slurp(const char *path, memfile *m)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return -1;
+    fseek(f, 0, SEEK_END);
+    m->len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    m->data = malloc(m->len ? m->len : 1);
+    size_t got = fread(m->data, 1, m->len, f);
+    fclose(f);
+    m->calls = 0;
+    return got == m->len ? 0 : -1;
+}
+
+/* Digest of every tensor, concatenated, for comparing the three ways to open. */
+static void digests(ptc_ckpt *c, char *out, size_t cap)
+{
+    ptc_walk *w;
+    ptc_error err;
+    const char *path;
+    const ptc_tensor *t;
+    size_t o = 0;
+    out[0] = '\0';
+    if (ptc_walk_new(&w, ptc_ckpt_root(c), &err) < 0)
+        return;
+    while (ptc_walk_next(w, &path, &t) > 0 && o + 80 < cap) {
+        uint8_t d[32];
+        ptc_tensor_sha256(t, d, &err);
+        o += (size_t)snprintf(out + o, cap - o, "%s:%02x%02x%02x%02x;", path, d[0], d[1], d[2], d[3]);
+    }
+    ptc_walk_free(w);
+}
+
+static void test_sources(void)
+{
+    static const char *const names[] = {"views.pt", "dtypes.pt", "train_ckpt.pt", "legacy_format.pt",
+                                        "handmade_minimal_writer.pt"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+        char a[4096], b[4096], d[4096];
+        ptc_error err;
+        ptc_ckpt *c = open_ok(names[i], 0), *cm = NULL, *cc = NULL;
+        memfile m;
+        if (!c || slurp(vec(names[i]), &m) < 0) {
+            CHECK(0);
+            ptc_ckpt_close(c);
+            continue;
+        }
+        CHECK_CODE(ptc_ckpt_open_memory(&cm, m.data, m.len, NULL, &err), 0, &err);
+        CHECK_CODE(ptc_ckpt_open_callback(&cc, mem_read, &m, m.len, NULL, &err), 0, &err);
+        CHECK(m.calls > 0);
+        if (cm && cc) {
+            digests(c, a, sizeof a);
+            digests(cm, b, sizeof b);
+            digests(cc, d, sizeof d);
+            CHECK(a[0] != '\0');
+            CHECK_STR(a, b);
+            CHECK_STR(a, d);
+        }
+        ptc_ckpt_close(c);
+        ptc_ckpt_close(cm);
+        ptc_ckpt_close(cc);
+        free(m.data);
+    }
+}
+
+/* A legacy stream assembled here: magic, 1001, sys_info, the object, the key list, and the raw
+ * storages; obj and keys are pickles, raw is the data region. */
+static size_t legacy_stream(uint8_t *out, const char *obj, size_t objn, const char *keys,
+                            size_t keysn, const uint8_t *raw, size_t rawn)
+{
+    static const uint8_t magic[] = {0x80, 0x02, 0x8A, 0x0A, 0x6C, 0xFC, 0x9C, 0x46, 0xF9, 0x20,
+                                    0x6A, 0xA8, 0x50, 0x19, 0x2E};
+    size_t o = 0;
+    memcpy(out + o, magic, sizeof magic);
+    o += sizeof magic;
+    memcpy(out + o, "\x80\x02M\xe9\x03.", 6);
+    o += 6;
+    memcpy(out + o, "\x80\x02}.", 4);
+    o += 4;
+    memcpy(out + o, obj, objn);
+    o += objn;
+    memcpy(out + o, keys, keysn);
+    o += keysn;
+    if (rawn)
+        memcpy(out + o, raw, rawn);
+    return o + rawn;
+}
+
+#define LIT(s) s, sizeof(s) - 1
+
+static void test_policy(void)
+{
+    ptc_error err;
+    ptc_policy *p;
+    CHECK_INT(ptc_policy_new(&p, PTC_POLICY_DEFAULT, &err), 0);
+    CHECK(ptc_policy_allows(p, "__builtin__", "set"));
+    CHECK(ptc_policy_allows(p, "torch._utils", "_rebuild_tensor_v2"));
+    CHECK(ptc_policy_allows(p, "torch.cuda", "BFloat16Storage"));
+    CHECK(!ptc_policy_allows(p, "torch.cuda", "Float8_e4m3fnStorage"));
+    CHECK(!ptc_policy_allows(p, "posix", "system"));
+    CHECK(!ptc_policy_allows(p, "torch._utils", "_rebuild_tensor_v2.x"));
+    CHECK(!ptc_policy_allows(p, "torch", "_utils._rebuild_tensor_v2"));
+    CHECK(!ptc_policy_allows(p, "my.mod", "Point"));
+    CHECK_CODE(ptc_policy_allow_global(p, "os.system", &err), PTC_EINVAL, &err);
+    CHECK_CODE(ptc_policy_allow_global(p, "nomodule", &err), PTC_EINVAL, &err);
+    CHECK_INT(ptc_policy_allow_global(p, "my.mod.Point", &err), 0);
+    CHECK(ptc_policy_allows(p, "my.mod", "Point"));
+
+    /* An object of the allowed class in a legacy stream: Point(1, 2) with state {'z': 3}. */
+    uint8_t buf[512];
+    size_t n = legacy_stream(buf, LIT("\x80\x02" "cmy.mod\nPoint\nK\x01K\x02\x86R}X\x01\x00\x00\x00zK\x03sb."),
+                             LIT("\x80\x02]."), NULL, 0);
+    ptc_open_params op;
+    ptc_open_params_default(&op);
+    op.policy = p;
+    ptc_ckpt *c = NULL;
+    CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, &op, &err), 0, &err);
+    if (c) {
+        const ptc_value *o = ptc_ckpt_root(c);
+        CHECK_INT(ptc_value_kind_of(o), PTC_VALUE_OBJECT);
+        CHECK_STR(ptc_value_global_name(o), "my.mod.Point");
+        CHECK_INT(ptc_value_len(ptc_object_args(o)), 2);
+        int64_t z;
+        CHECK(ptc_value_int(ptc_dict_get(ptc_object_state(o), "z"), &z) == 0 && z == 3);
+        ptc_ckpt_close(c);
+    }
+    /* The default policy refuses the same stream, naming the global. */
+    CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, NULL, &err), PTC_EUNSAFE, &err);
+    CHECK(strstr(err.message, "my.mod.Point") != NULL);
+    ptc_policy_free(p);
+
+    /* Strict policy: state dicts load, Counter does not. */
+    CHECK_INT(ptc_policy_new(&p, PTC_POLICY_STRICT, &err), 0);
+    op.policy = p;
+    CHECK_CODE(ptc_ckpt_open(&c, vec("train_ckpt.pt"), &op, &err), 0, &err);
+    ptc_ckpt_close(c);
+    CHECK(!ptc_policy_allows(p, "collections", "Counter"));
+    CHECK(ptc_policy_allows(p, "collections", "OrderedDict"));
+    ptc_policy_free(p);
+}
+
+static void test_legacy_rules(void)
+{
+    ptc_error err;
+    ptc_ckpt *c = NULL;
+    uint8_t buf[512];
+    /* {'w': tensor of 2 floats} with key '7'. */
+    static const char obj[] =
+        "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storage"
+        "ctorch\nFloatStorage\nX\x01\x00\x00\x00" "7X\x03\x00\x00\x00" "cpuK\x02NtQK\x00K\x02\x85K\x01\x85\x89"
+        "ccollections\nOrderedDict\n)RtRs.";
+    static const char keys[] = "\x80\x02]X\x01\x00\x00\x00" "7a.";
+    uint8_t raw[8 + 8] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40};
+    size_t n = legacy_stream(buf, LIT(obj), LIT(keys), raw, sizeof raw);
+    CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, NULL, &err), 0, &err);
+    if (c) {
+        float w[2];
+        read_f32(ptc_state_dict_get(ptc_ckpt_root(c), "w"), w, 2);
+        CHECK(w[0] == 1.0f && w[1] == 2.0f);
+        ptc_ckpt_close(c);
+    }
+    /* Trailing byte after the last storage. */
+    buf[n] = 0;
+    CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n + 1, NULL, &err), PTC_EFORMAT, &err);
+    /* Element count that disagrees with the pickle. */
+    raw[0] = 3;
+    n = legacy_stream(buf, LIT(obj), LIT(keys), raw, sizeof raw);
+    CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, NULL, &err), PTC_EFORMAT, &err);
+    raw[0] = 2;
+    /* Truncated data. */
+    n = legacy_stream(buf, LIT(obj), LIT(keys), raw, sizeof raw - 1);
+    CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, NULL, &err), PTC_EFORMAT, &err);
+    /* A key list that names nothing declared. */
+    n = legacy_stream(buf, LIT(obj), LIT("\x80\x02]X\x01\x00\x00\x00" "8a."), raw, sizeof raw);
+    CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, NULL, &err), PTC_EFORMAT, &err);
+    /* A payload in the object pickle, even one that is broken afterwards. */
+    n = legacy_stream(buf, LIT("\x80\x02" "cposix\nsystem\nX\x02\x00\x00\x00ls\x85R\xff"), LIT(keys),
+                      raw, sizeof raw);
+    CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, NULL, &err), PTC_EUNSAFE, &err);
+    CHECK(strstr(err.message, "posix.system") && strstr(err.message, "blocked"));
+}
+
+static void test_dispatch_and_limits(void)
+{
+    ptc_error err;
+    ptc_ckpt *c = NULL;
+    CHECK_CODE(ptc_ckpt_open_memory(&c, "", 0, NULL, &err), PTC_ENOTZIP, &err);
+    CHECK_CODE(ptc_ckpt_open_memory(&c, "hello world", 11, NULL, &err), PTC_ENOTZIP, &err);
+    CHECK_CODE(ptc_ckpt_open_memory(&c, "PYTORCH1 and more", 17, NULL, &err), PTC_EUNSUPPORTED, &err);
+    static const char lfs[] = "version https://git-lfs.github.com/spec/v1\n";
+    CHECK_CODE(ptc_ckpt_open_memory(&c, lfs, sizeof lfs - 1, NULL, &err), PTC_ENOTZIP, &err);
+    CHECK(strstr(err.message, "LFS") != NULL);
+    uint8_t tar[1024] = {0};
+    memcpy(tar + 257, "ustar", 5);
+    CHECK_CODE(ptc_ckpt_open_memory(&c, tar, sizeof tar, NULL, &err), PTC_EUNSUPPORTED, &err);
+    CHECK_CODE(ptc_ckpt_open(&c, vec("no-such-file.pt"), NULL, &err), PTC_EIO, &err);
+    CHECK_CODE(ptc_ckpt_open(&c, NULL, NULL, &err), PTC_EINVAL, &err);
+
+    ptc_limits lim;
+    ptc_limits_default(&lim);
+    lim.max_heap_bytes = 1000;
+    ptc_open_params p;
+    ptc_open_params_default(&p);
+    p.limits = &lim;
+    CHECK_CODE(ptc_ckpt_open(&c, vec("train_ckpt.pt"), &p, &err), PTC_ELIMIT, &err);
+    ptc_limits_default(&lim);
+    lim.max_depth = 1;
+    CHECK_CODE(ptc_ckpt_open(&c, vec("train_ckpt.pt"), &p, &err), PTC_ELIMIT, &err);
+    ptc_limits_default(&lim);
+    lim.max_objects = 10;
+    CHECK_CODE(ptc_ckpt_open(&c, vec("train_ckpt.pt"), &p, &err), PTC_ELIMIT, &err);
+}
+
+int main(void)
+{
+    const char *top = getenv("top_srcdir");
+    snprintf(vec_dir, sizeof vec_dir, "%s/testdata/vectors", top ? top : ".");
+    test_views();
+    test_dtypes();
+    test_training_checkpoint();
+    test_legacy_and_root_tensor();
+    test_sources();
+    test_policy();
+    test_legacy_rules();
+    test_dispatch_and_limits();
+    return check_exit("test_pth");
+}

@@ -1,0 +1,690 @@
+/*
+ * cli.c - helpers shared by the ptc subcommands: messages and exit codes, escaping of file text for
+ * terminals, a growable string, number formatting and a progress line (see cli.h for contracts).
+ *
+ * The only mutable state is process-wide presentation state of the command (its name and the active
+ * progress line); the library itself keeps none.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+#if !defined(_GNU_SOURCE) && !defined(_POSIX_C_SOURCE)
+#define _POSIX_C_SOURCE 200809L
+#endif
+
+#include "cli.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *g_prog = "ptc";
+static cli_progress *g_active_progress;
+
+/* ---- messages ------------------------------------------------------------------------------- */
+
+void cli_set_prog(const char *prog)
+{
+    g_prog = prog ? prog : "ptc";
+}
+
+const char *cli_prog(void)
+{
+    return g_prog;
+}
+
+/* Starts a message line on stderr: "<prog>: ". */
+static void message_start(void)
+{
+    if (g_active_progress)
+        cli_progress_end(g_active_progress);
+    fflush(stdout); /* keep the order of stdout and stderr when both go to one terminal */
+    fprintf(stderr, "%s: ", g_prog);
+}
+
+static void verror(const char *fmt, va_list ap) CLI_PRINTF(1, 0);
+
+static void verror(const char *fmt, va_list ap)
+{
+    message_start();
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+void cli_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(fmt, ap);
+    va_end(ap);
+}
+
+int cli_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    verror(fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "Try '%s --help' for more information.\n", g_prog);
+    return CLI_EXIT_USAGE;
+}
+
+int cli_exit_code(int ptc_code)
+{
+    switch (ptc_code) {
+    case PTC_OK:
+        return CLI_EXIT_OK;
+    case PTC_ENOMEM:
+        return CLI_EXIT_NOMEM;
+    case PTC_EIO:
+        return CLI_EXIT_IO;
+    case PTC_EINVAL:
+        /* The tools validate what they pass, so an invalid argument can only come from the
+         * command line (an empty path, say). */
+        return CLI_EXIT_USAGE;
+    default:
+        /* FORMAT, UNSAFE, LIMIT, UNSUPPORTED, NOTFOUND, CRC, RANGE, NOTZIP, and any code appended
+         * later: all are findings about the file, which is refused. */
+        return CLI_EXIT_REFUSED;
+    }
+}
+
+int cli_report(int code, const ptc_error *err)
+{
+    const char *msg = ptc_strerror(code);
+    size_t len = strlen(msg);
+    if (err && err->message[0] != '\0') {
+        /* Bounded: the message is a fixed array, and a missing NUL must not run past it. */
+        const char *end = memchr(err->message, '\0', sizeof err->message);
+        msg = err->message;
+        len = end ? (size_t)(end - msg) : sizeof err->message;
+    }
+    message_start();
+    cli_escape_put(stderr, msg, len, CLI_ESC_RAW_BACKSLASH);
+    fputc('\n', stderr);
+    return cli_exit_code(code);
+}
+
+void cli_getopt_reset(void)
+{
+#ifdef __GLIBC__
+    optind = 0; /* glibc: 0 also resets the scanner's internal state, not only the index */
+#else
+    optind = 1;
+#endif
+}
+
+int cli_finish(int status)
+{
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        int e = errno;
+        cli_error("error writing standard output: %s", strerror(e));
+        return status == CLI_EXIT_OK ? CLI_EXIT_IO : status;
+    }
+    return status;
+}
+
+/* ---- escaping ------------------------------------------------------------------------------- */
+
+/* Length of the valid UTF-8 sequence at s (n bytes available) with its code point in *cp; 0 when
+ * invalid (overlong forms, surrogates and values past U+10FFFF are invalid). */
+static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp)
+{
+    uint8_t c = s[0];
+    size_t len;
+    uint32_t v;
+    if (c < 0x80) {
+        *cp = c;
+        return 1;
+    } else if (c >= 0xC2 && c <= 0xDF) {
+        len = 2;
+        v = c & 0x1Fu;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+        len = 3;
+        v = c & 0x0Fu;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+        len = 4;
+        v = c & 0x07u;
+    } else {
+        return 0;
+    }
+    if (n < len)
+        return 0;
+    for (size_t i = 1; i < len; i++) {
+        if ((s[i] & 0xC0) != 0x80)
+            return 0;
+        v = (v << 6) | (s[i] & 0x3Fu);
+    }
+    if ((len == 3 && v < 0x800) || (len == 4 && (v < 0x10000 || v > 0x10FFFF)))
+        return 0;
+    if (v >= 0xD800 && v <= 0xDFFF)
+        return 0;
+    *cp = v;
+    return len;
+}
+
+/* Characters that are valid UTF-8 yet act on a terminal (C1 controls such as CSI U+009B) or make
+ * the shown text differ from the stored text (bidi overrides, isolates, line separators). */
+static int is_hidden(uint32_t cp)
+{
+    return (cp >= 0x80 && cp <= 0x9F) || cp == 0x061C || cp == 0x200E || cp == 0x200F ||
+           (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 ||
+           cp == 0x2029;
+}
+
+/* Escapes the character at s[0..n) into out (at most 16 bytes); returns the output length and
+ * stores the number of input bytes consumed in *used. */
+static size_t escape_one(const uint8_t *s, size_t n, unsigned flags, char out[16], size_t *used)
+{
+    static const char hex[] = "0123456789abcdef";
+    uint8_t c = s[0];
+    uint32_t cp = 0;
+    size_t seq, o = 0;
+
+    *used = 1;
+    if ((c == '\\' && !(flags & CLI_ESC_RAW_BACKSLASH)) || (c == '"' && (flags & CLI_ESC_QUOTE))) {
+        out[0] = '\\';
+        out[1] = (char)c;
+        return 2;
+    }
+    if (c >= 0x20 && c < 0x7F) {
+        out[0] = (char)c;
+        return 1;
+    }
+    if (c == '\n' || c == '\t' || c == '\r') {
+        out[0] = '\\';
+        out[1] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
+        return 2;
+    }
+    seq = c >= 0x80 ? utf8_decode(s, n, &cp) : 0;
+    if (seq > 1 && !is_hidden(cp)) {
+        memcpy(out, s, seq);
+        *used = seq;
+        return seq;
+    }
+    /* A control byte, a byte of invalid UTF-8, or every byte of a hidden character (at most 3
+     * bytes, so 12 output bytes). */
+    if (seq < 1)
+        seq = 1;
+    for (size_t i = 0; i < seq; i++) {
+        out[o++] = '\\';
+        out[o++] = 'x';
+        out[o++] = hex[s[i] >> 4];
+        out[o++] = hex[s[i] & 15];
+    }
+    *used = seq;
+    return o;
+}
+
+void cli_escape_put(FILE *f, const void *s, size_t n, unsigned flags)
+{
+    const uint8_t *p = s;
+    size_t i = 0;
+    while (i < n) {
+        /* Write runs of plain ASCII in one call; escape everything else one character at a time. */
+        size_t run = i;
+        while (run < n && p[run] >= 0x20 && p[run] < 0x7F &&
+               !(p[run] == '\\' && !(flags & CLI_ESC_RAW_BACKSLASH)) &&
+               !(p[run] == '"' && (flags & CLI_ESC_QUOTE)))
+            run++;
+        if (run > i) {
+            fwrite(p + i, 1, run - i, f);
+            i = run;
+            continue;
+        }
+        char out[16];
+        size_t used;
+        size_t k = escape_one(p + i, n - i, flags, out, &used);
+        fwrite(out, 1, k, f);
+        i += used;
+    }
+}
+
+void cli_put_json_text(FILE *f, const char *s, size_t n)
+{
+    const uint8_t *p = (const uint8_t *)s;
+    size_t i = 0, start = 0;
+    uint32_t cp;
+    while (i < n) {
+        size_t k = p[i] < 0x80 ? 1 : utf8_decode(p + i, n - i, &cp);
+        if (k > 1 && is_hidden(cp)) {
+            fwrite(p + start, 1, i - start, f);
+            fprintf(f, "\\u%04x", (unsigned)cp);
+            start = i + k;
+        }
+        i += k ? k : 1;
+    }
+    fwrite(p + start, 1, n - start, f);
+}
+
+int cli_utf8_valid(const void *s, size_t n)
+{
+    const uint8_t *p = s;
+    uint32_t cp;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_decode(p + i, n - i, &cp);
+        if (k == 0)
+            return 0;
+        i += k;
+    }
+    return 1;
+}
+
+/* East Asian wide and emoji ranges, which terminals draw two columns wide (after Markus Kuhn's
+ * wcwidth). Approximate by design: it only aligns columns. */
+static int is_wide(uint32_t cp)
+{
+    return (cp >= 0x1100 && cp <= 0x115F) || (cp >= 0x2E80 && cp <= 0xA4CF && cp != 0x303F) ||
+           (cp >= 0xAC00 && cp <= 0xD7A3) || (cp >= 0xF900 && cp <= 0xFAFF) ||
+           (cp >= 0xFE30 && cp <= 0xFE4F) || (cp >= 0xFF00 && cp <= 0xFF60) ||
+           (cp >= 0xFFE0 && cp <= 0xFFE6) || (cp >= 0x1F300 && cp <= 0x1F64F) ||
+           (cp >= 0x1F900 && cp <= 0x1F9FF) || (cp >= 0x20000 && cp <= 0x3FFFD);
+}
+
+size_t cli_display_width(const char *s)
+{
+    const uint8_t *p = (const uint8_t *)s;
+    size_t n = strlen(s), w = 0;
+    uint32_t cp;
+    for (size_t i = 0; i < n;) {
+        size_t k = utf8_decode(p + i, n - i, &cp);
+        if (k == 0) { /* not expected in escaped text; count the byte and go on */
+            w++;
+            i++;
+            continue;
+        }
+        w += is_wide(cp) ? 2 : 1;
+        i += k;
+    }
+    return w;
+}
+
+/* ---- growable string ------------------------------------------------------------------------ */
+
+static int buf_reserve(cli_buf *b, size_t extra)
+{
+    if (b->oom)
+        return -1;
+    if (extra >= SIZE_MAX - b->len) {
+        b->oom = 1;
+        return -1;
+    }
+    size_t need = b->len + extra + 1;
+    if (need <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < need)
+        cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    char *p = realloc(b->data, cap);
+    if (!p) {
+        b->oom = 1;
+        return -1;
+    }
+    b->data = p;
+    b->cap = cap;
+    return 0;
+}
+
+void cli_buf_putn(cli_buf *b, const void *p, size_t n)
+{
+    if (buf_reserve(b, n) < 0)
+        return;
+    if (n)
+        memcpy(b->data + b->len, p, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+void cli_buf_puts(cli_buf *b, const char *s)
+{
+    cli_buf_putn(b, s, strlen(s));
+}
+
+void cli_buf_printf(cli_buf *b, const char *fmt, ...)
+{
+    va_list ap;
+    char small[128];
+    va_start(ap, fmt);
+    int n = vsnprintf(small, sizeof small, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+        b->oom = 1;
+        return;
+    }
+    if ((size_t)n < sizeof small) {
+        cli_buf_putn(b, small, (size_t)n);
+        return;
+    }
+    if (buf_reserve(b, (size_t)n) < 0)
+        return;
+    va_start(ap, fmt);
+    vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)n;
+}
+
+void cli_buf_escape(cli_buf *b, const void *s, size_t n, unsigned flags)
+{
+    const uint8_t *p = s;
+    size_t i = 0;
+    while (i < n && !b->oom) {
+        char out[16];
+        size_t used;
+        size_t k = escape_one(p + i, n - i, flags, out, &used);
+        cli_buf_putn(b, out, k);
+        i += used;
+    }
+}
+
+void cli_buf_truncate(cli_buf *b, size_t len)
+{
+    if (b->data && len < b->len) {
+        b->len = len;
+        b->data[len] = '\0';
+    }
+}
+
+const char *cli_buf_str(const cli_buf *b)
+{
+    return b->data && !b->oom ? b->data : "";
+}
+
+void cli_buf_free(cli_buf *b)
+{
+    free(b->data);
+    b->data = NULL;
+    b->len = b->cap = 0;
+    b->oom = 0;
+}
+
+/* ---- numbers -------------------------------------------------------------------------------- */
+
+void cli_format_bytes(char *dst, size_t dstsz, uint64_t n)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    if (n < 1024) {
+        snprintf(dst, dstsz, "%u B", (unsigned)n);
+        return;
+    }
+    double v = (double)n / 1024.0;
+    size_t u = 0;
+    while (v >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(dst, dstsz, "%.1f %s", v, units[u]);
+}
+
+void cli_format_double(char *dst, size_t dstsz, double x)
+{
+    char e[40];
+    if (isnan(x)) {
+        snprintf(dst, dstsz, "nan");
+        return;
+    }
+    if (isinf(x)) {
+        snprintf(dst, dstsz, "%s", x > 0 ? "inf" : "-inf");
+        return;
+    }
+    /* The fewest significant digits that read back exactly, in "d.ddde+XX" form. */
+    for (int prec = 0; prec <= 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec, x);
+        if (strtod(e, NULL) == x)
+            break;
+    }
+    /* Split into sign, digits and decimal exponent, then lay out as Python's repr does: fixed
+     * notation for exponents -4..15, scientific otherwise. */
+    const char *p = e;
+    int neg = *p == '-';
+    if (neg)
+        p++;
+    char digits[24];
+    size_t nd = 0;
+    for (; *p && *p != 'e'; p++)
+        if (*p >= '0' && *p <= '9' && nd < sizeof digits - 1)
+            digits[nd++] = *p;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    digits[nd] = '\0';
+    int exp10 = *p == 'e' ? (int)strtol(p + 1, NULL, 10) : 0;
+
+    char out[64];
+    size_t o = 0;
+    if (neg)
+        out[o++] = '-';
+    if (exp10 >= -4 && exp10 < 16) {
+        if (exp10 < 0) {
+            out[o++] = '0';
+            out[o++] = '.';
+            for (int i = -1; i > exp10; i--)
+                out[o++] = '0';
+            for (size_t i = 0; i < nd; i++)
+                out[o++] = digits[i];
+        } else {
+            size_t nint = (size_t)exp10 + 1;
+            for (size_t i = 0; i < nint; i++)
+                out[o++] = i < nd ? digits[i] : '0';
+            out[o++] = '.';
+            if (nd > nint)
+                for (size_t i = nint; i < nd; i++)
+                    out[o++] = digits[i];
+            else
+                out[o++] = '0';
+        }
+        out[o] = '\0';
+    } else {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            for (size_t i = 1; i < nd; i++)
+                out[o++] = digits[i];
+        }
+        snprintf(out + o, sizeof out - o, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
+    }
+    snprintf(dst, dstsz, "%s", out);
+}
+
+uint64_t cli_add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+/* ---- progress ------------------------------------------------------------------------------- */
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return 0;
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void progress_draw(cli_progress *p)
+{
+    char line[160];
+    int n;
+    if (p->total > 0)
+        n = snprintf(line, sizeof line, "%s: %s %u%% (%llu/%llu)", g_prog, p->what,
+                     (unsigned)(p->done >= p->total ? 100 : p->done * 100.0 / p->total),
+                     (unsigned long long)p->done, (unsigned long long)p->total);
+    else
+        n = snprintf(line, sizeof line, "%s: %s %llu", g_prog, p->what,
+                     (unsigned long long)p->done);
+    if (n < 0)
+        return;
+    size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+    /* Plain carriage return and space padding rather than terminal escape sequences, so the line
+     * also works on terminals without ANSI support. */
+    fprintf(stderr, "\r%s", line);
+    for (size_t i = len; i < p->drawn; i++)
+        fputc(' ', stderr);
+    fflush(stderr);
+    p->drawn = len > p->drawn ? len : p->drawn;
+}
+
+void cli_progress_start(cli_progress *p, const char *what, uint64_t total)
+{
+    memset(p, 0, sizeof *p);
+    p->what = what;
+    p->total = total;
+    p->enabled = isatty(STDERR_FILENO);
+    if (p->enabled) {
+        if (g_active_progress && g_active_progress != p)
+            cli_progress_end(g_active_progress);
+        g_active_progress = p;
+        p->last_ns = now_ns();
+    }
+}
+
+void cli_progress_update(cli_progress *p, uint64_t done)
+{
+    p->done = done;
+    if (!p->enabled)
+        return;
+    int64_t t = now_ns();
+    if (t - p->last_ns < 100000000)
+        return;
+    p->last_ns = t;
+    progress_draw(p);
+}
+
+void cli_progress_end(cli_progress *p)
+{
+    if (p->enabled && p->drawn > 0) {
+        fputc('\r', stderr);
+        for (size_t i = 0; i < p->drawn; i++)
+            fputc(' ', stderr);
+        fputc('\r', stderr);
+        fflush(stderr);
+    }
+    p->drawn = 0;
+    p->enabled = 0; /* a finished progress stays quiet even if updated again */
+    if (g_active_progress == p)
+        g_active_progress = NULL;
+}
+
+void cli_progress_start_mode(cli_progress *p, const char *what, uint64_t total, int mode)
+{
+    cli_progress_start(p, what, total);
+    if (mode == CLI_PROGRESS_AUTO || p->enabled == (mode == CLI_PROGRESS_ALWAYS))
+        return;
+    if (mode == CLI_PROGRESS_NEVER) {
+        cli_progress_end(p);
+        return;
+    }
+    /* Asked for on a pipe or a file: register the line as cli_progress_start does on a terminal,
+     * so that messages still clear it first. */
+    if (g_active_progress && g_active_progress != p)
+        cli_progress_end(g_active_progress);
+    p->enabled = 1;
+    g_active_progress = p;
+    p->last_ns = now_ns();
+}
+
+/* ---- paths ---------------------------------------------------------------------------------- */
+
+/* Decimal digits of a two's-complement little-endian int, as lib/pth/walk.c writes them in paths
+ * (ints longer than 256 bytes become "<int of N bytes>" there, and here). */
+static void key_bigint(cli_buf *b, const uint8_t *bytes, size_t n)
+{
+    uint8_t mag[256];
+    char digits[700];
+    size_t nd = 0;
+    if (n > sizeof mag) {
+        cli_buf_printf(b, "<int of %zu bytes>", n);
+        return;
+    }
+    int neg = n && (bytes[n - 1] & 0x80);
+    unsigned carry = 1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned v = neg ? (unsigned)(uint8_t)~bytes[i] + carry : bytes[i];
+        mag[i] = (uint8_t)v;
+        carry = neg ? v >> 8 : 0;
+    }
+    size_t len = n;
+    while (len && mag[len - 1] == 0)
+        len--;
+    while (len) {
+        unsigned rem = 0;
+        for (size_t i = len; i-- > 0;) {
+            unsigned cur = (rem << 8) | mag[i];
+            mag[i] = (uint8_t)(cur / 10);
+            rem = cur % 10;
+        }
+        digits[nd++] = (char)('0' + rem);
+        while (len && mag[len - 1] == 0)
+            len--;
+    }
+    if (nd == 0)
+        digits[nd++] = '0';
+    if (neg)
+        cli_buf_puts(b, "-");
+    for (size_t i = nd; i-- > 0;)
+        cli_buf_putn(b, &digits[i], 1);
+}
+
+void cli_key_text(cli_buf *b, const ptc_value *key)
+{
+    const char *s;
+    size_t len;
+    int64_t x;
+    const uint8_t *bytes;
+    int flag;
+    double f;
+    ptc_dtype dt;
+    ptc_value_kind k = key ? ptc_value_kind_of(key) : PTC_VALUE_NONE;
+
+    if (!key) {
+        cli_buf_puts(b, "?");
+        return;
+    }
+    switch (k) {
+    case PTC_VALUE_STR:
+        if (ptc_value_str(key, &s, &len) == 0)
+            cli_buf_putn(b, s, len);
+        return;
+    case PTC_VALUE_INT:
+        if (ptc_value_int(key, &x) == 0)
+            cli_buf_printf(b, "%lld", (long long)x);
+        else if (ptc_value_int_bytes(key, &bytes, &len) == 0)
+            key_bigint(b, bytes, len);
+        return;
+    case PTC_VALUE_BOOL:
+        cli_buf_puts(b, ptc_value_bool(key, &flag) == 0 && flag ? "True" : "False");
+        return;
+    case PTC_VALUE_NONE:
+        cli_buf_puts(b, "None");
+        return;
+    case PTC_VALUE_FLOAT:
+        if (ptc_value_float(key, &f) < 0) {
+            cli_buf_puts(b, "?");
+        } else if (isnan(f)) {
+            cli_buf_puts(b, "nan");
+        } else if (isinf(f)) {
+            cli_buf_puts(b, f < 0 ? "-inf" : "inf");
+        } else {
+            /* The walk's form: the shortest %g that reads back, ".0" added to integral values. */
+            char tmp[40];
+            for (int prec = 1; prec <= 17; prec++) {
+                snprintf(tmp, sizeof tmp, "%.*g", prec, f);
+                if (strtod(tmp, NULL) == f)
+                    break;
+            }
+            cli_buf_printf(b, "%s%s", tmp, strpbrk(tmp, ".en") ? "" : ".0");
+        }
+        return;
+    case PTC_VALUE_DTYPE:
+        if (ptc_value_dtype(key, &dt) == 0 && ptc_dtype_name(dt))
+            cli_buf_printf(b, "torch.%s", ptc_dtype_name(dt));
+        else
+            cli_buf_puts(b, "torch.?");
+        return;
+    default:
+        cli_buf_printf(b, "<%s>", ptc_value_kind_name(k));
+        return;
+    }
+}

@@ -1,0 +1,161 @@
+/*
+ * cli.h - what every ptc subcommand shares: the exit status contract, error reporting in the form
+ * "ptc CMD: message", the mapping from libptc error codes to exit codes, escaping of text that came
+ * from a file before it reaches a terminal, a growable string buffer, byte-count formatting and a
+ * progress line for long work.
+ *
+ * The tools are thin over the public API (<ptc/ptc.h>); nothing here reaches into lib/ internals.
+ * Invariants:
+ *   - every byte that came from a file reaches stdout or stderr through cli_escape_* (threat model:
+ *     no raw control bytes on a terminal), including dict keys, str values and storage keys;
+ *   - the exit codes below are documented in ptc(1) and never change meaning.
+ */
+#ifndef PTC_TOOLS_CLI_H
+#define PTC_TOOLS_CLI_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <ptc/ptc.h>
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CLI_PRINTF(f, a)
+#endif
+
+/* Exit status of every subcommand (ptc(1), EXIT STATUS). Stable: scripts test for these. */
+enum cli_exit {
+    CLI_EXIT_OK = 0,      /* success */
+    CLI_EXIT_REFUSED = 1, /* the file was refused, or a comparison found a difference */
+    CLI_EXIT_USAGE = 2,   /* bad command line */
+    CLI_EXIT_IO = 3,      /* the operating system failed to read or write a file */
+    CLI_EXIT_NOMEM = 4    /* out of memory */
+};
+
+/* ---- subcommands ------------------------------------------------------------------------------
+ * Each is called with argv[0] set to its display name ("ptc inspect"), so that getopt_long's own
+ * messages and cli_error read the same. Each returns an exit status from enum cli_exit. */
+int cmd_inspect(int argc, char **argv);
+int cmd_convert(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
+
+/* ---- messages ---------------------------------------------------------------------------------
+ * The program name that prefixes every message ("ptc" until a subcommand is chosen). The string is
+ * borrowed and must outlive the process's use of it. */
+void cli_set_prog(const char *prog);
+const char *cli_prog(void);
+
+/* "<prog>: <message>\n" on stderr. The message must already be safe to print (escape file text). */
+void cli_error(const char *fmt, ...) CLI_PRINTF(1, 2);
+/* A usage error: the message, then "Try '<prog> --help' for more information."; returns
+ * CLI_EXIT_USAGE so call sites read `return cli_usage_error(...)`. */
+int cli_usage_error(const char *fmt, ...) CLI_PRINTF(1, 2);
+
+/* Exit status for a libptc code (0 or PTC_E*). */
+int cli_exit_code(int ptc_code);
+/* Prints a libptc failure (err->message when set, else ptc_strerror(code)) and returns
+ * cli_exit_code(code). err may be NULL. The library escapes file bytes in its messages; the
+ * message is escaped once more with CLI_ESC_RAW_BACKSLASH so that anything it lets through (a C1
+ * control or bidi override in valid UTF-8, say) still never reaches the terminal raw. */
+int cli_report(int code, const ptc_error *err);
+
+/* Makes the next getopt_long call start from argv[1] again with fresh internal state. */
+void cli_getopt_reset(void);
+
+/* Flushes stdout and reports a write error (a full disk, a closed pipe) as CLI_EXIT_IO; returns
+ * status unchanged when the flush succeeds. main applies it to every subcommand's status, so the
+ * commands themselves need not. */
+int cli_finish(int status);
+
+/* ---- escaping ---------------------------------------------------------------------------------
+ * Printable ASCII and valid UTF-8 pass through; backslash becomes "\\"; newline, tab and carriage
+ * return become "\n", "\t", "\r"; every other control byte (C0, DEL), every byte of a C1 control
+ * (U+0080..U+009F) or of a character that reorders or hides text (bidi overrides and isolates,
+ * U+2028/U+2029) and every byte of invalid UTF-8 becomes "\xNN". The result never holds a byte a
+ * terminal would act on, and it is unambiguous: distinct inputs give distinct outputs. */
+enum {
+    CLI_ESC_QUOTE = 1u << 0,        /* also escape '"' (for text shown between double quotes) */
+    CLI_ESC_RAW_BACKSLASH = 1u << 1 /* leave '\\' alone: for text libptc already escaped */
+};
+
+/* Writes s[0..n) escaped to f. */
+void cli_escape_put(FILE *f, const void *s, size_t n, unsigned flags);
+
+/* Writes JSON text (valid UTF-8, as a JSON library produces it) to f, replacing each hidden
+ * character (C1 controls, bidi overrides, see above) by its \uXXXX escape. JSON libraries escape
+ * only C0 controls; hidden characters can occur only inside strings, where \uXXXX means the same,
+ * so the document parses to the same value and stays readable UTF-8. */
+void cli_put_json_text(FILE *f, const char *s, size_t n);
+
+/* 1 when s[0..n) is valid UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF). */
+int cli_utf8_valid(const void *s, size_t n);
+
+/* Columns a string of printable UTF-8 occupies on a terminal (East Asian wide characters and
+ * emoji count two), for aligning columns. */
+size_t cli_display_width(const char *s);
+
+/* ---- growable string --------------------------------------------------------------------------
+ * Appends never fail loudly: an allocation failure sets oom, later appends do nothing, and the
+ * caller checks oom once at the end. data is always NUL-terminated once anything was appended. */
+typedef struct cli_buf {
+    char *data;
+    size_t len;
+    size_t cap;
+    int oom;
+} cli_buf;
+
+void cli_buf_putn(cli_buf *b, const void *p, size_t n);
+void cli_buf_puts(cli_buf *b, const char *s);
+void cli_buf_printf(cli_buf *b, const char *fmt, ...) CLI_PRINTF(2, 3);
+/* Appends s[0..n) escaped as cli_escape_put would write it. */
+void cli_buf_escape(cli_buf *b, const void *s, size_t n, unsigned flags);
+/* Cuts the content back to len bytes (len <= b->len). */
+void cli_buf_truncate(cli_buf *b, size_t len);
+/* The content, "" when nothing was appended; borrowed until the next append or free. */
+const char *cli_buf_str(const cli_buf *b);
+void cli_buf_free(cli_buf *b);
+
+/* ---- numbers ----------------------------------------------------------------------------------
+ * "40 B", "1.5 KiB", "44.7 MiB" (binary units, one decimal). */
+void cli_format_bytes(char *dst, size_t dstsz, uint64_t n);
+/* The shortest text that reads back as the same double, spelled as Python's repr does: "0.1",
+ * "5.0", "1e-05", "nan", "inf", "-inf". */
+void cli_format_double(char *dst, size_t dstsz, double x);
+/* Saturating addition, for totals over counts a file controls. */
+uint64_t cli_add_sat(uint64_t a, uint64_t b);
+
+/* ---- progress ---------------------------------------------------------------------------------
+ * A one-line progress display on stderr, redrawn at most ten times a second, only when stderr is a
+ * terminal: in a pipe or a log it prints nothing. cli_error clears an active line first so that
+ * messages never mix with it. Only one progress line is active at a time. */
+typedef struct cli_progress {
+    int enabled;
+    const char *what;  /* "hashing", borrowed */
+    uint64_t total;    /* 0 when unknown */
+    uint64_t done;
+    int64_t last_ns;   /* monotonic time of the last redraw */
+    size_t drawn;      /* characters on the line now */
+} cli_progress;
+
+void cli_progress_start(cli_progress *p, const char *what, uint64_t total);
+void cli_progress_update(cli_progress *p, uint64_t done);
+/* Erases the line; safe to call twice or on a progress that never drew. */
+void cli_progress_end(cli_progress *p);
+
+/* cli_progress_start with the terminal test overridden, for commands with --progress and
+ * --no-progress: mode 1 draws even when stderr is not a terminal, 0 never draws, -1 draws only on
+ * a terminal (what cli_progress_start does). */
+enum { CLI_PROGRESS_NEVER = 0, CLI_PROGRESS_ALWAYS = 1, CLI_PROGRESS_AUTO = -1 };
+void cli_progress_start_mode(cli_progress *p, const char *what, uint64_t total, int mode);
+
+/* ---- paths ------------------------------------------------------------------------------------
+ * Appends the path segment ptc_walk_next writes for a dict key (lib/pth/walk.c): a str as it is
+ * (raw; escape the whole path when printing it), an int in decimal, True/False/None, a float in
+ * the walk's shortest-round-trip form, torch.<dtype>, and "<kind>" for anything else. Commands
+ * that walk the tree themselves use it so that their paths are the ones ptc_walk reports. */
+void cli_key_text(cli_buf *b, const ptc_value *key);
+
+#endif /* PTC_TOOLS_CLI_H */

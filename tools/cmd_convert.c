@@ -1,0 +1,1089 @@
+/*
+ * cmd_convert.c - `ptc convert IN OUT [options]`: rewrite a checkpoint, optionally as safetensors,
+ * optionally narrowed to one state dict, with renamed keys, fewer tensors or another float dtype.
+ *
+ * The input is opened under the default policy (nothing from the file runs) and its tree is
+ * rebuilt in a ptc_doc only where something changes: every unchanged subtree, tensor and storage is
+ * borrowed from the open checkpoint and written as it was read, so dict kinds (OrderedDict stays
+ * OrderedDict), attributes (a state dict's _metadata), non-tensor values and storage sharing all
+ * survive. With no option that changes anything the checkpoint's root is saved as it is (a legacy
+ * file becomes torch's zip format).
+ *
+ * Order of the steps, each documented in ptc-convert(1):
+ *   1. --state-dict KEY replaces the root by root[KEY] (dotted keys follow nested dicts);
+ *   2. --strip-prefix, then --add-prefix, rename the keys of the root dict and its _metadata,
+ *      --strip-prefix exactly as torch 2.6's consume_prefix_in_state_dict_if_present does;
+ *   3. --select / --exclude keep or drop tensors by the path ptc_walk reports in the renamed tree;
+ *   4. --dtype casts floating tensors. A storage is cast once and every tensor viewing it becomes
+ *      the same view of the cast storage, so views stay views; tensors with the neg bit, or whose
+ *      dtype differs from their storage's, are cast one by one (ptc_doc_cast).
+ * The tree is a DAG (a list may be referenced twice); rebuilt nodes are memoized by identity so a
+ * shared node stays shared, except under --select/--exclude, whose result depends on the path.
+ *
+ * The output is written by ptc_save, which is atomic: on any failure an existing OUT is untouched.
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "cli.h"
+
+#include <getopt.h>
+#include <regex.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_VISITS   (1u << 24) /* nodes one rebuild visits: the library's max_objects default */
+#define MAX_PATTERNS 64         /* --select and --exclude options, each */
+#define LIST_KEYS    8          /* keys named in a message about a dict */
+
+struct options {
+    const char *in, *out;
+    ptc_save_format format;
+    int cast;
+    ptc_dtype dtype;
+    const char *strip, *add;
+    const char *state_dict;
+    regex_t select[MAX_PATTERNS], exclude[MAX_PATTERNS];
+    size_t nselect, nexclude;
+    int progress; /* CLI_PROGRESS_* */
+};
+
+static const char usage_text[] =
+    "usage: ptc convert [options] IN OUT\n"
+    "\n"
+    "Write checkpoint IN (torch zip, legacy or safetensors) to OUT in torch.save's zip format or\n"
+    "as safetensors, keeping everything it holds (dict kinds, _metadata, non-tensor values,\n"
+    "tensors that share a storage) except what the options change. Nothing from IN is ever run.\n"
+    "\n"
+    "Options:\n"
+    "  --to FORMAT         pth or safetensors (default: from OUT's extension, .safetensors\n"
+    "                      or .pth, .pt, .bin for torch's zip format)\n"
+    "  --state-dict KEY    write root[KEY] instead of the whole checkpoint; a dotted KEY\n"
+    "                      follows nested dicts when the root has no such key\n"
+    "  --strip-prefix P    remove P from the keys of the root dict that start with it (DDP's\n"
+    "                      'module.') and from its _metadata, as torch's\n"
+    "                      consume_prefix_in_state_dict_if_present does\n"
+    "  --add-prefix P      put P before every key of the root dict (after --strip-prefix)\n"
+    "  --select REGEX      keep only tensors whose path matches REGEX (POSIX extended)\n"
+    "  --exclude REGEX     drop tensors whose path matches REGEX (both repeatable)\n"
+    "  --dtype DTYPE       cast floating-point tensors to float32, float16 or bfloat16\n"
+    "  --progress          show progress even when stderr is not a terminal\n"
+    "  --no-progress       never show progress\n"
+    "  -h, --help          show this help\n";
+
+/* ---- small helpers -------------------------------------------------------------------------- */
+
+/* Reports a refusal whose text is in b (file text already escaped); CLI_EXIT_NOMEM if b ran out
+ * of memory while it was built. */
+static int refuse_buf(cli_buf *b, int status)
+{
+    if (b->oom) {
+        cli_buf_free(b);
+        cli_error("out of memory");
+        return CLI_EXIT_NOMEM;
+    }
+    cli_error("%s", cli_buf_str(b));
+    cli_buf_free(b);
+    return status;
+}
+
+/* The text of a str key, or NULL when key is not a str. */
+static const char *key_str(const ptc_value *key, size_t *len)
+{
+    const char *s;
+    if (!key || ptc_value_kind_of(key) != PTC_VALUE_STR || ptc_value_str(key, &s, len) < 0)
+        return NULL;
+    return s;
+}
+
+/* Appends "'k1', 'k2', ... (N keys)" for the first keys of dict v, escaped. */
+static void list_keys(cli_buf *b, const ptc_value *v)
+{
+    size_t n = ptc_value_len(v);
+    for (size_t i = 0; i < n && i < LIST_KEYS; i++) {
+        cli_buf key = {0};
+        cli_key_text(&key, ptc_dict_key(v, i));
+        cli_buf_puts(b, i ? ", '" : "'");
+        cli_buf_escape(b, cli_buf_str(&key), key.len, 0);
+        cli_buf_puts(b, "'");
+        if (key.oom)
+            b->oom = 1;
+        cli_buf_free(&key);
+    }
+    if (n > LIST_KEYS)
+        cli_buf_printf(b, ", ... (%zu keys)", n);
+    if (n == 0)
+        cli_buf_puts(b, "none");
+}
+
+/* "a dict", "an int": kind names with their article, for messages. */
+static void put_kind(cli_buf *b, const ptc_value *v)
+{
+    const char *k = ptc_value_kind_name(ptc_value_kind_of(v));
+    cli_buf_printf(b, "%s %s", strchr("aeiou", k[0]) ? "an" : "a", k);
+}
+
+static int is_floating(ptc_dtype dt)
+{
+    return dt == PTC_FLOAT64 || dt == PTC_FLOAT32 || dt == PTC_FLOAT16 || dt == PTC_BFLOAT16;
+}
+
+/* Identity map from a node of the input (value or storage) to its counterpart in the output;
+ * open addressing, grown at half load. */
+typedef struct ptrmap {
+    const void **keys;
+    const void **vals;
+    size_t n, cap;
+} ptrmap;
+
+static size_t ptr_hash(const void *p, size_t cap)
+{
+    uint64_t h = (uint64_t)(uintptr_t)p;
+    h ^= h >> 33;
+    h *= 0xff51afd7ed558ccdULL;
+    h ^= h >> 33;
+    return (size_t)h & (cap - 1);
+}
+
+static int ptrmap_get(const ptrmap *m, const void *k, const void **v)
+{
+    if (!m->cap)
+        return 0;
+    for (size_t i = ptr_hash(k, m->cap); m->keys[i]; i = (i + 1) & (m->cap - 1)) {
+        if (m->keys[i] == k) {
+            *v = m->vals[i];
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static int ptrmap_put(ptrmap *m, const void *k, const void *v)
+{
+    if ((m->n + 1) * 2 > m->cap) {
+        size_t cap = m->cap ? m->cap * 2 : 64;
+        const void **nk = calloc(cap, sizeof *nk), **nv = calloc(cap, sizeof *nv);
+        if (!nk || !nv) {
+            free(nk);
+            free(nv);
+            return PTC_ENOMEM;
+        }
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->keys[i])
+                continue;
+            size_t j = ptr_hash(m->keys[i], cap);
+            while (nk[j])
+                j = (j + 1) & (cap - 1);
+            nk[j] = m->keys[i];
+            nv[j] = m->vals[i];
+        }
+        free(m->keys);
+        free(m->vals);
+        m->keys = nk;
+        m->vals = nv;
+        m->cap = cap;
+    }
+    size_t i = ptr_hash(k, m->cap);
+    while (m->keys[i] && m->keys[i] != k)
+        i = (i + 1) & (m->cap - 1);
+    if (!m->keys[i])
+        m->n++;
+    m->keys[i] = k;
+    m->vals[i] = v;
+    return 0;
+}
+
+static void ptrmap_free(ptrmap *m)
+{
+    free(m->keys);
+    free(m->vals);
+    memset(m, 0, sizeof *m);
+}
+
+/* ---- --state-dict --------------------------------------------------------------------------- */
+
+/* root[key] when root is a dict with that str key; otherwise, for a dotted key, the first split
+ * "head.rest" (left to right) whose head names a nested dict holding rest. */
+static const ptc_value *lookup_key(const ptc_value *root, const char *key)
+{
+    if (ptc_value_kind_of(root) != PTC_VALUE_DICT)
+        return NULL;
+    const ptc_value *v = ptc_dict_get(root, key);
+    if (v)
+        return v;
+    for (const char *dot = strchr(key, '.'); dot; dot = strchr(dot + 1, '.')) {
+        size_t n = (size_t)(dot - key);
+        char *head = malloc(n + 1);
+        if (!head)
+            return NULL;
+        memcpy(head, key, n);
+        head[n] = '\0';
+        const ptc_value *sub = ptc_dict_get(root, head);
+        free(head);
+        if (sub && ptc_value_kind_of(sub) == PTC_VALUE_DICT && (v = lookup_key(sub, dot + 1)))
+            return v;
+    }
+    return NULL;
+}
+
+static int select_state_dict(const struct options *opt, const ptc_value **root)
+{
+    const ptc_value *v = lookup_key(*root, opt->state_dict);
+    if (v) {
+        *root = v;
+        return CLI_EXIT_OK;
+    }
+    cli_buf b = {0};
+    cli_buf_puts(&b, "--state-dict: ");
+    if (ptc_value_kind_of(*root) != PTC_VALUE_DICT) {
+        cli_buf_puts(&b, "the checkpoint's root is ");
+        put_kind(&b, *root);
+        cli_buf_puts(&b, ", not a dict");
+    } else {
+        cli_buf_puts(&b, "no key '");
+        cli_buf_escape(&b, opt->state_dict, strlen(opt->state_dict), 0);
+        cli_buf_puts(&b, "' in the checkpoint (its keys: ");
+        list_keys(&b, *root);
+        cli_buf_puts(&b, ")");
+    }
+    return refuse_buf(&b, CLI_EXIT_REFUSED);
+}
+
+/* ---- --strip-prefix / --add-prefix ----------------------------------------------------------
+ * A dict being renamed is simulated as Python's dict would behave under the same statements: an
+ * array of entries in insertion order (a popped entry stays, marked dead) and an index from str
+ * key text to the live entry. Only then is it turned into a document dict. */
+typedef struct entry {
+    const ptc_value *key; /* borrowed, or a str the document made */
+    const ptc_value *val;
+    int alive;
+} entry;
+
+typedef struct wdict {
+    entry *e;
+    size_t n, cap;
+    size_t *index; /* str keys: entry position + 1; 0 = empty slot. Dead entries stay listed. */
+    size_t index_cap;
+    int ordered;
+} wdict;
+
+static uint64_t text_hash(const char *s, size_t n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ (uint8_t)s[i]) * 1099511628211ULL;
+    return h;
+}
+
+/* Position of the live entry with str key s[0..n), or -1. */
+static long wd_find(const wdict *w, const char *s, size_t n)
+{
+    size_t mask = w->index_cap - 1;
+    for (size_t i = (size_t)text_hash(s, n) & mask; w->index[i]; i = (i + 1) & mask) {
+        const entry *e = &w->e[w->index[i] - 1];
+        size_t len;
+        const char *k = key_str(e->key, &len);
+        if (e->alive && k && len == n && memcmp(k, s, n) == 0)
+            return (long)(w->index[i] - 1);
+    }
+    return -1;
+}
+
+/* Appends an entry. The index is sized once, in wd_init, for every entry a rename can add. */
+static int wd_append(wdict *w, const ptc_value *key, const ptc_value *val)
+{
+    if (w->n == w->cap) {
+        size_t cap = w->cap ? w->cap * 2 : 16;
+        entry *ne = realloc(w->e, cap * sizeof *ne);
+        if (!ne)
+            return PTC_ENOMEM;
+        w->e = ne;
+        w->cap = cap;
+    }
+    w->e[w->n] = (entry){key, val, 1};
+    size_t len;
+    const char *k = key_str(key, &len);
+    if (k) {
+        size_t mask = w->index_cap - 1, i = (size_t)text_hash(k, len) & mask;
+        while (w->index[i])
+            i = (i + 1) & mask;
+        w->index[i] = w->n + 1;
+    }
+    w->n++;
+    return 0;
+}
+
+/* Loads dict v. A rename adds at most one entry per original one, so the index holds 2n. */
+static int wd_init(wdict *w, const ptc_value *v)
+{
+    size_t n = ptc_value_len(v);
+    memset(w, 0, sizeof *w);
+    w->ordered = ptc_dict_is_ordered(v);
+    w->index_cap = 16;
+    while (w->index_cap < 4 * n + 4)
+        w->index_cap *= 2;
+    w->index = calloc(w->index_cap, sizeof *w->index);
+    if (!w->index)
+        return PTC_ENOMEM;
+    for (size_t i = 0; i < n; i++)
+        if (wd_append(w, ptc_dict_key(v, i), ptc_dict_value(v, i)) < 0)
+            return PTC_ENOMEM;
+    return 0;
+}
+
+static void wd_free(wdict *w)
+{
+    free(w->e);
+    free(w->index);
+    memset(w, 0, sizeof *w);
+}
+
+/* Python's d[key] = val for a str key: an equal live key keeps its place and takes the value. */
+static int wd_set(wdict *w, ptc_doc *d, const char *s, size_t n, const ptc_value *val)
+{
+    long j = wd_find(w, s, n);
+    if (j >= 0) {
+        w->e[j].val = val;
+        return 0;
+    }
+    const ptc_value *key = ptc_doc_str(d, s, n);
+    if (!key)
+        return ptc_doc_error(d)->code ? ptc_doc_error(d)->code : PTC_ENOMEM;
+    return wd_append(w, key, val);
+}
+
+static int starts_with(const char *s, size_t n, const char *p, size_t pn)
+{
+    return n >= pn && memcmp(s, p, pn) == 0;
+}
+
+/* consume_prefix_in_state_dict_if_present, in torch 2.6:
+ *   for key in list(state_dict.keys()):
+ *       if key.startswith(prefix): state_dict[key[len(prefix):]] = state_dict.pop(key)
+ * and for its _metadata (meta = 1), where '' names the wrapper module and is kept:
+ *   for key in list(metadata.keys()):
+ *       if len(key) == 0: continue
+ *       if key == prefix.replace(".", "") or key.startswith(prefix):
+ *           metadata[key[len(prefix):]] = metadata.pop(key)
+ * The list of keys is taken before the loop; a key popped is always the live entry of that text.
+ * *changed is set when some key was renamed. */
+static int wd_strip(wdict *w, ptc_doc *d, const char *prefix, int meta, int *changed)
+{
+    size_t pn = strlen(prefix), norig = w->n, dn = 0;
+    char *dotless = malloc(pn + 1);
+    if (!dotless)
+        return PTC_ENOMEM;
+    for (size_t i = 0; i < pn; i++)
+        if (prefix[i] != '.')
+            dotless[dn++] = prefix[i];
+    dotless[dn] = '\0';
+
+    int rc = 0;
+    for (size_t i = 0; i < norig && rc == 0; i++) {
+        size_t len;
+        const char *k = key_str(w->e[i].key, &len);
+        if (!k || !w->e[i].alive)
+            continue;
+        int match = meta ? len > 0 && ((len == dn && memcmp(k, dotless, dn) == 0) ||
+                                       starts_with(k, len, prefix, pn))
+                         : starts_with(k, len, prefix, pn);
+        if (!match)
+            continue;
+        /* key[len(prefix):] is "" when the key is shorter than the prefix (the dotless case). */
+        const char *nk = len >= pn ? k + pn : k + len;
+        size_t nlen = len >= pn ? len - pn : 0;
+        const ptc_value *val = w->e[i].val;
+        w->e[i].alive = 0;
+        rc = wd_set(w, d, nk, nlen, val);
+        *changed = 1;
+    }
+    free(dotless);
+    return rc;
+}
+
+/* A new str "prefix" + text, made by the document. */
+static const ptc_value *prefixed(ptc_doc *d, const char *prefix, const char *s, size_t n)
+{
+    size_t pn = strlen(prefix);
+    char *t = malloc(pn + n + 1);
+    if (!t)
+        return NULL;
+    memcpy(t, prefix, pn);
+    if (n)
+        memcpy(t + pn, s, n);
+    const ptc_value *v = ptc_doc_str(d, t, pn + n);
+    free(t);
+    return v;
+}
+
+/* A dict's copy whose items are the same (borrowed) values: a second, unaliased entry. */
+static const ptc_value *shallow_copy(ptc_doc *d, const ptc_value *v)
+{
+    if (ptc_value_kind_of(v) != PTC_VALUE_DICT)
+        return v;
+    ptc_value *c = ptc_doc_dict(d, ptc_dict_is_ordered(v));
+    for (size_t i = 0; c && i < ptc_value_len(v); i++)
+        if (ptc_doc_set(d, c, ptc_dict_key(v, i), ptc_dict_value(v, i)) < 0)
+            return NULL;
+    if (c && ptc_dict_attrs(v) && ptc_doc_set_attrs(d, c, ptc_dict_attrs(v)) < 0)
+        return NULL;
+    return c;
+}
+
+/* --add-prefix: every str key k becomes prefix + k, in place. For _metadata (meta = 1) the reverse
+ * of the strip above, so that stripping what was added gives the original back: '' (the root
+ * module) becomes the wrapper's name (prefix without its final '.'), k becomes prefix + k, and a
+ * copy of the old '' entry stays under '' for the wrapper itself, as a DataParallel or DDP state
+ * dict has it. */
+static int wd_add(wdict *w, ptc_doc *d, const char *prefix, int meta, int *changed)
+{
+    size_t pn = strlen(prefix);
+    if (pn == 0)
+        return 0;
+    entry *old = w->e;
+    size_t nold = w->n;
+    w->e = NULL;
+    w->n = w->cap = 0;
+    memset(w->index, 0, w->index_cap * sizeof *w->index);
+    int rc = 0;
+    for (size_t i = 0; i < nold && rc == 0; i++) {
+        size_t len;
+        const char *k = key_str(old[i].key, &len);
+        const ptc_value *nk;
+        if (!old[i].alive)
+            continue;
+        if (!k) {
+            rc = wd_append(w, old[i].key, old[i].val);
+            continue;
+        }
+        if (meta && len == 0) {
+            const ptc_value *copy = shallow_copy(d, old[i].val);
+            size_t rn = prefix[pn - 1] == '.' ? pn - 1 : pn;
+            if (!copy || (rc = wd_append(w, old[i].key, copy)) < 0)
+                rc = rc < 0 ? rc : PTC_ENOMEM;
+            nk = rc < 0 ? NULL : prefixed(d, "", prefix, rn);
+        } else {
+            nk = prefixed(d, prefix, k, len);
+        }
+        if (rc == 0)
+            rc = nk ? wd_append(w, nk, old[i].val) : PTC_ENOMEM;
+    }
+    free(old);
+    *changed = 1;
+    return rc;
+}
+
+/* The document dict holding the live entries in order. */
+static ptc_value *wd_build(const wdict *w, ptc_doc *d)
+{
+    ptc_value *v = ptc_doc_dict(d, w->ordered);
+    for (size_t i = 0; v && i < w->n; i++)
+        if (w->e[i].alive && ptc_doc_set(d, v, w->e[i].key, w->e[i].val) < 0)
+            return NULL;
+    return v;
+}
+
+/* Applies --strip-prefix then --add-prefix to dict v (meta: the _metadata rules). *out is v itself
+ * when nothing changed. */
+static int rename_dict(const struct options *opt, ptc_doc *d, const ptc_value *v, int meta,
+                       const ptc_value **out, int *matched)
+{
+    wdict w;
+    int changed = 0, rc = wd_init(&w, v);
+    if (rc == 0 && opt->strip) {
+        int stripped = 0;
+        rc = wd_strip(&w, d, opt->strip, meta, &stripped);
+        changed |= stripped;
+        if (matched)
+            *matched = stripped;
+    }
+    if (rc == 0 && opt->add)
+        rc = wd_add(&w, d, opt->add, meta, &changed);
+    *out = v;
+    if (rc == 0 && changed && !(*out = wd_build(&w, d)))
+        rc = ptc_doc_error(d)->code ? ptc_doc_error(d)->code : PTC_ENOMEM;
+    wd_free(&w);
+    return rc;
+}
+
+/* Renames the keys of the root dict and of its _metadata attribute; other attributes are kept as
+ * they are. */
+static int rename_root(const struct options *opt, ptc_doc *d, const ptc_value **root,
+                       ptc_error *err)
+{
+    const ptc_value *v = *root, *nv, *attrs = ptc_dict_attrs(v), *meta, *nmeta = NULL;
+    int matched = 0;
+    int rc = rename_dict(opt, d, v, 0, &nv, &matched);
+    meta = attrs ? ptc_dict_get(attrs, "_metadata") : NULL;
+    if (rc == 0 && meta && ptc_value_kind_of(meta) == PTC_VALUE_DICT)
+        rc = rename_dict(opt, d, meta, 1, &nmeta, NULL);
+    if (rc == 0 && nmeta && nmeta != meta) {
+        /* New attributes: the same items with _metadata replaced. */
+        ptc_value *na = ptc_doc_dict(d, ptc_dict_is_ordered(attrs));
+        for (size_t i = 0; na && rc == 0 && i < ptc_value_len(attrs); i++) {
+            const ptc_value *k = ptc_dict_key(attrs, i), *x = ptc_dict_value(attrs, i);
+            size_t len;
+            const char *ks = key_str(k, &len);
+            if (ks && len == 9 && memcmp(ks, "_metadata", 9) == 0)
+                x = nmeta;
+            rc = ptc_doc_set(d, na, k, x);
+        }
+        if (!na)
+            rc = PTC_ENOMEM;
+        /* Keys unchanged but the metadata renamed: the attributes go on a copy, since the
+         * input's dict itself is never modified. */
+        if (rc == 0 && nv == v && !(nv = shallow_copy(d, v)))
+            rc = PTC_ENOMEM;
+        if (rc == 0)
+            rc = ptc_doc_set_attrs(d, (ptc_value *)nv, na);
+    } else if (rc == 0 && nv != v && attrs) {
+        rc = ptc_doc_set_attrs(d, (ptc_value *)nv, attrs);
+    }
+    if (rc < 0) {
+        const ptc_error *de = ptc_doc_error(d);
+        if (de && de->code == rc)
+            *err = *de;
+        else
+            snprintf(err->message, sizeof err->message, "renaming keys: %s", ptc_strerror(rc));
+        err->code = rc;
+        return rc;
+    }
+    if (opt->strip && !matched) {
+        cli_buf b = {0};
+        cli_buf_puts(&b, "warning: no key starts with '");
+        cli_buf_escape(&b, opt->strip, strlen(opt->strip), 0);
+        cli_buf_puts(&b, "'; nothing to strip");
+        if (!b.oom)
+            cli_error("%s", cli_buf_str(&b));
+        cli_buf_free(&b);
+    }
+    *root = nv;
+    return 0;
+}
+
+/* ---- --select / --exclude / --dtype --------------------------------------------------------- */
+
+typedef struct conv {
+    const struct options *opt;
+    ptc_doc *d;
+    ptc_error *err;
+    cli_buf path;
+    int filtering;   /* --select or --exclude: results depend on the path */
+    ptrmap memo;     /* input node -> its output node (containers, cast tensors) */
+    ptrmap storages; /* input storage -> its cast copy */
+    uint64_t visits;
+    size_t ntensors, nkept, ncast;
+    cli_progress progress;
+} conv;
+
+static int conv_fail(conv *cv, int code, const char *what)
+{
+    const ptc_error *de = ptc_doc_error(cv->d);
+    if (de && de->code == code && de->message[0]) {
+        *cv->err = *de;
+    } else {
+        cv->err->code = code;
+        cv->err->offset = -1;
+        cv->err->member[0] = '\0';
+        snprintf(cv->err->message, sizeof cv->err->message, "%s: %s", what, ptc_strerror(code));
+    }
+    return code;
+}
+
+static int doc_code(conv *cv)
+{
+    const ptc_error *de = ptc_doc_error(cv->d);
+    return de && de->code < 0 ? de->code : PTC_ENOMEM;
+}
+
+/* Whether the tensor at the current path is kept. */
+static int keep_path(const conv *cv)
+{
+    const struct options *opt = cv->opt;
+    const char *p = cli_buf_str(&cv->path);
+    int keep = opt->nselect == 0;
+    for (size_t i = 0; !keep && i < opt->nselect; i++)
+        keep = regexec(&opt->select[i], p, 0, NULL, 0) == 0;
+    for (size_t i = 0; keep && i < opt->nexclude; i++)
+        keep = regexec(&opt->exclude[i], p, 0, NULL, 0) != 0;
+    return keep;
+}
+
+/* A storage can be cast as a whole when the tensor is an ordinary view of it. */
+static int storage_castable(const ptc_tensor *t, const ptc_storage *s)
+{
+    ptc_dtype dt = ptc_tensor_dtype(t);
+    size_t es = ptc_dtype_size(dt);
+    return s && !ptc_tensor_is_neg(t) && !ptc_tensor_is_conj(t) && ptc_storage_dtype(s) == dt &&
+           es > 0 && ptc_storage_nbytes(s) >= 0 && ptc_storage_nbytes(s) % (int64_t)es == 0;
+}
+
+static int cast_tensor(conv *cv, const ptc_value *v, const ptc_value **out)
+{
+    const ptc_tensor *t = ptc_value_tensor(v);
+    ptc_dtype to = cv->opt->dtype;
+    *out = v;
+    if (!t || !cv->opt->cast || !is_floating(ptc_tensor_dtype(t)) || ptc_tensor_dtype(t) == to)
+        return 0;
+    const void *done;
+    if (ptrmap_get(&cv->memo, v, &done)) {
+        *out = done;
+        return 0;
+    }
+    const ptc_storage *s = ptc_tensor_storage(t);
+    const ptc_value *nv;
+    if (storage_castable(t, s)) {
+        const void *cs;
+        if (!ptrmap_get(&cv->storages, s, &cs)) {
+            /* The whole storage as one 1-d tensor, cast once; its views follow below. */
+            ptc_dtype dt = ptc_tensor_dtype(t);
+            int64_t n = ptc_storage_nbytes(s) / (int64_t)ptc_dtype_size(dt);
+            const ptc_value *whole = ptc_doc_tensor(cv->d, s, dt, 1, &n, NULL, 0, 0);
+            const ptc_value *cw = whole ? ptc_doc_cast(cv->d, ptc_value_tensor(whole), to) : NULL;
+            if (!cw)
+                return conv_fail(cv, doc_code(cv), "casting a storage");
+            cs = ptc_tensor_storage(ptc_value_tensor(cw));
+            if (ptrmap_put(&cv->storages, s, cs) < 0)
+                return conv_fail(cv, PTC_ENOMEM, "casting");
+        }
+        nv = ptc_doc_tensor(cv->d, cs, to, ptc_tensor_ndim(t), ptc_tensor_shape(t),
+                            ptc_tensor_stride(t), ptc_tensor_storage_offset(t),
+                            ptc_tensor_requires_grad(t));
+        if (nv && ptc_tensor_is_parameter(t))
+            nv = ptc_doc_parameter(cv->d, nv, ptc_tensor_requires_grad(t));
+    } else {
+        nv = ptc_doc_cast(cv->d, t, to);
+    }
+    if (!nv)
+        return conv_fail(cv, doc_code(cv), "casting a tensor");
+    if (ptrmap_put(&cv->memo, v, nv) < 0)
+        return conv_fail(cv, PTC_ENOMEM, "casting");
+    cv->ncast++;
+    *out = nv;
+    return 0;
+}
+
+static int transform(conv *cv, const ptc_value *v, int has_path, const ptc_value **out);
+
+/* Rebuilds a container when one of its items changed; *out is v itself otherwise. Dict, list and
+ * tuple items carry paths (as in ptc_walk); set items do not, so their tensors are never
+ * filtered, only cast. */
+static int transform_container(conv *cv, const ptc_value *v, int has_path, const ptc_value **out)
+{
+    ptc_value_kind k = ptc_value_kind_of(v);
+    int dict = k == PTC_VALUE_DICT, item_path = has_path && k != PTC_VALUE_SET;
+    size_t n = ptc_value_len(v), base = cv->path.len;
+    ptc_value *nc = NULL;
+    int rc = 0;
+
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        const ptc_value *item = dict ? ptc_dict_value(v, i) : ptc_value_item(v, i), *ni;
+        if (!item)
+            continue;
+        if (item_path) {
+            /* As ptc_walk: no separator after an empty path (the root's, or an empty key's). */
+            cli_buf_truncate(&cv->path, base);
+            if (base > 0)
+                cli_buf_puts(&cv->path, ".");
+            if (dict)
+                cli_key_text(&cv->path, ptc_dict_key(v, i));
+            else
+                cli_buf_printf(&cv->path, "%zu", i);
+            if (cv->path.oom)
+                return conv_fail(cv, PTC_ENOMEM, "building a path");
+        }
+        rc = transform(cv, item, item_path, &ni);
+        if (rc < 0)
+            break;
+        if (ni != item && !nc) {
+            /* The first change: copy the items before it into a new container. */
+            nc = dict ? ptc_doc_dict(cv->d, ptc_dict_is_ordered(v)) : ptc_doc_seq(cv->d, k);
+            for (size_t j = 0; nc && rc == 0 && j < i; j++)
+                rc = dict ? ptc_doc_set(cv->d, nc, ptc_dict_key(v, j), ptc_dict_value(v, j))
+                          : ptc_doc_push(cv->d, nc, ptc_value_item(v, j));
+            if (!nc || rc < 0)
+                return conv_fail(cv, doc_code(cv), "rebuilding a container");
+            if (dict && ptc_dict_attrs(v) && ptc_doc_set_attrs(cv->d, nc, ptc_dict_attrs(v)) < 0)
+                return conv_fail(cv, doc_code(cv), "rebuilding a container");
+        }
+        if (nc && ni) {
+            rc =
+                dict ? ptc_doc_set(cv->d, nc, ptc_dict_key(v, i), ni) : ptc_doc_push(cv->d, nc, ni);
+            if (rc < 0)
+                return conv_fail(cv, doc_code(cv), "rebuilding a container");
+        }
+    }
+    cli_buf_truncate(&cv->path, base);
+    *out = nc ? nc : v;
+    return rc;
+}
+
+/* The output counterpart of v: v itself when unchanged, a new node when something beneath it
+ * changed, NULL for a tensor the filters drop. */
+static int transform(conv *cv, const ptc_value *v, int has_path, const ptc_value **out)
+{
+    ptc_value_kind k = ptc_value_kind_of(v);
+    const void *memo;
+    int rc;
+
+    *out = v;
+    if (++cv->visits > MAX_VISITS)
+        return conv_fail(cv, PTC_ELIMIT,
+                         "the tree has more than 16777216 nodes once shared "
+                         "nodes are counted each time");
+    if (k == PTC_VALUE_TENSOR) {
+        cv->ntensors++;
+        cli_progress_update(&cv->progress, cv->ntensors);
+        if (has_path && cv->filtering && !keep_path(cv)) {
+            *out = NULL;
+            return 0;
+        }
+        cv->nkept++;
+        return cast_tensor(cv, v, out);
+    }
+    if (k != PTC_VALUE_DICT && k != PTC_VALUE_LIST && k != PTC_VALUE_TUPLE && k != PTC_VALUE_SET)
+        return 0;
+    /* Under --select/--exclude a shared container may be filtered differently on each path to
+     * it, so it is rebuilt for each; otherwise once. */
+    if (!cv->filtering && ptrmap_get(&cv->memo, v, &memo)) {
+        *out = memo;
+        return 0;
+    }
+    rc = transform_container(cv, v, has_path, out);
+    if (rc == 0 && !cv->filtering && ptrmap_put(&cv->memo, v, *out) < 0)
+        return conv_fail(cv, PTC_ENOMEM, "rebuilding");
+    return rc;
+}
+
+/* Number of tensors ptc_walk reports, for the progress line. */
+static uint64_t count_tensors(const ptc_value *root)
+{
+    ptc_walk *w = NULL;
+    const char *path;
+    const ptc_tensor *t;
+    uint64_t n = 0;
+    if (ptc_walk_new(&w, root, NULL) < 0)
+        return 0;
+    while (ptc_walk_next(w, &path, &t) > 0)
+        n++;
+    ptc_walk_free(w);
+    return n;
+}
+
+static int filter_and_cast(const struct options *opt, ptc_doc *d, const ptc_value **root,
+                           ptc_error *err)
+{
+    conv cv = {.opt = opt, .d = d, .err = err, .filtering = opt->nselect || opt->nexclude};
+    const ptc_value *out = NULL;
+    cli_progress_start_mode(&cv.progress, opt->cast ? "casting tensors" : "selecting tensors",
+                            opt->progress == CLI_PROGRESS_NEVER ? 0 : count_tensors(*root),
+                            opt->progress);
+    int rc = transform(&cv, *root, 1, &out);
+    cli_progress_end(&cv.progress);
+    ptrmap_free(&cv.memo);
+    ptrmap_free(&cv.storages);
+    cli_buf_free(&cv.path);
+    if (rc < 0)
+        return rc;
+    if (!out) {
+        snprintf(err->message, sizeof err->message,
+                 "the checkpoint is a single tensor and the filters drop it: nothing to write");
+        return err->code = PTC_ENOTFOUND;
+    }
+    if (cv.filtering && cv.nkept == 0 && cv.ntensors > 0)
+        cli_error("warning: --select/--exclude dropped every tensor (%zu)", cv.ntensors);
+    *root = out;
+    return 0;
+}
+
+/* ---- safetensors ---------------------------------------------------------------------------- */
+
+/* safetensors holds one flat dict of str to tensor. Anything else is refused with a hint: the
+ * keys of the root whose values are dicts (the state dicts a training checkpoint holds). */
+static int check_flat(const struct options *opt, const ptc_value *root)
+{
+    const char *problem = NULL;
+    size_t bad = 0, n = ptc_value_len(root);
+    if (ptc_value_kind_of(root) != PTC_VALUE_DICT) {
+        problem = "root";
+    } else {
+        for (bad = 0; bad < n; bad++) {
+            const ptc_value *k = ptc_dict_key(root, bad), *x = ptc_dict_value(root, bad);
+            size_t len;
+            if (!key_str(k, &len) || ptc_value_kind_of(x) != PTC_VALUE_TENSOR) {
+                problem = "entry";
+                break;
+            }
+        }
+    }
+    if (!problem)
+        return CLI_EXIT_OK;
+
+    cli_buf b = {0};
+    cli_buf_puts(&b, "safetensors holds a flat dict of str to tensor, but ");
+    if (strcmp(problem, "root") == 0) {
+        cli_buf_printf(&b, "the %s is ", opt->state_dict ? "state dict" : "checkpoint");
+        put_kind(&b, root);
+    } else {
+        const ptc_value *k = ptc_dict_key(root, bad), *x = ptc_dict_value(root, bad);
+        cli_buf kt = {0};
+        cli_key_text(&kt, k);
+        cli_buf_puts(&b, "entry '");
+        cli_buf_escape(&b, cli_buf_str(&kt), kt.len, 0);
+        b.oom |= kt.oom;
+        cli_buf_free(&kt);
+        if (ptc_value_kind_of(k) != PTC_VALUE_STR) {
+            cli_buf_puts(&b, "' has a key that is ");
+            put_kind(&b, k);
+        } else {
+            cli_buf_puts(&b, "' is ");
+            put_kind(&b, x);
+        }
+    }
+    /* Candidates for --state-dict: dict values of the root. */
+    int first = 1;
+    for (size_t i = 0; ptc_value_kind_of(root) == PTC_VALUE_DICT && i < n; i++) {
+        const ptc_value *x = ptc_dict_value(root, i);
+        if (ptc_value_kind_of(x) != PTC_VALUE_DICT || ptc_value_len(x) == 0)
+            continue;
+        /* Named as --state-dict would take them: below the state dict already chosen. */
+        cli_buf kt = {0};
+        if (opt->state_dict)
+            cli_buf_printf(&kt, "%s.", opt->state_dict);
+        cli_key_text(&kt, ptc_dict_key(root, i));
+        cli_buf_puts(&b, first ? "; choose a state dict with --state-dict KEY (" : ", ");
+        cli_buf_escape(&b, cli_buf_str(&kt), kt.len, 0);
+        b.oom |= kt.oom;
+        cli_buf_free(&kt);
+        first = 0;
+    }
+    cli_buf_puts(&b, first ? "; choose one with --state-dict KEY, or narrow the tensors with "
+                             "--select/--exclude"
+                           : ")");
+    return refuse_buf(&b, CLI_EXIT_REFUSED);
+}
+
+/* ---- the command ---------------------------------------------------------------------------- */
+
+static void save_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    cli_progress *p = ctx;
+    p->total = total;
+    cli_progress_update(p, done);
+}
+
+/* Output format from --to or the extension of OUT. */
+static int out_format(const char *to, const char *out, ptc_save_format *f)
+{
+    if (to) {
+        if (strcmp(to, "pth") == 0)
+            *f = PTC_SAVE_PTH;
+        else if (strcmp(to, "safetensors") == 0)
+            *f = PTC_SAVE_SAFETENSORS;
+        else
+            return cli_usage_error("--to takes pth or safetensors");
+        return CLI_EXIT_OK;
+    }
+    const char *base = strrchr(out, '/');
+    const char *dot = strrchr(base ? base + 1 : out, '.');
+    if (dot && strcmp(dot, ".safetensors") == 0)
+        *f = PTC_SAVE_SAFETENSORS;
+    else if (dot &&
+             (strcmp(dot, ".pth") == 0 || strcmp(dot, ".pt") == 0 || strcmp(dot, ".bin") == 0))
+        *f = PTC_SAVE_PTH;
+    else
+        return cli_usage_error("cannot tell the output format from the name of OUT; give "
+                               "--to pth or --to safetensors");
+    return CLI_EXIT_OK;
+}
+
+static int add_pattern(regex_t *set, size_t *n, const char *opt, const char *re)
+{
+    if (*n == MAX_PATTERNS)
+        return cli_usage_error("at most %d %s options", MAX_PATTERNS, opt);
+    int rc = regcomp(&set[*n], re, REG_EXTENDED | REG_NOSUB);
+    if (rc != 0) {
+        char msg[256];
+        regerror(rc, &set[*n], msg, sizeof msg);
+        return cli_usage_error("%s: bad regular expression: %s", opt, msg);
+    }
+    (*n)++;
+    return CLI_EXIT_OK;
+}
+
+static void free_options(struct options *opt)
+{
+    for (size_t i = 0; i < opt->nselect; i++)
+        regfree(&opt->select[i]);
+    for (size_t i = 0; i < opt->nexclude; i++)
+        regfree(&opt->exclude[i]);
+    opt->nselect = opt->nexclude = 0;
+}
+
+static int parse_options(int argc, char **argv, struct options *opt, int *done)
+{
+    enum {
+        OPT_TO = 256,
+        OPT_DTYPE,
+        OPT_STRIP,
+        OPT_ADD,
+        OPT_SELECT,
+        OPT_EXCLUDE,
+        OPT_STATE_DICT,
+        OPT_PROGRESS,
+        OPT_NO_PROGRESS
+    };
+    static const struct option longopts[] = {
+        {"to", required_argument, NULL, OPT_TO},
+        {"dtype", required_argument, NULL, OPT_DTYPE},
+        {"strip-prefix", required_argument, NULL, OPT_STRIP},
+        {"add-prefix", required_argument, NULL, OPT_ADD},
+        {"select", required_argument, NULL, OPT_SELECT},
+        {"exclude", required_argument, NULL, OPT_EXCLUDE},
+        {"state-dict", required_argument, NULL, OPT_STATE_DICT},
+        {"progress", no_argument, NULL, OPT_PROGRESS},
+        {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *to = NULL;
+    int ch, status;
+    *done = 0;
+    opt->progress = CLI_PROGRESS_AUTO;
+    while ((ch = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (ch) {
+        case OPT_TO:
+            to = optarg;
+            break;
+        case OPT_DTYPE:
+            if (ptc_dtype_from_name(optarg, &opt->dtype) < 0 ||
+                (opt->dtype != PTC_FLOAT32 && opt->dtype != PTC_FLOAT16 &&
+                 opt->dtype != PTC_BFLOAT16))
+                return cli_usage_error("--dtype takes float32, float16 or bfloat16");
+            opt->cast = 1;
+            break;
+        case OPT_STRIP:
+        case OPT_ADD:
+            /* Keys are str (UTF-8); a prefix that is not could never match or be written. */
+            if (!cli_utf8_valid(optarg, strlen(optarg)))
+                return cli_usage_error("%s: the prefix is not valid UTF-8",
+                                       ch == OPT_STRIP ? "--strip-prefix" : "--add-prefix");
+            if (ch == OPT_STRIP)
+                opt->strip = optarg;
+            else
+                opt->add = optarg;
+            break;
+        case OPT_SELECT:
+            if ((status = add_pattern(opt->select, &opt->nselect, "--select", optarg)) != 0)
+                return status;
+            break;
+        case OPT_EXCLUDE:
+            if ((status = add_pattern(opt->exclude, &opt->nexclude, "--exclude", optarg)) != 0)
+                return status;
+            break;
+        case OPT_STATE_DICT:
+            opt->state_dict = optarg;
+            break;
+        case OPT_PROGRESS:
+            opt->progress = CLI_PROGRESS_ALWAYS;
+            break;
+        case OPT_NO_PROGRESS:
+            opt->progress = CLI_PROGRESS_NEVER;
+            break;
+        case 'h':
+            fputs(usage_text, stdout);
+            *done = 1;
+            return CLI_EXIT_OK;
+        default:
+            fprintf(stderr, "Try '%s --help' for more information.\n", cli_prog());
+            return CLI_EXIT_USAGE;
+        }
+    }
+    if (argc - optind < 2)
+        return cli_usage_error(argc - optind ? "no output file given" : "no input file given");
+    if (argc - optind > 2)
+        return cli_usage_error("one input and one output file (%d files given)", argc - optind);
+    opt->in = argv[optind];
+    opt->out = argv[optind + 1];
+    if (!*opt->in || !*opt->out)
+        return cli_usage_error("empty file name");
+    return out_format(to, opt->out, &opt->format);
+}
+
+int cmd_convert(int argc, char **argv)
+{
+    struct options opt;
+    ptc_ckpt *c = NULL;
+    ptc_doc *d = NULL;
+    ptc_open_params params;
+    ptc_error err;
+    int done, rc;
+
+    memset(&opt, 0, sizeof opt);
+    int status = parse_options(argc, argv, &opt, &done);
+    if (status != CLI_EXIT_OK || done) {
+        free_options(&opt);
+        return status;
+    }
+
+    memset(&err, 0, sizeof err);
+    ptc_open_params_default(&params);
+    rc = ptc_ckpt_open(&c, opt.in, &params, &err);
+    if (rc < 0) {
+        status = cli_report(rc, &err);
+        goto done;
+    }
+    const ptc_value *root = ptc_ckpt_root(c);
+    if (opt.state_dict && (status = select_state_dict(&opt, &root)) != CLI_EXIT_OK)
+        goto done;
+
+    memset(&err, 0, sizeof err);
+    if ((rc = ptc_doc_new(&d, &err)) < 0) {
+        status = cli_report(rc, &err);
+        goto done;
+    }
+    if (opt.strip || opt.add) {
+        if (ptc_value_kind_of(root) != PTC_VALUE_DICT) {
+            cli_buf b = {0};
+            cli_buf_printf(&b,
+                           "--strip-prefix and --add-prefix rename the keys of a dict, but "
+                           "the %s is ",
+                           opt.state_dict ? "state dict" : "checkpoint");
+            put_kind(&b, root);
+            if (!opt.state_dict)
+                cli_buf_puts(&b, "; choose a dict inside it with --state-dict KEY");
+            status = refuse_buf(&b, CLI_EXIT_REFUSED);
+            goto done;
+        }
+        if ((rc = rename_root(&opt, d, &root, &err)) < 0) {
+            status = cli_report(rc, &err);
+            goto done;
+        }
+    }
+    if ((opt.nselect || opt.nexclude || opt.cast) &&
+        (rc = filter_and_cast(&opt, d, &root, &err)) < 0) {
+        status = cli_report(rc, &err);
+        goto done;
+    }
+    if (opt.format == PTC_SAVE_SAFETENSORS && (status = check_flat(&opt, root)) != CLI_EXIT_OK)
+        goto done;
+
+    ptc_save_params sp;
+    cli_progress progress;
+    ptc_save_params_default(&sp);
+    sp.format = opt.format;
+    sp.progress = save_progress;
+    sp.progress_ctx = &progress;
+    memset(&err, 0, sizeof err);
+    cli_progress_start_mode(&progress, "writing", 0, opt.progress);
+    rc = ptc_save(root, opt.out, &sp, &err);
+    cli_progress_end(&progress);
+    status = rc < 0 ? cli_report(rc, &err) : CLI_EXIT_OK;
+
+done:
+    ptc_doc_free(d);
+    ptc_ckpt_close(c);
+    free_options(&opt);
+    return status;
+}
