@@ -27,6 +27,7 @@ struct command {
  * `ptc help` should list them. */
 static const struct command commands[] = {
     {"inspect", cmd_inspect, "show the tensors, storages and values a checkpoint holds"},
+    {"verify", cmd_verify, "give a verdict on untrusted checkpoints: ok, unsafe or malformed"},
     {"convert", cmd_convert, "rewrite a checkpoint: safetensors, key prefixes, subsets, dtype"},
     {"diff", cmd_diff, "compare two checkpoints tensor by tensor and value by value"},
 };

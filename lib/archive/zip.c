@@ -43,6 +43,16 @@
  * size. With a descriptor, the local CRC and sizes may also equal the real values, and the sizes
  * may be 0xFFFFFFFF beside a local zip64 field (Python's zipfile writes that when streaming).
  *
+ * What torch 2.6 checks (PTC_ERR_STRICTER marks every refusal it would not make): torch reads the
+ * archive with miniz 3.0.2, built without CRC checks. When it opens the archive miniz finds the
+ * last end-record signature (ignoring what follows it), follows a zip64 locator only to a zip64
+ * end record that has its signature, and checks the counts, disks, sizes and extra fields it needs
+ * in the central directory; torch then requires every name (up to a NUL) to lie under the prefix of
+ * the first and to be valid UTF-8 (names become Python strings). Of the records it reads it checks
+ * the local header's signature and whether the data lies in the file, nothing else; a deflate
+ * stream that fails or runs long is not an error to it. Overlaps, gaps, descriptors, duplicate
+ * names and the local copies of the central fields it never looks at.
+ *
  * Invariants of an open ptc__zip (the rules themselves are listed in archive.h):
  *   - entries[] is in central-directory order, names[] holds every name NUL-terminated, and
  *     by_name[] holds every entry sorted by its ASCII-case-folded record name, so a lookup is a
@@ -176,18 +186,44 @@ static void zlib_free(voidpf opaque, voidpf p)
 
 static int64_t off64(uint64_t off) { return off <= INT64_MAX ? (int64_t)off : INT64_MAX; }
 
+/* ptc__err, or ptc__err_stricter when stricter says that torch 2.6 accepts what is refused. */
+#define ERR_IF(stricter, ...) \
+    ((stricter) ? ptc__err_stricter(err, __VA_ARGS__) : ptc__err(err, __VA_ARGS__))
+
 /* An error about one record: the member is its name after the prefix (the full name for the
- * directory entry "prefix/", whose record name is empty), escaped. */
+ * directory entry "prefix/", whose record name is empty), escaped. rec_stricter marks a rule torch
+ * 2.6 does not apply when stricter is true. */
+static int vrec_err(ptc_error *err, bool stricter, int code, const ptc__zip_entry *e,
+                    const char *fmt, va_list ap) PTC_PRINTF(5, 0);
+static int vrec_err(ptc_error *err, bool stricter, int code, const ptc__zip_entry *e,
+                    const char *fmt, va_list ap)
+{
+    char member[sizeof((ptc_error *)NULL)->member], msg[sizeof((ptc_error *)NULL)->message];
+    const char *s = e->record[0] ? e->record : e->name;
+    ptc__escape(member, sizeof member, s, strlen(s), true);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    return ERR_IF(stricter, code, member, -1, "%s", msg);
+}
+
 static int rec_err(ptc_error *err, int code, const ptc__zip_entry *e, const char *fmt, ...)
     PTC_PRINTF(4, 5);
 static int rec_err(ptc_error *err, int code, const ptc__zip_entry *e, const char *fmt, ...)
 {
-    char member[sizeof err->member];
-    const char *s = e->record[0] ? e->record : e->name;
-    ptc__escape(member, sizeof member, s, strlen(s), true);
     va_list ap;
     va_start(ap, fmt);
-    ptc__verr(err, code, member, -1, fmt, ap);
+    vrec_err(err, false, code, e, fmt, ap);
+    va_end(ap);
+    return code;
+}
+
+static int rec_stricter(ptc_error *err, bool stricter, int code, const ptc__zip_entry *e,
+                        const char *fmt, ...) PTC_PRINTF(5, 6);
+static int rec_stricter(ptc_error *err, bool stricter, int code, const ptc__zip_entry *e,
+                        const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vrec_err(err, stricter, code, e, fmt, ap);
     va_end(ap);
     return code;
 }
@@ -195,17 +231,58 @@ static int rec_err(ptc_error *err, int code, const ptc__zip_entry *e, const char
 /* An error about a central entry whose name has not been accepted yet: the member is the raw
  * name, escaped (it may hold NUL or control bytes), with every non-ASCII byte as \xNN because the
  * name may hold C1 controls encoded as UTF-8. */
-static int name_err(ptc_error *err, int code, const uint8_t *name, size_t n, const char *fmt, ...)
-    PTC_PRINTF(5, 6);
-static int name_err(ptc_error *err, int code, const uint8_t *name, size_t n, const char *fmt, ...)
+static int name_err(ptc_error *err, bool stricter, int code, const uint8_t *name, size_t n,
+                    const char *fmt, ...) PTC_PRINTF(6, 7);
+static int name_err(ptc_error *err, bool stricter, int code, const uint8_t *name, size_t n,
+                    const char *fmt, ...)
 {
-    char member[sizeof err->member];
+    char member[sizeof((ptc_error *)NULL)->member], msg[sizeof((ptc_error *)NULL)->message];
     ptc__escape(member, sizeof member, name, n, false);
     va_list ap;
     va_start(ap, fmt);
-    ptc__verr(err, code, member, -1, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return code;
+    return ERR_IF(stricter, code, member, -1, "%s", msg);
+}
+
+/* ---- what torch reads ------------------------------------------------------------------------ */
+
+static unsigned char fold(unsigned char c)
+{
+    return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c;
+}
+
+/* Compares two names the way miniz looks them up: ASCII letters without regard to case. */
+static int fold_cmp(const char *a, const char *b)
+{
+    for (;; a++, b++) {
+        unsigned char ca = fold((unsigned char)*a), cb = fold((unsigned char)*b);
+        if (ca != cb || ca == 0)
+            return (ca > cb) - (ca < cb);
+    }
+}
+
+static bool fold_prefix(const char *s, const char *prefix)
+{
+    for (; *prefix; s++, prefix++)
+        if (fold((unsigned char)*s) != fold((unsigned char)*prefix))
+            return false;
+    return true;
+}
+
+/* Records whose bytes torch 2.6 interprets (a damaged one can make it fail in any way). */
+static bool torch_parses(const ptc__zip_entry *e)
+{
+    return fold_cmp(e->record, "data.pkl") == 0 || fold_cmp(e->record, "version") == 0 ||
+           fold_cmp(e->record, ".data/version") == 0 || fold_cmp(e->record, "byteorder") == 0;
+}
+
+/* Records torch 2.6 may read at all: those, the serialization id, and the storages (which of them
+ * the pickle names is not known here). miniz refuses an unreadable one only when it is read. */
+static bool torch_reads(const ptc__zip_entry *e)
+{
+    return torch_parses(e) || fold_cmp(e->record, ".data/serialization_id") == 0 ||
+           fold_prefix(e->record, "data/");
 }
 
 /* ---- reading --------------------------------------------------------------------------------- */
@@ -229,6 +306,13 @@ static int view(ptc__zip *z, uint64_t off, size_t len, uint8_t *buf, const uint8
         return rc;
     *p = buf;
     return 0;
+}
+
+/* Whether [off, off + a + b) lies inside the file. */
+static bool in_file(const ptc__zip *z, uint64_t off, uint64_t a, uint64_t b)
+{
+    uint64_t end;
+    return ptc__add_u64_ok(off, a, &end) && ptc__add_u64_ok(end, b, &end) && end <= z->size;
 }
 
 /* ---- end records ----------------------------------------------------------------------------- */
@@ -277,16 +361,17 @@ static int read_end(ptc__zip *z, ptc_error *err)
     uint64_t end_off = win_off + pos;
     uint64_t comment = ptc__le16(end + 20);
     uint64_t tail = z->size - end_off - END_LEN;
+    /* miniz takes the last signature with room for a record after it, whatever follows. */
     if (comment != tail) {
         if (comment < tail)
-            rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off + END_LEN + comment),
-                          "%llu bytes follow the end of the archive",
-                          (unsigned long long)(tail - comment));
+            rc = ptc__err_stricter(err, PTC_EFORMAT, "", off64(end_off + END_LEN + comment),
+                                   "%llu bytes follow the end of the archive",
+                                   (unsigned long long)(tail - comment));
         else
-            rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off),
-                          "truncated: the archive comment of %llu bytes runs past the end of "
-                          "the file",
-                          (unsigned long long)comment);
+            rc = ptc__err_stricter(err, PTC_EFORMAT, "", off64(end_off),
+                                   "truncated: the archive comment of %llu bytes runs past the end "
+                                   "of the file",
+                                   (unsigned long long)comment);
         goto done;
     }
     /* A second end record whose comment also reaches the end of the file would let another
@@ -294,16 +379,16 @@ static int read_end(ptc__zip *z, ptc_error *err)
     for (size_t k = 0; k < pos; k++) {
         if (ptc__le32(win + k) == SIG_END &&
             ptc__le16(win + k + 20) == (uint64_t)(win_len - k - END_LEN)) {
-            rc = ptc__err(err, PTC_EFORMAT, "", off64(win_off + k),
-                          "a second end-of-central-directory record also ends the file");
+            rc = ptc__err_stricter(err, PTC_EFORMAT, "", off64(win_off + k),
+                                   "a second end-of-central-directory record also ends the file");
             goto done;
         }
     }
     for (uint64_t k = 0; k + 4 <= comment; k++) {
         uint32_t sig = ptc__le32(end + END_LEN + k);
         if (sig == SIG_END64 || sig == SIG_LOCATOR64 || sig == SIG_CENTRAL) {
-            rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off + END_LEN + k),
-                          "the archive comment holds a zip record signature");
+            rc = ptc__err_stricter(err, PTC_EFORMAT, "", off64(end_off + END_LEN + k),
+                                   "the archive comment holds a zip record signature");
             goto done;
         }
     }
@@ -311,18 +396,6 @@ static int read_end(ptc__zip *z, ptc_error *err)
     uint16_t disk = ptc__le16(end + 4), cd_disk = ptc__le16(end + 6);
     uint16_t n_disk16 = ptc__le16(end + 8), n16 = ptc__le16(end + 10);
     uint32_t cd_size32 = ptc__le32(end + 12), cd_off32 = ptc__le32(end + 16);
-    if (disk != 0 || cd_disk != 0) {
-        rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off),
-                      "multi-disk archive (disk %u, central directory on disk %u)", disk,
-                      cd_disk);
-        goto done;
-    }
-    if (n_disk16 != n16) {
-        rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off),
-                      "end record counts %u entries on this disk but %u in total", n_disk16, n16);
-        goto done;
-    }
-
     uint64_t n = n16, cd_size = cd_size32, cd_off = cd_off32, cd_end = end_off;
     uint8_t loc_buf[LOCATOR64_LEN], e64_buf[END64_LEN];
     const uint8_t *loc = NULL;
@@ -332,38 +405,52 @@ static int read_end(ptc__zip *z, ptc_error *err)
             goto done;
         zip64 = ptc__le32(loc) == SIG_LOCATOR64;
     }
+    /* How miniz reads the same records: it follows a locator (when the locator and a zip64 end
+     * record fit before the end record) wherever it points, refuses a pointer past the file, and
+     * reads the zip64 record instead of the classic fields when it finds its signature there. */
+    bool mz_refuses = false, mz_zip64 = false;
+    if (zip64 && end_off >= LOCATOR64_LEN + END64_LEN) {
+        uint64_t at = ptc__le64(loc + 8);
+        const uint8_t *sig;
+        mz_refuses = z->size < END64_LEN || at > z->size - END64_LEN;
+        if (!mz_refuses && (rc = view(z, at, 4, e64_buf, &sig, err)) < 0)
+            goto done;
+        mz_zip64 = !mz_refuses && ptc__le32(sig) == SIG_END64;
+    }
     if (zip64) {
         uint64_t loc_off = end_off - LOCATOR64_LEN;
         uint32_t e64_disk = ptc__le32(loc + 4), disks = ptc__le32(loc + 16);
         uint64_t e64_off = ptc__le64(loc + 8);
         if (e64_disk != 0 || disks != 1) {
-            rc = ptc__err(err, PTC_EFORMAT, "", off64(loc_off),
-                          "zip64 locator names disk %u of %u disks", e64_disk, disks);
+            rc = ERR_IF(!mz_refuses && (disks == 1 || !mz_zip64), PTC_EFORMAT, "", off64(loc_off),
+                        "zip64 locator names disk %u of %u disks", e64_disk, disks);
             goto done;
         }
         if (loc_off < END64_LEN || e64_off != loc_off - END64_LEN) {
-            rc = ptc__err(err, PTC_EFORMAT, "", off64(loc_off),
-                          "zip64 locator points at 0x%llx, not at the zip64 end record right "
-                          "before it",
-                          (unsigned long long)e64_off);
+            rc = ERR_IF(!mz_refuses, PTC_EFORMAT, "", off64(loc_off),
+                        "zip64 locator points at 0x%llx, not at the zip64 end record right "
+                        "before it",
+                        (unsigned long long)e64_off);
             goto done;
         }
         const uint8_t *e64;
         if ((rc = view(z, e64_off, END64_LEN, e64_buf, &e64, err)) < 0)
             goto done;
         if (ptc__le32(e64) != SIG_END64 || ptc__le64(e64 + 4) != END64_RECORD_SIZE) {
-            rc = ptc__err(err, PTC_EFORMAT, "", off64(e64_off),
-                          "no zip64 end record (of %u bytes) where the locator points",
-                          END64_LEN);
+            /* miniz refuses a record size below 44 only; without the signature it ignores the
+             * locator. */
+            rc = ERR_IF(!mz_zip64 || ptc__le64(e64 + 4) > END64_RECORD_SIZE, PTC_EFORMAT, "",
+                        off64(e64_off),
+                        "no zip64 end record (of %u bytes) where the locator points", END64_LEN);
             goto done;
         }
         uint32_t disk64 = ptc__le32(e64 + 16), cd_disk64 = ptc__le32(e64 + 20);
         uint64_t n_disk64 = ptc__le64(e64 + 24), n64 = ptc__le64(e64 + 32);
         uint64_t cd_size64 = ptc__le64(e64 + 40), cd_off64 = ptc__le64(e64 + 48);
         if (disk64 != 0 || cd_disk64 != 0) {
-            rc = ptc__err(err, PTC_EFORMAT, "", off64(e64_off),
-                          "multi-disk zip64 archive (disk %u, central directory on disk %u)",
-                          disk64, cd_disk64);
+            rc = ERR_IF(disk64 == 1 && cd_disk64 == 1, PTC_EFORMAT, "", off64(e64_off),
+                        "multi-disk zip64 archive (disk %u, central directory on disk %u)", disk64,
+                        cd_disk64);
             goto done;
         }
         if (n_disk64 != n64) {
@@ -372,15 +459,17 @@ static int read_end(ptc__zip *z, ptc_error *err)
                           (unsigned long long)n_disk64, (unsigned long long)n64);
             goto done;
         }
-        /* Each classic field is either the sentinel or the same value as the zip64 one. */
+        /* Each classic field is either the sentinel or the same value as the zip64 one (miniz
+         * reads only the zip64 one). */
         if ((n16 != U16_SENTINEL && n16 != n64) ||
             (cd_size32 != U32_SENTINEL && cd_size32 != cd_size64) ||
             (cd_off32 != U32_SENTINEL && cd_off32 != cd_off64)) {
-            rc = ptc__err(err, PTC_EFORMAT, "", off64(end_off),
-                          "end record (%u entries, directory of %u bytes at 0x%x) disagrees with "
-                          "the zip64 end record (%llu entries, %llu bytes at 0x%llx)",
-                          n16, cd_size32, cd_off32, (unsigned long long)n64,
-                          (unsigned long long)cd_size64, (unsigned long long)cd_off64);
+            rc = ptc__err_stricter(err, PTC_EFORMAT, "", off64(end_off),
+                                   "end record (%u entries, directory of %u bytes at 0x%x) "
+                                   "disagrees with the zip64 end record (%llu entries, %llu "
+                                   "bytes at 0x%llx)",
+                                   n16, cd_size32, cd_off32, (unsigned long long)n64,
+                                   (unsigned long long)cd_size64, (unsigned long long)cd_off64);
             goto done;
         }
         n = n64;
@@ -392,14 +481,31 @@ static int read_end(ptc__zip *z, ptc_error *err)
                       "end record holds zip64 sentinels but there is no zip64 end record");
         goto done;
     }
+    /* The classic disk fields, checked after the zip64 ones, which miniz reads instead when they
+     * are there; without them it takes the only disk numbered 0 or 1. */
+    if (disk != 0 || cd_disk != 0) {
+        rc = ERR_IF(zip64 || (disk == 1 && cd_disk == 1), PTC_EFORMAT, "", off64(end_off),
+                    "multi-disk archive (disk %u, central directory on disk %u)", disk, cd_disk);
+        goto done;
+    }
+    if (n_disk16 != n16) {
+        rc = ERR_IF(zip64, PTC_EFORMAT, "", off64(end_off),
+                    "end record counts %u entries on this disk but %u in total", n_disk16, n16);
+        goto done;
+    }
 
+    /* miniz needs the directory inside the file, big enough for the count, and both within
+     * 32 bits; where it ends is no concern of it. */
     uint64_t cd_stop;
-    if (!ptc__add_u64_ok(cd_off, cd_size, &cd_stop) || cd_stop != cd_end) {
-        rc = ptc__err(err, PTC_EFORMAT, "", off64(cd_end),
-                      "central directory of %llu bytes at 0x%llx does not end where the end "
-                      "records begin (0x%llx)",
-                      (unsigned long long)cd_size, (unsigned long long)cd_off,
-                      (unsigned long long)cd_end);
+    bool cd_add_ok = ptc__add_u64_ok(cd_off, cd_size, &cd_stop);
+    if (!cd_add_ok || cd_stop != cd_end) {
+        bool mz_ok = cd_add_ok && cd_stop <= z->size && n <= cd_size / CENTRAL_LEN &&
+                     cd_size <= UINT32_MAX && n <= UINT32_MAX;
+        rc = ERR_IF(mz_ok, PTC_EFORMAT, "", off64(cd_end),
+                    "central directory of %llu bytes at 0x%llx does not end where the end "
+                    "records begin (0x%llx)",
+                    (unsigned long long)cd_size, (unsigned long long)cd_off,
+                    (unsigned long long)cd_end);
         goto done;
     }
     if (n == 0) {
@@ -414,9 +520,9 @@ static int read_end(ptc__zip *z, ptc_error *err)
         goto done;
     }
     if (n > z->limits.max_records || n > SIZE_MAX / sizeof(ptc__zip_entry)) {
-        rc = ptc__err(err, PTC_ELIMIT, "", off64(end_off),
-                      "the archive holds %llu records, more than the limit of %llu",
-                      (unsigned long long)n, (unsigned long long)z->limits.max_records);
+        rc = ERR_IF(n <= UINT32_MAX, PTC_ELIMIT, "", off64(end_off),
+                    "the archive holds %llu records, more than the limit of %llu",
+                    (unsigned long long)n, (unsigned long long)z->limits.max_records);
         goto done;
     }
     z->n = (size_t)n;
@@ -462,18 +568,6 @@ static const char *parse_extra(const uint8_t *x, size_t n, extra_fields *out)
 
 /* ---- names ----------------------------------------------------------------------------------- */
 
-static unsigned char fold(unsigned char c) { return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c; }
-
-/* Compares two names the way miniz looks them up: ASCII letters without regard to case. */
-static int fold_cmp(const char *a, const char *b)
-{
-    for (;; a++, b++) {
-        unsigned char ca = fold((unsigned char)*a), cb = fold((unsigned char)*b);
-        if (ca != cb || ca == 0)
-            return (ca > cb) - (ca < cb);
-    }
-}
-
 static int cmp_by_name(const ptc__zip_entry *a, const ptc__zip_entry *b)
 {
     return fold_cmp(a->record, b->record);
@@ -513,6 +607,21 @@ static void sort_entries(const ptc__zip_entry **a, const ptc__zip_entry **tmp, s
         memcpy(a, src, n * sizeof *a);
 }
 
+/* Whether torch 2.6 takes the idx-th central name: miniz hands it out up to its first NUL,
+ * torch requires "<prefix>/" in front (the prefix is the first name up to its first '/'), and
+ * Python decodes it as strict UTF-8. Every other rule of check_name is ptc's own. */
+static bool torch_takes_name(const ptc__zip *z, const uint8_t *s, size_t n, size_t idx)
+{
+    const uint8_t *nul = memchr(s, 0, n);
+    size_t cn = nul ? (size_t)(nul - s) : n;
+    if (!ptc__utf8_valid(s, cn))
+        return false;
+    if (idx == 0)
+        return memchr(s, '/', cn) != NULL;
+    return cn > z->prefix_len && memcmp(s, z->prefix, z->prefix_len) == 0 &&
+           s[z->prefix_len] == '/';
+}
+
 /* Applies the name rules of archive.h to the idx-th central name; the first one also fixes the
  * prefix. at is the entry's file offset, for messages. */
 static int check_name(ptc__zip *z, const uint8_t *s, size_t n, uint16_t flags, size_t idx,
@@ -521,18 +630,19 @@ static int check_name(ptc__zip *z, const uint8_t *s, size_t n, uint16_t flags, s
     if (n == 0)
         return ptc__err(err, PTC_EFORMAT, "", off64(at),
                         "central directory entry %zu has an empty name", idx + 1);
-    bool ascii = true;
+    bool torch_ok = torch_takes_name(z, s, n, idx), ascii = true;
     for (size_t k = 0; k < n; k++) {
         uint8_t c = s[k];
         if (c == 0)
-            return name_err(err, PTC_EFORMAT, s, n, "entry %zu at 0x%llx: name holds a NUL byte",
-                            idx + 1, (unsigned long long)at);
+            return name_err(err, torch_ok, PTC_EFORMAT, s, n,
+                            "entry %zu at 0x%llx: name holds a NUL byte", idx + 1,
+                            (unsigned long long)at);
         if (c < 0x20 || c == 0x7F)
-            return name_err(err, PTC_EFORMAT, s, n,
+            return name_err(err, torch_ok, PTC_EFORMAT, s, n,
                             "entry %zu at 0x%llx: name holds control byte 0x%02x", idx + 1,
                             (unsigned long long)at, c);
         if (c == '\\' || c == ':')
-            return name_err(err, PTC_EFORMAT, s, n,
+            return name_err(err, torch_ok, PTC_EFORMAT, s, n,
                             "entry %zu at 0x%llx: name holds '%c' (a path separator or drive on "
                             "some systems)",
                             idx + 1, (unsigned long long)at, c);
@@ -542,22 +652,22 @@ static int check_name(ptc__zip *z, const uint8_t *s, size_t n, uint16_t flags, s
     if (!ascii) {
         /* Without bit 11, Python's zipfile decodes names as cp437 and miniz keeps raw bytes. */
         if (!(flags & FLAG_UTF8))
-            return name_err(err, PTC_EFORMAT, s, n,
+            return name_err(err, torch_ok, PTC_EFORMAT, s, n,
                             "entry %zu at 0x%llx: non-ASCII name without the UTF-8 flag (bit 11)",
                             idx + 1, (unsigned long long)at);
         if (!ptc__utf8_valid(s, n))
-            return name_err(err, PTC_EFORMAT, s, n,
+            return name_err(err, false, PTC_EFORMAT, s, n,
                             "entry %zu at 0x%llx: name is not valid UTF-8", idx + 1,
                             (unsigned long long)at);
         for (size_t k = 0; k + 1 < n; k++)
             if (s[k] == 0xC2 && s[k + 1] >= 0x80 && s[k + 1] <= 0x9F)
-                return name_err(err, PTC_EFORMAT, s, n,
-                                "entry %zu at 0x%llx: name holds a C1 control character",
-                                idx + 1, (unsigned long long)at);
+                return name_err(err, torch_ok, PTC_EFORMAT, s, n,
+                                "entry %zu at 0x%llx: name holds a C1 control character", idx + 1,
+                                (unsigned long long)at);
     }
     if (s[0] == '/')
-        return name_err(err, PTC_EFORMAT, s, n, "entry %zu at 0x%llx: absolute name", idx + 1,
-                        (unsigned long long)at);
+        return name_err(err, torch_ok, PTC_EFORMAT, s, n, "entry %zu at 0x%llx: absolute name",
+                        idx + 1, (unsigned long long)at);
     size_t start = 0;
     for (size_t k = 0; k <= n; k++) {
         if (k < n && s[k] != '/')
@@ -565,12 +675,12 @@ static int check_name(ptc__zip *z, const uint8_t *s, size_t n, uint16_t flags, s
         size_t len = k - start;
         /* Only the last component may be empty, and only after a '/': a directory entry. */
         if (len == 0 && !(k == n && start > 0))
-            return name_err(err, PTC_EFORMAT, s, n,
+            return name_err(err, torch_ok, PTC_EFORMAT, s, n,
                             "entry %zu at 0x%llx: name has an empty path component", idx + 1,
                             (unsigned long long)at);
         if ((len == 1 && s[start] == '.') ||
             (len == 2 && s[start] == '.' && s[start + 1] == '.'))
-            return name_err(err, PTC_EFORMAT, s, n,
+            return name_err(err, torch_ok, PTC_EFORMAT, s, n,
                             "entry %zu at 0x%llx: name has a '.' or '..' component", idx + 1,
                             (unsigned long long)at);
         start = k + 1;
@@ -580,7 +690,7 @@ static int check_name(ptc__zip *z, const uint8_t *s, size_t n, uint16_t flags, s
         /* torch takes the prefix from the first central entry, up to its first '/'. */
         const uint8_t *slash = memchr(s, '/', n);
         if (!slash)
-            return name_err(err, PTC_EFORMAT, s, n,
+            return name_err(err, false, PTC_EFORMAT, s, n,
                             "the first entry is not in a subdirectory: records must be named "
                             "<prefix>/<record>");
         size_t plen = (size_t)(slash - s);
@@ -596,7 +706,7 @@ static int check_name(ptc__zip *z, const uint8_t *s, size_t n, uint16_t flags, s
         s[z->prefix_len] != '/') {
         char shown[96];
         ptc__escape(shown, sizeof shown, z->prefix, z->prefix_len, true);
-        return name_err(err, PTC_EFORMAT, s, n,
+        return name_err(err, false, PTC_EFORMAT, s, n,
                         "entry %zu at 0x%llx: name lies outside the archive prefix \"%s/\" "
                         "(taken from the first entry)",
                         idx + 1, (unsigned long long)at, shown);
@@ -657,28 +767,32 @@ static int read_central(ptc__zip *z, const uint8_t *cd, central_aux *aux, ptc_er
         e->crc32 = crc;
         aux[i].pos = at;
 
+        /* miniz takes disk 1 for the only disk too. */
         if (disk != 0)
-            return rec_err(err, PTC_EFORMAT, e, "central entry at 0x%llx starts on disk %u",
-                           (unsigned long long)at, disk);
+            return rec_stricter(err, disk == 1, PTC_EFORMAT, e,
+                                "central entry at 0x%llx starts on disk %u", (unsigned long long)at,
+                                disk);
+        /* The zip64 field holds a u64 for each 32-bit field that is 0xFFFFFFFF, in this order,
+         * and nothing else: extra values would be read by some readers and ignored by others.
+         * miniz reads the extra fields only when there is such a field, and only up to the first
+         * zip64 one, and reads no more of that than it needs. */
+        unsigned need =
+            (usize32 == U32_SENTINEL) + (csize32 == U32_SENTINEL) + (hoff32 == U32_SENTINEL);
         extra_fields x;
         const char *why = parse_extra(name + nlen, xlen, &x);
         if (why)
-            return rec_err(err, PTC_EFORMAT, e, "central entry at 0x%llx: %s",
-                           (unsigned long long)at, why);
-        /* The zip64 field holds a u64 for each 32-bit field that is 0xFFFFFFFF, in this order,
-         * and nothing else: extra values would be read by some readers and ignored by others. */
-        unsigned need = (usize32 == U32_SENTINEL) + (csize32 == U32_SENTINEL) +
-                        (hoff32 == U32_SENTINEL);
+            return rec_stricter(err, need == 0 || x.zip64, PTC_EFORMAT, e,
+                                "central entry at 0x%llx: %s", (unsigned long long)at, why);
         if (need > 0 && !x.zip64)
             return rec_err(err, PTC_EFORMAT, e,
                            "central entry at 0x%llx has a 0xFFFFFFFF size or offset but no "
                            "zip64 extra field",
                            (unsigned long long)at);
         if (x.zip64 && x.zip64_len != 8u * need)
-            return rec_err(err, PTC_EFORMAT, e,
-                           "central entry at 0x%llx: zip64 extra field of %u bytes, but its "
-                           "0xFFFFFFFF fields call for %u",
-                           (unsigned long long)at, x.zip64_len, 8u * need);
+            return rec_stricter(err, x.zip64_len > 8u * need, PTC_EFORMAT, e,
+                                "central entry at 0x%llx: zip64 extra field of %u bytes, but its "
+                                "0xFFFFFFFF fields call for %u",
+                                (unsigned long long)at, x.zip64_len, 8u * need);
         const uint8_t *q = x.zip64;
         e->size = usize32;
         e->comp_size = csize32;
@@ -697,52 +811,64 @@ static int read_central(ptc__zip *z, const uint8_t *cd, central_aux *aux, ptc_er
                                      (csize32 == U32_SENTINEL ? SENT_COMP_SIZE : 0) |
                                      (hoff32 == U32_SENTINEL ? SENT_OFFSET : 0));
 
+        /* miniz refuses an encrypted central directory when it opens the archive, and an
+         * encrypted, patch or otherwise compressed record when torch reads it. */
+        bool unread = !torch_reads(e);
         if (flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION | FLAG_CD_ENCRYPTED))
-            return rec_err(err, PTC_EFORMAT, e, "encrypted record (flags 0x%04x)", flags);
+            return rec_stricter(err, unread && !(flags & FLAG_CD_ENCRYPTED), PTC_EFORMAT, e,
+                                "encrypted record (flags 0x%04x)", flags);
         if (flags & FLAG_PATCH)
-            return rec_err(err, PTC_EFORMAT, e, "patch data record (flags 0x%04x)", flags);
+            return rec_stricter(err, unread, PTC_EFORMAT, e, "patch data record (flags 0x%04x)",
+                                flags);
         if (method != METHOD_STORED && method != METHOD_DEFLATED)
-            return rec_err(err, PTC_EFORMAT, e,
-                           "compression method %u is not supported (only 0 stored and 8 "
-                           "deflated)",
-                           method);
+            return rec_stricter(err, unread, PTC_EFORMAT, e,
+                                "compression method %u is not supported (only 0 stored and 8 "
+                                "deflated)",
+                                method);
         if (method == METHOD_STORED && e->comp_size != e->size)
             return rec_err(err, PTC_EFORMAT, e,
                            "stored record with %llu bytes in the file but a size of %llu",
                            (unsigned long long)e->comp_size, (unsigned long long)e->size);
+        /* Limits are ptc's own; miniz refuses only a size without compressed bytes. */
+        bool mz_sizes_ok = e->size == 0 || e->comp_size != 0;
         if (method == METHOD_DEFLATED) {
             uint64_t cap;
             if (e->size > z->limits.max_inflated_bytes)
-                return rec_err(err, PTC_ELIMIT, e,
-                               "inflates to %llu bytes, more than the limit of %llu",
-                               (unsigned long long)e->size,
-                               (unsigned long long)z->limits.max_inflated_bytes);
+                return rec_stricter(err, mz_sizes_ok, PTC_ELIMIT, e,
+                                    "inflates to %llu bytes, more than the limit of %llu",
+                                    (unsigned long long)e->size,
+                                    (unsigned long long)z->limits.max_inflated_bytes);
             if (ptc__mul_u64_ok(e->comp_size, z->limits.max_inflate_ratio, &cap) && e->size > cap)
-                return rec_err(err, PTC_ELIMIT, e,
-                               "inflates %llu bytes to %llu, beyond the ratio limit of %u",
-                               (unsigned long long)e->comp_size, (unsigned long long)e->size,
-                               z->limits.max_inflate_ratio);
+                return rec_stricter(err, mz_sizes_ok, PTC_ELIMIT, e,
+                                    "inflates %llu bytes to %llu, beyond the ratio limit of %u",
+                                    (unsigned long long)e->comp_size, (unsigned long long)e->size,
+                                    z->limits.max_inflate_ratio);
         }
+        /* miniz reads nothing of a directory entry. */
         if (nlen > 0 && name[nlen - 1] == '/' && (e->size != 0 || e->comp_size != 0))
-            return rec_err(err, PTC_EFORMAT, e, "directory entry holds %llu bytes",
-                           (unsigned long long)e->comp_size);
+            return rec_stricter(err, mz_sizes_ok, PTC_EFORMAT, e,
+                                "directory entry holds %llu bytes",
+                                (unsigned long long)e->comp_size);
+        /* miniz only needs the local header and the data inside the file. */
         if (e->header_offset >= z->cd_offset || e->comp_size > z->cd_offset)
-            return rec_err(err, PTC_EFORMAT, e,
-                           "local header at 0x%llx with %llu bytes of data does not lie before "
-                           "the central directory at 0x%llx",
-                           (unsigned long long)e->header_offset,
-                           (unsigned long long)e->comp_size, (unsigned long long)z->cd_offset);
+            return rec_stricter(err, in_file(z, e->header_offset, LOCAL_LEN, e->comp_size),
+                                PTC_EFORMAT, e,
+                                "local header at 0x%llx with %llu bytes of data does not lie "
+                                "before the central directory at 0x%llx",
+                                (unsigned long long)e->header_offset,
+                                (unsigned long long)e->comp_size, (unsigned long long)z->cd_offset);
         p += len;
     }
-    if (p != z->cd_size)
-        return ptc__err(err, PTC_EFORMAT, "", off64(z->cd_offset + p),
-                        "%llu bytes follow the %zu central directory entries the end record "
-                        "counts",
-                        (unsigned long long)(z->cd_size - p), z->n);
+    if (p != z->cd_size) /* miniz reads the entries the end record counts, and no further */
+        return ptc__err_stricter(err, PTC_EFORMAT, "", off64(z->cd_offset + p),
+                                 "%llu bytes follow the %zu central directory entries the end "
+                                 "record counts",
+                                 (unsigned long long)(z->cd_size - p), z->n);
     return 0;
 }
 
-/* Sorts the name index and rejects names that are equal, or equal but for ASCII case. */
+/* Sorts the name index and rejects names that are equal, or equal but for ASCII case (miniz keeps
+ * them all and finds one of them, torch does not ask which). */
 static int index_names(ptc__zip *z, ptc_error *err)
 {
     uint64_t tmp_len = (uint64_t)z->n * sizeof *z->by_name;
@@ -759,11 +885,11 @@ static int index_names(ptc__zip *z, ptc_error *err)
         if (fold_cmp(a->record, b->record) != 0)
             continue;
         if (strcmp(a->name, b->name) == 0)
-            return rec_err(err, PTC_EFORMAT, b, "the archive holds this name twice");
+            return rec_stricter(err, true, PTC_EFORMAT, b, "the archive holds this name twice");
         char other[96];
         ptc__escape(other, sizeof other, a->record, strlen(a->record), true);
-        return rec_err(err, PTC_EFORMAT, b, "name differs only in letter case from \"%s\"",
-                       other);
+        return rec_stricter(err, true, PTC_EFORMAT, b,
+                            "name differs only in letter case from \"%s\"", other);
     }
     return 0;
 }
@@ -779,38 +905,42 @@ static bool deferred_ok(uint32_t local, uint64_t value, bool local_zip64)
 
 /* Checks the local header of e against its central entry (whose 32-bit fields held the
  * sentinels in sent), finds the data and the descriptor, and sets data_offset and end_offset.
- * scratch holds LOCAL_MAX bytes (callback sources only). */
+ * scratch holds LOCAL_MAX bytes (callback sources only). Of all this, torch (miniz) checks only
+ * the signature and that the data lies in the file, and only for the records it reads. */
 static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *scratch,
                       ptc_error *err)
 {
     uint64_t at = e->header_offset;
     const uint8_t *h;
+    bool unread = !torch_reads(e);
     if (z->cd_offset < LOCAL_LEN || at > z->cd_offset - LOCAL_LEN)
-        return rec_err(err, PTC_EFORMAT, e,
-                       "local header at 0x%llx runs into the central directory",
-                       (unsigned long long)at);
+        return rec_stricter(err, unread, PTC_EFORMAT, e,
+                            "local header at 0x%llx runs into the central directory",
+                            (unsigned long long)at);
     int rc = view(z, at, LOCAL_LEN, scratch, &h, err);
     if (rc < 0)
         return rc;
     if (ptc__le32(h) != SIG_LOCAL)
-        return rec_err(err, PTC_EFORMAT, e, "no local header at 0x%llx (signature 0x%08x)",
-                       (unsigned long long)at, ptc__le32(h));
+        return rec_stricter(err, unread, PTC_EFORMAT, e,
+                            "no local header at 0x%llx (signature 0x%08x)", (unsigned long long)at,
+                            ptc__le32(h));
     uint16_t flags = ptc__le16(h + 6), method = ptc__le16(h + 8);
     uint32_t crc = ptc__le32(h + 14), csize = ptc__le32(h + 18), usize = ptc__le32(h + 22);
     uint16_t nlen = ptc__le16(h + 26), xlen = ptc__le16(h + 28);
     if (flags != e->flags)
-        return rec_err(err, PTC_EFORMAT, e,
-                       "local header flags 0x%04x differ from the central directory's 0x%04x",
-                       flags, e->flags);
+        return rec_stricter(err, true, PTC_EFORMAT, e,
+                            "local header flags 0x%04x differ from the central directory's "
+                            "0x%04x",
+                            flags, e->flags);
     if (method != e->method)
-        return rec_err(err, PTC_EFORMAT, e,
-                       "local header method %u differs from the central directory's %u", method,
-                       e->method);
+        return rec_stricter(err, true, PTC_EFORMAT, e,
+                            "local header method %u differs from the central directory's %u",
+                            method, e->method);
     uint64_t data;
     if (!ptc__add_u64_ok(at, (uint64_t)LOCAL_LEN + nlen + xlen, &data) || data > z->cd_offset)
-        return rec_err(err, PTC_EFORMAT, e,
-                       "local header at 0x%llx runs into the central directory",
-                       (unsigned long long)at);
+        return rec_stricter(
+            err, unread || in_file(z, at, LOCAL_LEN + nlen + xlen, e->comp_size), PTC_EFORMAT, e,
+            "local header at 0x%llx runs into the central directory", (unsigned long long)at);
     const uint8_t *var;
     uint8_t *var_buf = scratch ? scratch + LOCAL_LEN : NULL;
     if ((rc = view(z, at + LOCAL_LEN, (size_t)nlen + xlen, var_buf, &var, err)) < 0)
@@ -820,22 +950,23 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
         /* The local name passed no rule, so it is shown with every non-ASCII byte escaped. */
         char shown[96];
         ptc__escape(shown, sizeof shown, var, nlen, false);
-        return rec_err(err, PTC_EFORMAT, e,
-                       "local header at 0x%llx names \"%s\", the central directory another name",
-                       (unsigned long long)at, shown);
+        return rec_stricter(err, true, PTC_EFORMAT, e,
+                            "local header at 0x%llx names \"%s\", the central directory another "
+                            "name",
+                            (unsigned long long)at, shown);
     }
     extra_fields x;
     const char *why = parse_extra(var + nlen, xlen, &x);
     if (why)
-        return rec_err(err, PTC_EFORMAT, e, "local header at 0x%llx: %s", (unsigned long long)at,
-                       why);
+        return rec_stricter(err, true, PTC_EFORMAT, e, "local header at 0x%llx: %s",
+                            (unsigned long long)at, why);
     bool local_zip64 = x.zip64 != NULL;
 
     uint64_t data_end;
     if (!ptc__add_u64_ok(data, e->comp_size, &data_end) || data_end > z->cd_offset)
-        return rec_err(err, PTC_EFORMAT, e,
-                       "%llu bytes of data at 0x%llx run into the central directory",
-                       (unsigned long long)e->comp_size, (unsigned long long)data);
+        return rec_stricter(err, unread || in_file(z, data, e->comp_size, 0), PTC_EFORMAT, e,
+                            "%llu bytes of data at 0x%llx run into the central directory",
+                            (unsigned long long)e->comp_size, (unsigned long long)data);
     e->data_offset = data;
 
     if (!(flags & FLAG_DESCRIPTOR)) {
@@ -844,25 +975,26 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
          * sizes, size first. */
         if ((usize == U32_SENTINEL) != !!(sent & SENT_SIZE) ||
             (csize == U32_SENTINEL) != !!(sent & SENT_COMP_SIZE))
-            return rec_err(err, PTC_EFORMAT, e,
-                           "local header at 0x%llx and the central directory differ in using "
-                           "zip64 sizes",
-                           (unsigned long long)at);
+            return rec_stricter(err, true, PTC_EFORMAT, e,
+                                "local header at 0x%llx and the central directory differ in "
+                                "using zip64 sizes",
+                                (unsigned long long)at);
         uint64_t lu = usize, lc = csize;
         if (usize == U32_SENTINEL || csize == U32_SENTINEL) {
             if (!local_zip64 || x.zip64_len < 16)
-                return rec_err(err, PTC_EFORMAT, e,
-                               "local header at 0x%llx has a 0xFFFFFFFF size but no zip64 sizes",
-                               (unsigned long long)at);
+                return rec_stricter(err, true, PTC_EFORMAT, e,
+                                    "local header at 0x%llx has a 0xFFFFFFFF size but no zip64 "
+                                    "sizes",
+                                    (unsigned long long)at);
             lu = ptc__le64(x.zip64);
             lc = ptc__le64(x.zip64 + 8);
         }
         if (crc != e->crc32 || lu != e->size || lc != e->comp_size)
-            return rec_err(err, PTC_EFORMAT, e,
-                           "local header (crc 0x%08x, %llu/%llu bytes) disagrees with the "
-                           "central directory (crc 0x%08x, %llu/%llu bytes)",
-                           crc, (unsigned long long)lc, (unsigned long long)lu, e->crc32,
-                           (unsigned long long)e->comp_size, (unsigned long long)e->size);
+            return rec_stricter(err, true, PTC_EFORMAT, e,
+                                "local header (crc 0x%08x, %llu/%llu bytes) disagrees with the "
+                                "central directory (crc 0x%08x, %llu/%llu bytes)",
+                                crc, (unsigned long long)lc, (unsigned long long)lu, e->crc32,
+                                (unsigned long long)e->comp_size, (unsigned long long)e->size);
         e->end_offset = data_end;
         return 0;
     }
@@ -872,11 +1004,11 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
      * from the descriptor or the central directory. Its presence only widens the descriptor. */
     if (!deferred_ok(crc, e->crc32, false) || !deferred_ok(csize, e->comp_size, local_zip64) ||
         !deferred_ok(usize, e->size, local_zip64))
-        return rec_err(err, PTC_EFORMAT, e,
-                       "local header (crc 0x%08x, %u/%u bytes) disagrees with the central "
-                       "directory (crc 0x%08x, %llu/%llu bytes)",
-                       crc, csize, usize, e->crc32, (unsigned long long)e->comp_size,
-                       (unsigned long long)e->size);
+        return rec_stricter(err, true, PTC_EFORMAT, e,
+                            "local header (crc 0x%08x, %u/%u bytes) disagrees with the central "
+                            "directory (crc 0x%08x, %llu/%llu bytes)",
+                            crc, csize, usize, e->crc32, (unsigned long long)e->comp_size,
+                            (unsigned long long)e->size);
     /* The descriptor: crc32 and both sizes, u64 sizes when the local header has a zip64 field,
      * optionally preceded by its signature. */
     size_t body = local_zip64 ? 20u : 12u;
@@ -898,14 +1030,15 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
             return 0;
         }
     }
-    return rec_err(err, PTC_EFORMAT, e,
-                   "no data descriptor at 0x%llx that matches the central directory (crc "
-                   "0x%08x, %llu/%llu bytes)",
-                   (unsigned long long)data_end, e->crc32, (unsigned long long)e->comp_size,
-                   (unsigned long long)e->size);
+    return rec_stricter(err, true, PTC_EFORMAT, e,
+                        "no data descriptor at 0x%llx that matches the central directory (crc "
+                        "0x%08x, %llu/%llu bytes)",
+                        (unsigned long long)data_end, e->crc32, (unsigned long long)e->comp_size,
+                        (unsigned long long)e->size);
 }
 
-/* Reads every local header in file order and checks that the records tile [0, cd_offset). */
+/* Reads every local header in file order and checks that the records tile [0, cd_offset).
+ * miniz cares about neither overlaps nor gaps. */
 static int read_locals(ptc__zip *z, const central_aux *aux, ptc_error *err)
 {
     const ptc__zip_entry **order, **tmp = NULL;
@@ -925,17 +1058,18 @@ static int read_locals(ptc__zip *z, const central_aux *aux, ptc_error *err)
     for (size_t i = 0; i < z->n; i++) {
         ptc__zip_entry *e = &z->entries[order[i] - z->entries];
         if (e->header_offset < expect) {
-            rc = rec_err(err, PTC_EFORMAT, e,
-                         "local record at 0x%llx overlaps the record before it, which ends at "
-                         "0x%llx",
-                         (unsigned long long)e->header_offset, (unsigned long long)expect);
+            rc = rec_stricter(err, true, PTC_EFORMAT, e,
+                              "local record at 0x%llx overlaps the record before it, which ends "
+                              "at 0x%llx",
+                              (unsigned long long)e->header_offset, (unsigned long long)expect);
             goto done;
         }
         if (e->header_offset > expect) {
-            rc = rec_err(err, PTC_EFORMAT, e,
-                         "%llu unaccounted bytes at 0x%llx before this record's local header",
-                         (unsigned long long)(e->header_offset - expect),
-                         (unsigned long long)expect);
+            rc = rec_stricter(err, true, PTC_EFORMAT, e,
+                              "%llu unaccounted bytes at 0x%llx before this record's local "
+                              "header",
+                              (unsigned long long)(e->header_offset - expect),
+                              (unsigned long long)expect);
             goto done;
         }
         if ((rc = read_local(z, e, aux[e - z->entries].sentinels, scratch, err)) < 0)
@@ -943,9 +1077,10 @@ static int read_locals(ptc__zip *z, const central_aux *aux, ptc_error *err)
         expect = e->end_offset;
     }
     if (expect != z->cd_offset) {
-        rc = ptc__err(err, PTC_EFORMAT, "", off64(expect),
-                      "%llu unaccounted bytes between the last record and the central directory",
-                      (unsigned long long)(z->cd_offset - expect));
+        rc = ptc__err_stricter(err, PTC_EFORMAT, "", off64(expect),
+                               "%llu unaccounted bytes between the last record and the central "
+                               "directory",
+                               (unsigned long long)(z->cd_offset - expect));
         goto done;
     }
     rc = 0;
@@ -1170,7 +1305,10 @@ done:
 
 /* Inflates e's raw deflate data. With dst (e->size bytes) the output lands there; without it the
  * output only feeds the CRC. Fails unless the stream ends exactly at e->size bytes of output and
- * exactly at the end of its compressed bytes, and unless the CRC-32 matches. */
+ * exactly at the end of its compressed bytes, and unless the CRC-32 matches. miniz (as torch
+ * calls it) stops at the declared size, ignores what follows the stream, checks no CRC, and
+ * reports no error for a stream that breaks off or is corrupt (torch then uses what came out); it
+ * refuses only a stream that ends short of the declared size, in a record it reads. */
 static int inflate_record(ptc__zip *z, const ptc__zip_entry *e, uint8_t *dst, ptc_error *err)
 {
     uint8_t *in = NULL, *out = NULL, probe[1];
@@ -1228,8 +1366,9 @@ static int inflate_record(ptc__zip *z, const ptc__zip_entry *e, uint8_t *dst, pt
         size_t made = before - s.avail_out;
         if (made > 0) {
             if (start == probe) {
-                rc = rec_err(err, PTC_EFORMAT, e, "inflates to more than the declared %llu bytes",
-                             (unsigned long long)e->size);
+                rc = rec_stricter(err, true, PTC_EFORMAT, e,
+                                  "inflates to more than the declared %llu bytes",
+                                  (unsigned long long)e->size);
                 goto done;
             }
             crc = ptc__crc32((uint32_t)crc, start, made);
@@ -1242,27 +1381,30 @@ static int inflate_record(ptc__zip *z, const ptc__zip_entry *e, uint8_t *dst, pt
         if (zrc == Z_MEM_ERROR)
             rc = rec_err(err, PTC_ENOMEM, e, "out of memory inflating");
         else if (zrc == Z_BUF_ERROR && s.avail_in == 0 && in_left == 0)
-            rc = rec_err(err, PTC_EFORMAT, e,
-                         "deflate stream is cut short after %llu of %llu bytes",
-                         (unsigned long long)total, (unsigned long long)e->size);
+            rc = rec_stricter(err, !torch_parses(e), PTC_EFORMAT, e,
+                              "deflate stream is cut short after %llu of %llu bytes",
+                              (unsigned long long)total, (unsigned long long)e->size);
         else
-            rc = rec_err(err, PTC_EFORMAT, e, "corrupt deflate data: %s",
-                         s.msg ? s.msg : "zlib error");
+            rc = rec_stricter(err, !torch_parses(e), PTC_EFORMAT, e, "corrupt deflate data: %s",
+                              s.msg ? s.msg : "zlib error");
         goto done;
     }
     if (total != e->size) {
-        rc = rec_err(err, PTC_EFORMAT, e, "inflates to %llu bytes, but the declared size is %llu",
-                     (unsigned long long)total, (unsigned long long)e->size);
+        rc = rec_stricter(err, !torch_reads(e), PTC_EFORMAT, e,
+                          "inflates to %llu bytes, but the declared size is %llu",
+                          (unsigned long long)total, (unsigned long long)e->size);
         goto done;
     }
     if (s.avail_in > 0 || in_left > 0) {
-        rc = rec_err(err, PTC_EFORMAT, e, "%llu bytes follow the end of the deflate stream",
-                     (unsigned long long)(s.avail_in + in_left));
+        rc = rec_stricter(err, true, PTC_EFORMAT, e,
+                          "%llu bytes follow the end of the deflate stream",
+                          (unsigned long long)(s.avail_in + in_left));
         goto done;
     }
     if ((uint32_t)crc != e->crc32) {
-        rc = rec_err(err, PTC_ECRC, e, "CRC-32 of the data is 0x%08x, the archive says 0x%08x",
-                     (uint32_t)crc, e->crc32);
+        rc = rec_stricter(err, true, PTC_ECRC, e,
+                          "CRC-32 of the data is 0x%08x, the archive says 0x%08x", (uint32_t)crc,
+                          e->crc32);
         goto done;
     }
     rc = 0;
@@ -1413,10 +1555,10 @@ int ptc__zip_read(ptc__zip *z, const ptc__zip_entry *e, const uint8_t **data, vo
     }
     uint8_t *buf = NULL;
     int rc;
-    if (ptc__budget_take(z->budget, e->size, NULL, "", -1) < 0)
-        return rec_err(err, PTC_ELIMIT, e,
-                       "reading its %llu bytes would exceed the heap limit of %llu bytes",
-                       (unsigned long long)e->size, (unsigned long long)z->budget->limit);
+    if (ptc__budget_take(z->budget, e->size, NULL, "", -1) < 0) /* torch has no such limit */
+        return rec_stricter(err, true, PTC_ELIMIT, e,
+                            "reading its %llu bytes would exceed the heap limit of %llu bytes",
+                            (unsigned long long)e->size, (unsigned long long)z->budget->limit);
     /* ptc__malloc never allocates 0 bytes on purpose; an empty record still gets a buffer. */
     if (e->size > SIZE_MAX - 1 || !(buf = ptc__malloc((size_t)e->size + 1))) {
         ptc__budget_give(z->budget, e->size);
@@ -1455,8 +1597,8 @@ int ptc__zip_check_crc(ptc__zip *z, const ptc__zip_entry *e, ptc_error *err)
     int rc = crc_stored(z, e, &crc, err);
     if (rc < 0)
         return rc;
-    if (crc != e->crc32)
-        return rec_err(err, PTC_ECRC, e, "CRC-32 of the data is 0x%08x, the archive says 0x%08x",
-                       crc, e->crc32);
+    if (crc != e->crc32) /* torch builds miniz without CRC checks */
+        return rec_stricter(err, true, PTC_ECRC, e,
+                            "CRC-32 of the data is 0x%08x, the archive says 0x%08x", crc, e->crc32);
     return 0;
 }

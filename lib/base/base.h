@@ -46,6 +46,10 @@ void ptc__assert_fail(const char *expr, const char *file, int line);
  * Arguments that came from the file must be escaped first (ptc__escape). */
 int ptc__err(ptc_error *err, int code, const char *member, int64_t offset, const char *fmt, ...)
     PTC_PRINTF(5, 6);
+/* The same for a rule where ptc is stricter than torch 2.6 (sets PTC_ERR_STRICTER): torch's
+ * weights-only load would accept what this refuses. */
+int ptc__err_stricter(ptc_error *err, int code, const char *member, int64_t offset, const char *fmt, ...)
+    PTC_PRINTF(5, 6);
 int ptc__verr(ptc_error *err, int code, const char *member, int64_t offset, const char *fmt,
               va_list ap) PTC_PRINTF(5, 0);
 void ptc__err_clear(ptc_error *err);

@@ -42,6 +42,7 @@ void ptc__err_clear(ptc_error *err)
     err->offset = -1;
     err->member[0] = '\0';
     err->message[0] = '\0';
+    err->flags = 0;
 }
 
 int ptc__verr(ptc_error *err, int code, const char *member, int64_t offset, const char *fmt,
@@ -51,6 +52,7 @@ int ptc__verr(ptc_error *err, int code, const char *member, int64_t offset, cons
         return code;
     err->code = code;
     err->offset = offset;
+    err->flags = 0;
     snprintf(err->member, sizeof err->member, "%s", member ? member : "");
     size_t n = 0;
     if (err->member[0] && offset >= 0)
@@ -73,6 +75,18 @@ int ptc__err(ptc_error *err, int code, const char *member, int64_t offset, const
     va_start(ap, fmt);
     ptc__verr(err, code, member, offset, fmt, ap);
     va_end(ap);
+    return code;
+}
+
+int ptc__err_stricter(ptc_error *err, int code, const char *member, int64_t offset,
+                      const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ptc__verr(err, code, member, offset, fmt, ap);
+    va_end(ap);
+    if (err)
+        err->flags |= PTC_ERR_STRICTER;
     return code;
 }
 

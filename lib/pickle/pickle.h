@@ -99,6 +99,10 @@ int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val
                   const char *member, int64_t offset);
 /* Python equality of two hashable values (1 equal, 0 not). */
 int ptc__value_equal(const ptc_value *a, const ptc_value *b);
+/* Whether v is a key ptc__dict_set takes: Python could hash it. */
+bool ptc__value_hashable(const ptc_value *v);
+/* Python's truth value of v: false for None, False, zeros and empty strings and containers. */
+bool ptc__value_truthy(const ptc_value *v);
 
 /* ---- the machine ------------------------------------------------------------------------------ */
 typedef struct ptc__vm ptc__vm;

@@ -103,6 +103,39 @@ static bool hashable(const ptc_value *v)
     }
 }
 
+bool ptc__value_hashable(const ptc_value *v)
+{
+    return hashable(v);
+}
+
+bool ptc__value_truthy(const ptc_value *v)
+{
+    switch (v->kind) {
+    case PTC_VALUE_NONE:
+        return false;
+    case PTC_VALUE_BOOL:
+        return v->u.b;
+    case PTC_VALUE_INT:
+        return !v->u.i.fits || v->u.i.v != 0;
+    case PTC_VALUE_FLOAT:
+        return v->u.f != 0;
+    case PTC_VALUE_COMPLEX:
+        return v->u.c.re != 0 || v->u.c.im != 0;
+    case PTC_VALUE_STR:
+    case PTC_VALUE_BYTES:
+        return v->u.s.n != 0;
+    case PTC_VALUE_TUPLE:
+    case PTC_VALUE_LIST:
+    case PTC_VALUE_SET:
+    case PTC_VALUE_SIZE:
+        return v->u.seq.n != 0;
+    case PTC_VALUE_DICT:
+        return v->u.dict.n != 0;
+    default:
+        return true;
+    }
+}
+
 static uint64_t mix(uint64_t h)
 {
     h ^= h >> 33;
@@ -342,9 +375,12 @@ int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t ma
 {
     if (!root)
         return 0;
+    /* torch 2.6 returns what it unpickled, storages, cycles and all, and has no limits: every
+     * refusal here is ptc's own. */
     if (root->kind == PTC__VALUE_OPAQUE)
-        return ptc__err(err, PTC_EUNSUPPORTED, member, -1,
-                        "a bare storage is not a value ptc can return (save tensors instead)");
+        return ptc__err_stricter(err, PTC_EUNSUPPORTED, member, -1,
+                                 "a bare storage is not a value ptc can return (save tensors "
+                                 "instead)");
     size_t cap = 64, n = 0;
     frame *st = ptc__malloc(cap * sizeof *st);
     if (!st)
@@ -357,9 +393,9 @@ int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t ma
         if (f->next >= nchildren(f->v)) {
             finish((ptc_value *)f->v);
             if (f->v->expanded > max_expanded) {
-                rc = ptc__err(err, PTC_ELIMIT, member, -1,
-                              "shared references expand the object tree beyond %llu nodes",
-                              (unsigned long long)max_expanded);
+                rc = ptc__err_stricter(err, PTC_ELIMIT, member, -1,
+                                       "shared references expand the object tree beyond %llu nodes",
+                                       (unsigned long long)max_expanded);
                 break;
             }
             n--;
@@ -369,19 +405,20 @@ int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t ma
         if (!c || c->mark == 2)
             continue;
         if (c->kind == PTC__VALUE_OPAQUE) {
-            rc = ptc__err(err, PTC_EUNSUPPORTED, member, -1,
-                          "a bare storage is not a value ptc can return (save tensors instead)");
+            rc = ptc__err_stricter(err, PTC_EUNSUPPORTED, member, -1,
+                                   "a bare storage is not a value ptc can return (save tensors "
+                                   "instead)");
             break;
         }
         if (c->mark == 1) {
-            rc = ptc__err(err, PTC_EFORMAT, member, -1,
-                          "the object tree contains a cycle (a %s contains itself)",
-                          ptc_value_kind_name((ptc_value_kind)c->kind));
+            rc = ptc__err_stricter(err, PTC_EFORMAT, member, -1,
+                                   "the object tree contains a cycle (a %s contains itself)",
+                                   ptc_value_kind_name((ptc_value_kind)c->kind));
             break;
         }
         if (n > max_depth) {
-            rc = ptc__err(err, PTC_ELIMIT, member, -1, "containers nest deeper than the limit %u",
-                          max_depth);
+            rc = ptc__err_stricter(err, PTC_ELIMIT, member, -1,
+                                   "containers nest deeper than the limit %u", max_depth);
             break;
         }
         if (n == cap) {

@@ -9,8 +9,11 @@
  * Opcodes that can reach a callable by other means (STACK_GLOBAL, INST, OBJ, EXT1/2/4, NEWOBJ_EX)
  * are PTC_EUNSAFE; every other byte is PTC_EFORMAT. Stricter than torch where torch is loose:
  * PROTO must be 2 and first, the stack must hold exactly the result at STOP with no open MARK,
- * SETITEM(S) only on dicts (CVE-2026-24747), memo indices below the opcode count, strings valid
- * UTF-8 without surrogates.
+ * nothing may follow STOP, SETITEM(S) only on dicts (CVE-2026-24747), memo indices below the
+ * opcode count, strings valid UTF-8 without surrogates, and the limits. Those refusals carry
+ * PTC_ERR_STRICTER where torch 2.6's unpickler would go on: it warns about any PROTO, returns the
+ * top of the stack at STOP and never reads past it, assigns items to whatever supports it, keeps
+ * any memo index, decodes BINUNICODE with surrogatepass, and has no limits.
  *
  * Encodings (all from the pickle protocol): BININT int32 LE; BININT1 u8; BININT2 u16 LE; LONG1 u8
  * length + two's-complement LE; BINFLOAT IEEE double big-endian; BINUNICODE u32 LE length + UTF-8;
@@ -185,6 +188,13 @@ const ptc_limits *ptc__vm_limits(const ptc__vm *vm) { return vm->p->limits; }
 
 #define VM_ERR(vm, code, ...) \
     ptc__err(err, code, (vm)->p->member, ptc__vm_offset(vm), __VA_ARGS__)
+/* A refusal torch 2.6 would not make (PTC_ERR_STRICTER). */
+#define VM_STRICTER(vm, code, ...) \
+    ptc__err_stricter(err, code, (vm)->p->member, ptc__vm_offset(vm), __VA_ARGS__)
+
+/* VM_ERR, or VM_STRICTER when stricter is true. */
+#define VM_ERR_IF(vm, stricter, code, ...) \
+    ((stricter) ? VM_STRICTER(vm, code, __VA_ARGS__) : VM_ERR(vm, code, __VA_ARGS__))
 
 static int grow_array(ptc__vm *vm, void **arr, size_t *cap, size_t need, size_t elsize,
                       ptc_error *err)
@@ -212,8 +222,8 @@ static int grow_array(ptc__vm *vm, void **arr, size_t *cap, size_t need, size_t 
 static ptc_value *new_value(ptc__vm *vm, ptc_value_kind kind, ptc_error *err, int *rc)
 {
     if (++vm->nobjects > vm->p->limits->max_objects) {
-        *rc = VM_ERR(vm, PTC_ELIMIT, "the pickle builds more than the limit of %llu objects",
-                     (unsigned long long)vm->p->limits->max_objects);
+        *rc = VM_STRICTER(vm, PTC_ELIMIT, "the pickle builds more than the limit of %llu objects",
+                          (unsigned long long)vm->p->limits->max_objects);
         return NULL;
     }
     ptc_value *v = ptc__value_new(vm->arena, kind);
@@ -261,18 +271,40 @@ static int pop_mark(ptc__vm *vm, uint8_t op, size_t *start, ptc_error *err)
     return 0;
 }
 
-static int make_string(ptc__vm *vm, ptc_value_kind kind, const uint8_t *s, size_t n,
+/* Whether Python decodes s with errors='surrogatepass', as torch 2.6 decodes BINUNICODE: UTF-8
+ * that may also encode the surrogates U+D800..U+DFFF (ED A0..BF 80..BF). */
+static bool utf8_surrogatepass(const uint8_t *s, size_t n)
+{
+    size_t i = 0, last = 0;
+    while (i < n) {
+        if (s[i] == 0xED && n - i >= 3 && s[i + 1] >= 0xA0 && s[i + 1] <= 0xBF &&
+            (s[i + 2] & 0xC0) == 0x80) {
+            if (!ptc__utf8_valid(s + last, i - last))
+                return false;
+            i += 3;
+            last = i;
+        } else {
+            i++;
+        }
+    }
+    return ptc__utf8_valid(s + last, n - last);
+}
+
+/* strict says how torch decodes the string: SHORT_BINSTRING strictly, BINUNICODE with
+ * surrogatepass. */
+static int make_string(ptc__vm *vm, ptc_value_kind kind, const uint8_t *s, size_t n, bool strict,
                        ptc_error *err)
 {
     if (kind == PTC_VALUE_STR && !ptc__utf8_valid(s, n)) {
         char esc[64];
-        return VM_ERR(vm, PTC_EFORMAT, "string is not valid UTF-8: \"%s\"",
-                      ptc__escape(esc, sizeof esc, s, n, false));
+        return VM_ERR_IF(vm, !strict && utf8_surrogatepass(s, n), PTC_EFORMAT,
+                         "string is not valid UTF-8: \"%s\"",
+                         ptc__escape(esc, sizeof esc, s, n, false));
     }
     int rc = 0;
     if (++vm->nobjects > vm->p->limits->max_objects)
-        return VM_ERR(vm, PTC_ELIMIT, "the pickle builds more than the limit of %llu objects",
-                      (unsigned long long)vm->p->limits->max_objects);
+        return VM_STRICTER(vm, PTC_ELIMIT, "the pickle builds more than the limit of %llu objects",
+                           (unsigned long long)vm->p->limits->max_objects);
     ptc_value *v = ptc__value_str(vm->arena, kind, (const char *)s, n);
     if (!v)
         return VM_ERR(vm, PTC_ENOMEM, "out of memory for a string of %zu bytes", n);
@@ -303,10 +335,11 @@ static int memo_put(ptc__vm *vm, uint32_t idx, ptc_error *err)
     if (vm->nstack == 0 || vm->nstack == floor_of(vm))
         return VM_ERR(vm, PTC_EFORMAT, "memo put with nothing above the mark");
     /* torch.save numbers memo entries 0, 1, 2 ... so an index can never exceed the number of
-     * opcodes executed; larger ones only serve to make a reader allocate. */
+     * opcodes executed; larger ones only serve to make a reader allocate (torch's memo is a dict
+     * and takes any index). */
     if ((uint64_t)idx >= vm->nops)
-        return VM_ERR(vm, PTC_EFORMAT, "memo index %u is beyond the %llu opcodes executed", idx,
-                      (unsigned long long)vm->nops);
+        return VM_STRICTER(vm, PTC_EFORMAT, "memo index %u is beyond the %llu opcodes executed",
+                           idx, (unsigned long long)vm->nops);
     int rc = 0;
     if (idx >= vm->capmemo) {
         size_t old = vm->capmemo;
@@ -318,8 +351,8 @@ static int memo_put(ptc__vm *vm, uint32_t idx, ptc_error *err)
     }
     if (!vm->memo[idx]) {
         if (++vm->nmemo_set > vm->p->limits->max_memo)
-            return VM_ERR(vm, PTC_ELIMIT, "more than the limit of %llu memo entries",
-                          (unsigned long long)vm->p->limits->max_memo);
+            return VM_STRICTER(vm, PTC_ELIMIT, "more than the limit of %llu memo entries",
+                               (unsigned long long)vm->p->limits->max_memo);
     }
     vm->memo[idx] = vm->stack[vm->nstack - 1];
     return 0;
@@ -360,8 +393,10 @@ static int op_long1(ptc__vm *vm, ptc_error *err)
         if (n > 0 && n < 8 && (p[n - 1] & 0x80))
             u |= ~(uint64_t)0 << (8 * n); /* sign-extend */
         ptc_value *v = ptc__value_int(vm->arena, (int64_t)u);
-        if (!v || ++vm->nobjects > vm->p->limits->max_objects)
-            return VM_ERR(vm, v ? PTC_ELIMIT : PTC_ENOMEM, "cannot build an int");
+        if (!v)
+            return VM_ERR(vm, PTC_ENOMEM, "cannot build an int");
+        if (++vm->nobjects > vm->p->limits->max_objects)
+            return VM_STRICTER(vm, PTC_ELIMIT, "cannot build an int: too many objects");
         return push(vm, v, err);
     }
     int rc2 = 0;
@@ -411,8 +446,54 @@ static int op_global(ptc__vm *vm, ptc_error *err)
     if (rc < 0)
         return rc;
     if (++vm->nobjects > vm->p->limits->max_objects)
-        return VM_ERR(vm, PTC_ELIMIT, "too many objects");
+        return VM_STRICTER(vm, PTC_ELIMIT, "too many objects");
     return push(vm, v, err);
+}
+
+/* Whether index is an int in [-n, n), Python's range for a sequence of n items. */
+static bool index_ok(const ptc_value *index, int64_t n)
+{
+    int64_t i;
+    if (index->kind == PTC_VALUE_BOOL)
+        i = index->u.b;
+    else if (index->kind == PTC_VALUE_INT && index->u.i.fits)
+        i = index->u.i.v;
+    else
+        return false;
+    return i >= -n && i < n;
+}
+
+/* Whether Python's target[key] = val succeeds, which is all torch 2.6 does for SETITEM: for a
+ * list or bytearray an index in range (and a byte for a bytearray); for a tensor that does not
+ * require grad an index per leading dimension and a number. Other targets of ptc's values either
+ * are dicts or take no items. */
+static bool torch_sets_item(const ptc_value *target, const ptc_value *key, const ptc_value *val)
+{
+    switch (target->kind) {
+    case PTC_VALUE_LIST:
+        return index_ok(key, (int64_t)target->u.seq.n);
+    case PTC_VALUE_BYTES:
+        return (target->flags & PTC__V_BYTEARRAY) && index_ok(key, (int64_t)target->u.s.n) &&
+               val->kind == PTC_VALUE_INT && val->u.i.fits && val->u.i.v >= 0 && val->u.i.v <= 255;
+    case PTC_VALUE_TENSOR: {
+        const ptc_tensor *t = target->u.t;
+        const int64_t *shape = ptc_tensor_shape(t);
+        bool number = val->kind == PTC_VALUE_INT || val->kind == PTC_VALUE_FLOAT ||
+                      val->kind == PTC_VALUE_BOOL;
+        if (!number || ptc_tensor_requires_grad(t))
+            return false;
+        if (key->kind != PTC_VALUE_TUPLE)
+            return ptc_tensor_ndim(t) >= 1 && index_ok(key, shape[0]);
+        if (key->u.seq.n > (size_t)ptc_tensor_ndim(t))
+            return false;
+        for (size_t i = 0; i < key->u.seq.n; i++)
+            if (!index_ok(key->u.seq.items[i], shape[i]))
+                return false;
+        return true;
+    }
+    default:
+        return false;
+    }
 }
 
 static int op_setitems(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
@@ -421,9 +502,14 @@ static int op_setitems(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
         return VM_ERR(vm, PTC_EFORMAT, "%s with no dict below the items", ptc__pickle_opname(op));
     ptc_value *d = vm->stack[start - 1];
     size_t n = vm->nstack - start;
-    if (d->kind != PTC_VALUE_DICT)
-        return VM_ERR(vm, PTC_EUNSAFE, "%s on a %s: only dicts take items", ptc__pickle_opname(op),
-                      ptc_value_kind_name((ptc_value_kind)d->kind));
+    if (d->kind != PTC_VALUE_DICT) {
+        /* torch 2.6 assigns pair by pair and fails on an odd item out. */
+        bool torch_ok = n % 2 == 0;
+        for (size_t i = start; torch_ok && i < vm->nstack; i += 2)
+            torch_ok = torch_sets_item(d, vm->stack[i], vm->stack[i + 1]);
+        return VM_ERR_IF(vm, torch_ok, PTC_EUNSAFE, "%s on a %s: only dicts take items",
+                         ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)d->kind));
+    }
     if (n % 2)
         return VM_ERR(vm, PTC_EFORMAT, "%s with an odd number (%zu) of keys and values",
                       ptc__pickle_opname(op), n);
@@ -452,6 +538,38 @@ static int op_appends(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
     return 0;
 }
 
+/* Whether Python's obj.__dict__.update(v) takes v: a dict, or a sequence of pairs. */
+static bool dict_update_takes(const ptc_value *v)
+{
+    if (v->kind == PTC_VALUE_DICT)
+        return true;
+    if (v->kind != PTC_VALUE_LIST && v->kind != PTC_VALUE_TUPLE)
+        return false;
+    for (size_t i = 0; i < v->u.seq.n; i++) {
+        const ptc_value *p = v->u.seq.items[i];
+        if ((p->kind != PTC_VALUE_LIST && p->kind != PTC_VALUE_TUPLE) || p->u.seq.n != 2 ||
+            !ptc__value_hashable(p->u.seq.items[0]))
+            return false;
+    }
+    return true;
+}
+
+/* Whether torch 2.6 applies this BUILD state: an OrderedDict's goes to __dict__.update(); a
+ * Counter's as pickle's load_build does, a false state skipped and a (state, slots) pair split. */
+static bool torch_builds(const ptc_value *target, const ptc_value *state)
+{
+    if (target->flags & PTC__V_ORDERED)
+        return dict_update_takes(state);
+    if (!ptc__value_truthy(state))
+        return true;
+    if (state->kind == PTC_VALUE_TUPLE && state->u.seq.n == 2) {
+        const ptc_value *d = state->u.seq.items[0], *slots = state->u.seq.items[1];
+        return (!ptc__value_truthy(d) || dict_update_takes(d)) &&
+               (!ptc__value_truthy(slots) || slots->kind == PTC_VALUE_DICT);
+    }
+    return dict_update_takes(state);
+}
+
 static int op_build(ptc__vm *vm, ptc_error *err)
 {
     ptc_value *state = vm->stack[--vm->nstack];
@@ -462,11 +580,12 @@ static int op_build(ptc__vm *vm, ptc_error *err)
         if (!(target->flags & (PTC__V_ORDERED | PTC__V_COUNTER)))
             return VM_ERR(vm, PTC_EFORMAT, "BUILD on a plain dict");
         if (state->kind != PTC_VALUE_DICT)
-            return VM_ERR(vm, PTC_EFORMAT, "BUILD state of an OrderedDict must be a dict, not %s",
-                          ptc_value_kind_name((ptc_value_kind)state->kind));
-        for (size_t i = 0; i < state->u.dict.n; i++)
+            return VM_ERR_IF(vm, torch_builds(target, state), PTC_EFORMAT,
+                             "BUILD state of an OrderedDict must be a dict, not %s",
+                             ptc_value_kind_name((ptc_value_kind)state->kind));
+        for (size_t i = 0; i < state->u.dict.n; i++) /* __dict__ takes any key */
             if (state->u.dict.keys[i]->kind != PTC_VALUE_STR)
-                return VM_ERR(vm, PTC_EFORMAT, "BUILD attribute names must be str");
+                return VM_STRICTER(vm, PTC_EFORMAT, "BUILD attribute names must be str");
         if (!target->u.dict.attrs) {
             target->u.dict.attrs = state;
             return 0;
@@ -484,6 +603,21 @@ static int op_build(ptc__vm *vm, ptc_error *err)
     return vm->p->hooks->build(vm->p->hooks->ud, vm, target, state, err);
 }
 
+/* Whether torch 2.6 gets past op as the first opcode of a pickle: any opcode of its subset that
+ * pops nothing. */
+static bool torch_starts_with(uint8_t op)
+{
+    switch (op) {
+    case OP_MARK: case OP_NONE: case OP_NEWTRUE: case OP_NEWFALSE: case OP_EMPTY_TUPLE:
+    case OP_EMPTY_LIST: case OP_EMPTY_DICT: case OP_EMPTY_SET: case OP_BININT: case OP_BININT1:
+    case OP_BININT2: case OP_BINFLOAT: case OP_BINUNICODE: case OP_SHORT_BINSTRING: case OP_LONG1:
+    case OP_GLOBAL:
+        return true;
+    default:
+        return false;
+    }
+}
+
 static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
 {
     const ptc_limits *lim = vm->p->limits;
@@ -495,34 +629,43 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
         const uint8_t *p;
         ptc_value *v;
         size_t start;
+        /* torch reads a PROTO anywhere (warning about any but 2) when its byte is there. */
         if (vm->nops > 1 && op == OP_PROTO)
-            return VM_ERR(vm, PTC_EFORMAT, "PROTO is allowed only as the first opcode");
+            return VM_ERR_IF(vm, vm->pos < vm->len, PTC_EFORMAT,
+                             "PROTO is allowed only as the first opcode");
         if (vm->nops == 1 && op != OP_PROTO)
-            return VM_ERR(vm, PTC_EFORMAT, "the pickle does not start with PROTO 2 (first opcode %s)",
-                          ptc__pickle_opname(op) ? ptc__pickle_opname(op) : "unknown");
+            return VM_ERR_IF(vm, torch_starts_with(op), PTC_EFORMAT,
+                             "the pickle does not start with PROTO 2 (first opcode %s)",
+                             ptc__pickle_opname(op) ? ptc__pickle_opname(op) : "unknown");
         switch (op) {
         case OP_PROTO:
             if ((rc = read_bytes(vm, 1, &p, err)) < 0)
                 return rc;
+            /* Pickles of protocol 4 and 5 go on with FRAME, which torch refuses. */
             if (p[0] != 2)
-                return VM_ERR(vm, PTC_EFORMAT, "pickle protocol %u; checkpoints use protocol 2", p[0]);
+                return VM_ERR_IF(vm, vm->pos < vm->len && vm->data[vm->pos] != OP_FRAME,
+                                 PTC_EFORMAT, "pickle protocol %u; checkpoints use protocol 2",
+                                 p[0]);
             break;
         case OP_STOP:
+            /* torch returns the top of the innermost stack, whatever lies below or after it. */
             if (vm->nmarks)
-                return VM_ERR(vm, PTC_EFORMAT, "STOP with %zu MARK(s) still open", vm->nmarks);
+                return VM_ERR_IF(vm, vm->nstack > floor_of(vm), PTC_EFORMAT,
+                                 "STOP with %zu MARK(s) still open", vm->nmarks);
             if (vm->nstack != 1)
-                return VM_ERR(vm, PTC_EFORMAT, "STOP with %zu items on the stack (expected 1)",
-                              vm->nstack);
+                return VM_ERR_IF(vm, vm->nstack > 1, PTC_EFORMAT,
+                                 "STOP with %zu items on the stack (expected 1)", vm->nstack);
             *root = vm->stack[0];
             *consumed = vm->pos;
             if (!vm->p->allow_trailing && vm->pos != vm->len)
-                return ptc__err(err, PTC_EFORMAT, vm->p->member,
-                                (int64_t)(vm->p->base_offset + vm->pos),
-                                "%zu bytes after STOP", vm->len - vm->pos);
+                return ptc__err_stricter(err, PTC_EFORMAT, vm->p->member,
+                                         (int64_t)(vm->p->base_offset + vm->pos),
+                                         "%zu bytes after STOP", vm->len - vm->pos);
             return 0;
         case OP_MARK:
             if (vm->nmarks >= lim->max_depth)
-                return VM_ERR(vm, PTC_ELIMIT, "MARKs nest deeper than the limit %u", lim->max_depth);
+                return VM_STRICTER(vm, PTC_ELIMIT, "MARKs nest deeper than the limit %u",
+                                   lim->max_depth);
             if ((rc = grow_array(vm, (void **)&vm->marks, &vm->capmarks, vm->nmarks + 1,
                                  sizeof *vm->marks, err)) < 0)
                 return rc;
@@ -549,7 +692,7 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             int64_t x = op == OP_BININT ? (int64_t)(int32_t)ptc__le32(p)
                         : op == OP_BININT1 ? p[0] : ptc__le16(p);
             if (++vm->nobjects > lim->max_objects)
-                return VM_ERR(vm, PTC_ELIMIT, "too many objects");
+                return VM_STRICTER(vm, PTC_ELIMIT, "too many objects");
             if (!(v = ptc__value_int(vm->arena, x)))
                 return VM_ERR(vm, PTC_ENOMEM, "out of memory");
             if ((rc = push(vm, v, err)) < 0)
@@ -579,7 +722,7 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             uint32_t n = ptc__le32(p);
             if ((rc = read_bytes(vm, n, &p, err)) < 0)
                 return rc;
-            if ((rc = make_string(vm, PTC_VALUE_STR, p, n, err)) < 0)
+            if ((rc = make_string(vm, PTC_VALUE_STR, p, n, false, err)) < 0)
                 return rc;
             break;
         }
@@ -589,7 +732,7 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             size_t n = p[0];
             if ((rc = read_bytes(vm, n, &p, err)) < 0)
                 return rc;
-            if ((rc = make_string(vm, PTC_VALUE_STR, p, n, err)) < 0)
+            if ((rc = make_string(vm, PTC_VALUE_STR, p, n, true, err)) < 0)
                 return rc;
             break;
         }
@@ -651,9 +794,12 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                 return rc;
             ptc_value *args = vm->stack[vm->nstack - 1];
             ptc_value *fn = vm->stack[vm->nstack - 2];
+            /* torch unpacks a list of arguments as well (for an allowed callable). */
             if (args->kind != PTC_VALUE_TUPLE)
-                return VM_ERR(vm, PTC_EFORMAT, "%s arguments must be a tuple, not %s",
-                              ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)args->kind));
+                return VM_ERR_IF(vm, args->kind == PTC_VALUE_LIST && fn->kind == PTC_VALUE_GLOBAL,
+                                 PTC_EFORMAT, "%s arguments must be a tuple, not %s",
+                                 ptc__pickle_opname(op),
+                                 ptc_value_kind_name((ptc_value_kind)args->kind));
             if (fn->kind != PTC_VALUE_GLOBAL)
                 return VM_ERR(vm, PTC_EFORMAT, "%s on a %s, which is not callable",
                               ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)fn->kind));
@@ -663,7 +809,7 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             if (rc < 0)
                 return rc;
             if (++vm->nobjects > lim->max_objects)
-                return VM_ERR(vm, PTC_ELIMIT, "too many objects");
+                return VM_STRICTER(vm, PTC_ELIMIT, "too many objects");
             vm->nstack -= 2;
             if ((rc = push(vm, v, err)) < 0)
                 return rc;
@@ -724,9 +870,9 @@ int ptc__pickle_run(const uint8_t *data, size_t len, const ptc__pickle_params *p
                     size_t *consumed, ptc_error *err)
 {
     if (len > p->limits->max_pickle_bytes)
-        return ptc__err(err, PTC_ELIMIT, p->member, (int64_t)p->base_offset,
-                        "pickle of %zu bytes exceeds the limit of %llu", len,
-                        (unsigned long long)p->limits->max_pickle_bytes);
+        return ptc__err_stricter(err, PTC_ELIMIT, p->member, (int64_t)p->base_offset,
+                                 "pickle of %zu bytes exceeds the limit of %llu", len,
+                                 (unsigned long long)p->limits->max_pickle_bytes);
     ptc__vm vm = {.data = data, .len = len, .p = p, .arena = p->arena};
     size_t used = 0;
     ptc_value *result = NULL;

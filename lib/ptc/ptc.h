@@ -94,13 +94,19 @@ typedef enum ptc_errno {
 /* Detail of a failure. member is the record the problem was found in ("data.pkl", "data/3",
  * "byteorder", or "" for the container itself); offset is the byte offset inside that member (or
  * inside the file when member is ""), -1 when no offset applies. message is complete and printable:
- * every byte that came from the file is escaped. */
+ * every byte that came from the file is escaped. flags says more about the refusal:
+ * PTC_ERR_STRICTER marks a rule where ptc is deliberately stricter than torch 2.6, whose
+ * torch.load(weights_only=True) accepts what this error refuses (bytes after STOP, an unchecked CRC,
+ * an ambiguous zip, a cycle...). Without it, torch 2.6 refuses the file for the same reason. */
 typedef struct ptc_error {
     int code;
     int64_t offset;
     char member[128];
     char message[512];
+    unsigned flags;
 } ptc_error;
+
+#define PTC_ERR_STRICTER 0x1u
 
 PTC_API const char *ptc_strerror(int code); /* "malformed checkpoint"; never NULL */
 PTC_API const char *ptc_err_name(int code); /* "EFORMAT"; never NULL */
@@ -432,6 +438,120 @@ typedef struct ptc_save_params {
 PTC_API void ptc_save_params_default(ptc_save_params *p);
 PTC_API int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *params,
                      ptc_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Verifying untrusted files. ptc_verify never executes anything: it runs the same load as
+ * ptc_ckpt_open (the policy, the limits, every CRC checked) and, independently, a static scan of
+ * every pickle the bytes hold under every reading of the container: data.pkl and every other
+ * member, pickles after STOP, all legacy pickles, pickles inside members of a broken or ambiguous
+ * zip (found by their local headers) and of tar files. The report gives one verdict, every
+ * finding with its member, offset and escaped detail, every global referenced by any pickle, and
+ * a prediction of what torch 2.6's torch.load(weights_only=True) does with the file.
+ *
+ * Verdicts: PTC_VERDICT_UNSAFE when anything would reach a callable, class or loader outside the
+ * policy (a disallowed global, an opcode that imports or calls, TorchScript, a pickle hidden in
+ * another member or after STOP, a payload before a parse error); PTC_VERDICT_MALFORMED when the
+ * file is not a well-formed checkpoint under ptc's rules (structure, ambiguity, limits, CRC);
+ * PTC_VERDICT_OK when it loads under the policy. Unsafe wins over malformed.
+ */
+typedef enum ptc_verdict { PTC_VERDICT_OK, PTC_VERDICT_UNSAFE, PTC_VERDICT_MALFORMED } ptc_verdict;
+PTC_API const char *ptc_verdict_name(ptc_verdict v); /* "ok", "unsafe", "malformed" */
+
+/* What torch 2.6 would do with torch.load(path, weights_only=True): PTC_TORCH_UNKNOWN only where
+ * the container is ambiguous and the outcome depends on which member torch's zip reader picks. */
+typedef enum ptc_torch_answer { PTC_TORCH_LOADS, PTC_TORCH_REFUSES, PTC_TORCH_UNKNOWN } ptc_torch_answer;
+PTC_API const char *ptc_torch_answer_name(ptc_torch_answer a); /* "loads", "refuses", "unknown" */
+
+typedef struct ptc_finding {
+    ptc_verdict verdict; /* PTC_VERDICT_UNSAFE or PTC_VERDICT_MALFORMED */
+    int code;            /* PTC_EUNSAFE, PTC_EFORMAT, PTC_ECRC, PTC_ELIMIT ... */
+    const char *kind;    /* "global", "opcode", "torchscript", "hidden-pickle", "load", "crc" */
+    const char *member;  /* the record or zip member ("" for the file itself); escaped */
+    int64_t offset;      /* in the member (or the file when member is ""); -1 when none applies */
+    const char *detail;  /* printable, every byte from the file escaped */
+    int torch_refuses;   /* torch 2.6 refuses the file for this too; false where ptc is stricter */
+} ptc_finding;
+
+typedef struct ptc_global_ref {
+    const char *member; /* escaped */
+    int64_t offset;     /* of the opcode in the member */
+    const char *opcode; /* "GLOBAL", "INST", "STACK_GLOBAL", "EXT1" ... */
+    const char *global; /* "module.name" after torch's Python-2 mapping, escaped; NULL when the name
+                           is computed at run time */
+    int allowed;        /* by the policy verified against */
+    int torch_allows;   /* by torch 2.6's default weights-only allowlist */
+} ptc_global_ref;
+
+typedef struct ptc_verify_params {
+    const ptc_policy *policy; /* NULL: the default policy */
+    const ptc_limits *limits; /* NULL: ptc_limits_default() */
+} ptc_verify_params;
+
+typedef struct ptc_report ptc_report;
+
+/* Verify a file by path or in memory (buf borrowed for the call only). Returns 0 with a report
+ * whatever the verdict; < 0 only when no report could be made (the path cannot be opened or read:
+ * PTC_EIO; out of memory: PTC_ENOMEM). */
+PTC_API int ptc_verify(ptc_report **out, const char *path, const ptc_verify_params *params,
+                       ptc_error *err);
+PTC_API int ptc_verify_memory(ptc_report **out, const void *buf, size_t len,
+                              const ptc_verify_params *params, ptc_error *err);
+PTC_API void ptc_report_free(ptc_report *r);
+PTC_API ptc_verdict ptc_report_verdict(const ptc_report *r);
+/* The container as recognised ("zip", "legacy", "safetensors", "torchscript", "tar", "7z",
+ * "unknown"). */
+PTC_API const char *ptc_report_format(const ptc_report *r);
+PTC_API ptc_torch_answer ptc_report_torch(const ptc_report *r);
+PTC_API size_t ptc_report_nfindings(const ptc_report *r);
+PTC_API const ptc_finding *ptc_report_finding(const ptc_report *r, size_t i);
+PTC_API size_t ptc_report_nglobals(const ptc_report *r);
+PTC_API const ptc_global_ref *ptc_report_global(const ptc_report *r, size_t i);
+/* Findings and global references beyond the report's caps (4096 each) are counted, not kept. */
+PTC_API uint64_t ptc_report_dropped(const ptc_report *r);
+
+/* ---------------------------------------------------------------------------------------------
+ * Training torchvision's ResNet-18 (the tutorial "ResNet-18 on CIFAR-10", one process). A run is
+ * one call; nothing is printed: events arrive through log (one line each) and progress. The state
+ * dict saved loads with torchvision.models.resnet18(num_classes=10).load_state_dict(
+ * torch.load(path, weights_only=True)); see ptc-train(1) for every field's meaning.
+ */
+typedef struct ptc_train_params {
+    const char *dataset;  /* "cifar10" or "fashion-mnist" (default) */
+    const char *data_dir; /* NULL: ./data/cifar-10-batches-bin or /usr/share/datasets/fashion-mnist */
+    int64_t max_samples;  /* use only the first N images of each split; 0: all */
+    const char *arch;     /* "resnet18" (default) or "resnet18-cifar" */
+    const char *backend;  /* "ref" or "dnnl"; NULL: dnnl when built */
+    int threads;          /* 0: the backend's default */
+    int epochs;           /* 10 */
+    int64_t max_steps;    /* 0: no limit */
+    int batch_size;       /* 128 */
+    double lr, momentum, dampening, weight_decay; /* 0.01, 0.9, 0, 5e-4 */
+    int nesterov;
+    const char *schedule; /* "constant" (default), "step:S:G", "cosine", "cosine:W" */
+    uint64_t seed;
+    int shuffle, augment; /* 1, 1 */
+    int eval_every;       /* 2; 0: after the last epoch only */
+    const char *init, *save, *checkpoint, *resume, *metrics; /* paths or NULL */
+    void (*log)(void *ctx, const char *line);
+    void (*progress)(void *ctx, int epoch, int64_t done, int64_t total, double loss);
+    void *ctx;
+} ptc_train_params;
+
+typedef struct ptc_train_result {
+    int epochs_done;
+    int64_t steps;
+    double last_loss;
+    double test_accuracy, test_loss; /* of the last evaluation; -1 when none ran */
+    double train_images_per_sec;     /* measured after 10 warm-up steps */
+    double eval_images_per_sec;
+} ptc_train_result;
+
+PTC_API void ptc_train_params_default(ptc_train_params *p);
+PTC_API int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err);
+/* Test accuracy and mean cross-entropy of a state dict on p's dataset (dataset, data_dir,
+ * max_samples, arch, backend, threads and batch_size are used). */
+PTC_API int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accuracy,
+                         double *loss, int64_t *count, ptc_error *err);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,10 @@
  * then for each key: an int64 little-endian element count followed by count * element size bytes,
  * little-endian. Nothing may follow the last storage.
  *
+ * torch 2.6 is looser: it ignores sys_info, iterates the keys whatever holds them, reads a storage
+ * once per time its key is listed and leaves an unlisted one uninitialised, and never looks past
+ * the last storage it reads. Those refusals carry PTC_ERR_STRICTER.
+ *
  * Every pickle is scanned for references outside the policy before it runs. No storage memory is
  * allocated from a declared size: data is used in place when aligned, and copied (after its bytes
  * are proven present) when not.
@@ -25,15 +29,55 @@ static const uint8_t magic_long[10] = {0x6C, 0xFC, 0x9C, 0x46, 0xF9, 0x20, 0x6A,
 static const char *const part_names[5] = {"legacy magic", "legacy protocol", "legacy sys_info",
                                           "legacy object", "legacy keys"};
 
+/* The keys torch iterates: the items of a list, tuple or set, or a dict's keys. */
+static bool key_items(const ptc_value *v, ptc_value *const **items, size_t *n)
+{
+    switch (v->kind) {
+    case PTC_VALUE_LIST:
+    case PTC_VALUE_TUPLE:
+    case PTC_VALUE_SET:
+        *items = v->u.seq.items;
+        *n = v->u.seq.n;
+        return true;
+    case PTC_VALUE_DICT:
+        *items = v->u.dict.keys;
+        *n = v->u.dict.n;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Whether torch finds the storage of every key (it asserts that each key was declared). */
+static bool torch_finds_keys(ptc_ckpt *c, const ptc_value *keys)
+{
+    ptc_value *const *items;
+    size_t n;
+    if (!key_items(keys, &items, &n))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        const ptc_value *k = items[i];
+        const ptc_storage *s =
+            k->kind == PTC_VALUE_STR ? ptc__ckpt_find_storage(c, k->u.s.p) : NULL;
+        if (!s || s->parent)
+            return false;
+    }
+    return true;
+}
+
 int ptc__load_legacy(ptc_ckpt *c, ptc_error *err)
 {
     c->legacy_mode = true;
     uint64_t size = ptc__source_size(c->src);
     const uint8_t *data = ptc__source_map(c->src);
     if (!data) {
-        /* Callback sources: the stream is sequential, so it is read whole (within the budget). */
-        if (size > SIZE_MAX || ptc__budget_take(&c->budget, size, err, "", 0) < 0)
-            return PTC_ELIMIT;
+        /* Callback sources: the stream is sequential, so it is read whole (within the budget,
+         * a limit torch does not have). */
+        if (size > SIZE_MAX || ptc__budget_take(&c->budget, size, NULL, "", 0) < 0)
+            return ptc__err_stricter(err, PTC_ELIMIT, "", 0,
+                                     "reading the stream of %llu bytes would exceed the heap "
+                                     "limit of %llu bytes",
+                                     (unsigned long long)size, (unsigned long long)c->budget.limit);
         uint8_t *buf = ptc__arena_alloc(c->arena, (size_t)size);
         if (!buf)
             return ptc__err(err, PTC_ENOMEM, "", 0, "out of memory reading the stream");
@@ -65,15 +109,15 @@ int ptc__load_legacy(ptc_ckpt *c, ptc_error *err)
             break;
         case 2:
             if (v->kind != PTC_VALUE_DICT)
-                return ptc__err(err, PTC_EFORMAT, part_names[i], (int64_t)pos,
-                                "sys_info is a %s, not a dict",
-                                ptc_value_kind_name((ptc_value_kind)v->kind));
+                return ptc__err_stricter(err, PTC_EFORMAT, part_names[i], (int64_t)pos,
+                                         "sys_info is a %s, not a dict",
+                                         ptc_value_kind_name((ptc_value_kind)v->kind));
             break;
         case 4:
             if (v->kind != PTC_VALUE_LIST)
-                return ptc__err(err, PTC_EFORMAT, part_names[i], (int64_t)pos,
-                                "the storage key list is a %s, not a list",
-                                ptc_value_kind_name((ptc_value_kind)v->kind));
+                return PTC__ERR_IF(torch_finds_keys(c, v), PTC_EFORMAT, part_names[i], (int64_t)pos,
+                                   "the storage key list is a %s, not a list",
+                                   ptc_value_kind_name((ptc_value_kind)v->kind));
             break;
         default: break;
         }
@@ -87,9 +131,9 @@ int ptc__load_legacy(ptc_ckpt *c, ptc_error *err)
     for (size_t i = 0; i < c->nstorages; i++)
         nroots += c->storages[i]->parent == NULL;
     if (keys->u.seq.n != nroots)
-        return ptc__err(err, PTC_EFORMAT, "legacy keys", -1,
-                        "the key list names %zu storages but the object declares %zu",
-                        keys->u.seq.n, nroots);
+        return PTC__ERR_IF(torch_finds_keys(c, keys), PTC_EFORMAT, "legacy keys", -1,
+                           "the key list names %zu storages but the object declares %zu",
+                           keys->u.seq.n, nroots);
     for (size_t i = 0; i < keys->u.seq.n; i++) {
         const ptc_value *k = keys->u.seq.items[i];
         if (k->kind != PTC_VALUE_STR)
@@ -99,7 +143,8 @@ int ptc__load_legacy(ptc_ckpt *c, ptc_error *err)
             return ptc__err(err, PTC_EFORMAT, "legacy keys", -1,
                             "key %zu names no storage declared by the object", i);
         if (s->mapped || s->owned) /* already read: the key was listed before */
-            return ptc__err(err, PTC_EFORMAT, "legacy keys", -1, "storage key listed twice");
+            return ptc__err_stricter(err, PTC_EFORMAT, "legacy keys", -1,
+                                     "storage key listed twice");
         size_t es = ptc_dtype_size(s->dtype);
         if (size - pos < 8)
             return ptc__err(err, PTC_EFORMAT, "", (int64_t)pos,
@@ -117,8 +162,12 @@ int ptc__load_legacy(ptc_ckpt *c, ptc_error *err)
                             (long long)s->nbytes, (unsigned long long)(size - pos));
         const uint8_t *p = data + pos;
         if (((uintptr_t)p % es) != 0 || (c->flags & PTC_OPEN_COPY)) {
-            if (ptc__budget_take(&c->budget, (uint64_t)s->nbytes, err, "", (int64_t)pos) < 0)
-                return PTC_ELIMIT;
+            if (ptc__budget_take(&c->budget, (uint64_t)s->nbytes, NULL, "", (int64_t)pos) < 0)
+                return ptc__err_stricter(err, PTC_ELIMIT, "", (int64_t)pos,
+                                         "copying storage %s of %lld bytes would exceed the heap "
+                                         "limit of %llu bytes",
+                                         s->key, (long long)s->nbytes,
+                                         (unsigned long long)c->budget.limit);
             void *copy = ptc__malloc(s->nbytes ? (size_t)s->nbytes : 1);
             if (!copy)
                 return ptc__err(err, PTC_ENOMEM, "", (int64_t)pos, "out of memory");
@@ -132,8 +181,9 @@ int ptc__load_legacy(ptc_ckpt *c, ptc_error *err)
         pos += (uint64_t)s->nbytes;
     }
     if (pos != size)
-        return ptc__err(err, PTC_EFORMAT, "", (int64_t)pos,
-                        "%llu bytes follow the last storage", (unsigned long long)(size - pos));
+        return ptc__err_stricter(err, PTC_EFORMAT, "", (int64_t)pos,
+                                 "%llu bytes follow the last storage",
+                                 (unsigned long long)(size - pos));
     /* Views share their root's bytes. */
     for (size_t i = 0; i < c->nstorages; i++) {
         ptc_storage *s = c->storages[i];

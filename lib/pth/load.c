@@ -3,14 +3,19 @@
  * data.pkl, storages bound to data/<key> records) and the handle's accessors.
  *
  * Dispatch mirrors torch.load (threat model P8): "PK\3\4" at offset 0 is a zip checkpoint; the
- * 15-byte magic pickle of the legacy stream is a legacy checkpoint; a tar header (pre-0.1.10 format)
- * and the "PYTORCH1" preview format are recognised and refused; anything else is not a checkpoint.
- * A zip that holds constants.pkl or code/ is TorchScript and refused: it carries code.
+ * 15-byte magic pickle of the legacy stream is a legacy checkpoint; a tar header (pre-0.1.10
+ * format) and the "PYTORCH1" preview format are recognised and refused; anything else is not a
+ * checkpoint. A zip that holds constants.pkl or code/ is TorchScript and refused: it carries code.
  *
  * Records a torch checkpoint may hold (name after the prefix): data.pkl, byteorder, version,
  * .data/version, .data/serialization_id, .format_version, .storage_alignment and data/<key> for
  * every storage the pickle declares. Anything else, or a data/<key> no storage claims, is refused:
  * a reader that ignores extra members is how pickles get smuggled past scanners.
+ *
+ * torch 2.6 reads the version record, refuses TorchScript (which it recognises by constants.pkl
+ * alone), reads byteorder and data.pkl, and ignores every other record: code/, unexpected members,
+ * orphan records and records of the wrong size are refusals of ptc's own (PTC_ERR_STRICTER). The
+ * checks run in torch's order, so that a file both refuse is reported for the reason torch gives.
  */
 #include "pth/pth.h"
 
@@ -82,11 +87,11 @@ static int bind_record(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
     if (!e)
         return ptc__err(err, PTC_EFORMAT, "data.pkl", -1,
                         "storage \"%s\" has no record %s/%s", s->key, c->prefix, name);
-    if (e->size != (uint64_t)s->nbytes)
-        return ptc__err(err, PTC_EFORMAT, name, -1,
-                        "record holds %llu bytes but its storage declares %lld (%s)",
-                        (unsigned long long)e->size, (long long)s->nbytes,
-                        ptc_dtype_name(s->dtype));
+    if (e->size != (uint64_t)s->nbytes) /* torch 2.6 takes the record whatever its size */
+        return ptc__err_stricter(err, PTC_EFORMAT, name, -1,
+                                 "record holds %llu bytes but its storage declares %lld (%s)",
+                                 (unsigned long long)e->size, (long long)s->nbytes,
+                                 ptc_dtype_name(s->dtype));
     const uint8_t *data;
     void *owned = NULL;
     int rc = ptc__zip_read(c->zip, e, &data, &owned, err);
@@ -96,8 +101,12 @@ static int bind_record(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
     bool swap = c->big_endian && !s->untyped && ptc__dtype_info_of(s->dtype)->swap > 1;
     bool aligned = ((uintptr_t)data % es) == 0;
     if (!owned && (swap || !aligned || (c->flags & PTC_OPEN_COPY))) {
-        if (ptc__budget_take(&c->budget, e->size, err, name, -1) < 0)
-            return PTC_ELIMIT;
+        if (ptc__budget_take(&c->budget, e->size, NULL, name, -1) < 0)
+            return ptc__err_stricter(err, PTC_ELIMIT, name, -1,
+                                     "copying its %llu bytes would exceed the heap limit of %llu "
+                                     "bytes",
+                                     (unsigned long long)e->size,
+                                     (unsigned long long)c->budget.limit);
         owned = ptc__malloc((size_t)e->size);
         if (!owned) {
             ptc__budget_give(&c->budget, e->size);
@@ -208,6 +217,21 @@ static int small_record(ptc_ckpt *c, const ptc__zip_entry *e, char *buf, size_t 
     return 0;
 }
 
+/* Whether torch 2.6 reads this version: std::stoull (white space, an optional '+', decimal
+ * digits, and whatever follows them ignored; a '-' wraps to a huge value), within 1 to 10. */
+static bool torch_version_ok(const char *s, size_t n)
+{
+    size_t i = 0, start;
+    while (i < n && (s[i] == ' ' || (s[i] >= '\t' && s[i] <= '\r')))
+        i++;
+    if (i < n && s[i] == '+')
+        i++;
+    uint64_t v = 0;
+    for (start = i; i < n && s[i] >= '0' && s[i] <= '9' && v <= 10; i++)
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    return i > start && v >= 1 && v <= 10;
+}
+
 static int check_version(ptc_ckpt *c, ptc_error *err)
 {
     const ptc__zip_entry *e = ptc__zip_find(c->zip, ".data/version");
@@ -220,8 +244,9 @@ static int check_version(ptc_ckpt *c, ptc_error *err)
     if (rc < 0)
         return rc;
     size_t n = strlen(buf);
+    bool torch_ok = torch_version_ok(buf, (size_t)e->size);
     if (n != e->size)
-        return ptc__err(err, PTC_EFORMAT, e->record, 0, "version holds a NUL byte");
+        return PTC__ERR_IF(torch_ok, PTC_EFORMAT, e->record, 0, "version holds a NUL byte");
     if (n && buf[n - 1] == '\n')
         buf[--n] = '\0';
     uint64_t v = 0;
@@ -231,9 +256,9 @@ static int check_version(ptc_ckpt *c, ptc_error *err)
         v = v * 10 + (uint64_t)(buf[i] - '0');
     }
     if (!ok) {
-        char esc[96];
-        return ptc__err(err, PTC_EFORMAT, e->record, 0, "cannot parse version \"%s\"",
-                        ptc__escape(esc, sizeof esc, buf, n, false));
+        char esc[96]; /* torch reads " 3", "3 ", "+3", "0003", "3.0" */
+        return PTC__ERR_IF(torch_ok, PTC_EFORMAT, e->record, 0, "cannot parse version \"%s\"",
+                           ptc__escape(esc, sizeof esc, buf, n, false));
     }
     if (v < 1 || v > 10)
         return ptc__err(err, PTC_EFORMAT, e->record, 0,
@@ -270,27 +295,35 @@ int ptc__load_zip(ptc_ckpt *c, ptc_error *err)
         return rc;
     c->prefix = ptc__zip_prefix(c->zip);
     size_t n = ptc__zip_count(c->zip);
+    if ((rc = check_version(c, err)) < 0)
+        return rc;
+    if (ptc__zip_find(c->zip, "constants.pkl"))
+        return ptc__err(err, PTC_EUNSUPPORTED, "constants.pkl", -1,
+                        "this is a TorchScript archive; ptc refuses TorchScript because it "
+                        "carries code (torch.load refuses it with weights_only=True too)");
+    if ((rc = check_byteorder(c, err)) < 0)
+        return rc;
+    const ptc__zip_entry *pkl = ptc__zip_find(c->zip, "data.pkl");
+    if (!pkl)
+        return ptc__err(err, PTC_EFORMAT, "", -1, "the archive has no data.pkl record");
     for (size_t i = 0; i < n; i++) {
         const char *r = ptc__zip_entry_at(c->zip, i)->record;
-        if (strcmp(r, "constants.pkl") == 0 || strncmp(r, "code/", 5) == 0)
-            return ptc__err(err, PTC_EUNSUPPORTED, r, -1,
-                            "this is a TorchScript archive; ptc refuses TorchScript because it "
-                            "carries code (torch.load refuses it with weights_only=True too)");
+        if (strncmp(r, "code/", 5) == 0)
+            return ptc__err_stricter(err, PTC_EUNSUPPORTED, r, -1,
+                                     "this is a TorchScript archive; ptc refuses TorchScript "
+                                     "because it carries code (torch.load reads data.pkl and "
+                                     "ignores code/ without constants.pkl)");
     }
     for (size_t i = 0; i < n; i++) {
         const char *r = ptc__zip_entry_at(c->zip, i)->record;
         if (!record_allowed(r)) {
             char esc[160];
-            return ptc__err(err, PTC_EFORMAT, "", (int64_t)ptc__zip_entry_at(c->zip, i)->header_offset,
-                            "unexpected member \"%s\" in a checkpoint",
-                            ptc__escape(esc, sizeof esc, r, strlen(r), true));
+            return ptc__err_stricter(err, PTC_EFORMAT, "",
+                                     (int64_t)ptc__zip_entry_at(c->zip, i)->header_offset,
+                                     "unexpected member \"%s\" in a checkpoint",
+                                     ptc__escape(esc, sizeof esc, r, strlen(r), true));
         }
     }
-    if ((rc = check_version(c, err)) < 0 || (rc = check_byteorder(c, err)) < 0)
-        return rc;
-    const ptc__zip_entry *pkl = ptc__zip_find(c->zip, "data.pkl");
-    if (!pkl)
-        return ptc__err(err, PTC_EFORMAT, "", -1, "the archive has no data.pkl record");
     const uint8_t *data;
     void *owned = NULL;
     if ((rc = ptc__zip_read(c->zip, pkl, &data, &owned, err)) < 0)
@@ -310,8 +343,8 @@ int ptc__load_zip(ptc_ckpt *c, ptc_error *err)
         const char *r = ptc__zip_entry_at(c->zip, i)->record;
         if (strncmp(r, "data/", 5) == 0 && !ptc__ckpt_find_storage(c, r + 5)) {
             char esc[96];
-            return ptc__err(err, PTC_EFORMAT, r, -1, "record %s belongs to no storage",
-                            ptc__escape(esc, sizeof esc, r, strlen(r), true));
+            return ptc__err_stricter(err, PTC_EFORMAT, r, -1, "record %s belongs to no storage",
+                                     ptc__escape(esc, sizeof esc, r, strlen(r), true));
         }
     }
     return 0;

@@ -227,17 +227,18 @@ int ptc_policy_allows(const ptc_policy *p, const char *module, const char *name)
 typedef struct prescan_ctx {
     const ptc_policy *policy;
     const char *member;
+    bool after_stop; /* the scan is past the pickle's first STOP */
     ptc_error *err;
 } prescan_ctx;
 
-static int prescan_item(void *ud, const ptc__scan_item *it)
+/* The verdict on one item; e gets the message without member and offset. */
+static int prescan_check(const ptc_policy *policy, const ptc__scan_item *it, ptc_error *e)
 {
-    prescan_ctx *c = ud;
     char em[160], en[160];
     switch (it->kind) {
     case PTC__SCAN_GLOBAL: {
         if (it->opcode != 'c') /* STACK_GLOBAL or INST: names computed or called directly */
-            return ptc__err(c->err, PTC_EUNSAFE, c->member, (int64_t)it->offset,
+            return ptc__err(e, PTC_EUNSAFE, "", -1,
                             "%s %s.%s reaches a callable outside the weights-only subset",
                             ptc__pickle_opname(it->opcode),
                             ptc__escape(em, sizeof em, it->module, it->module_len, true),
@@ -246,7 +247,7 @@ static int prescan_item(void *ud, const ptc__scan_item *it)
             it->name_len != strlen(it->name) ||
             !ptc__utf8_valid((const uint8_t *)it->module, it->module_len) ||
             !ptc__utf8_valid((const uint8_t *)it->name, it->name_len))
-            return ptc__err(c->err, PTC_EUNSAFE, c->member, (int64_t)it->offset,
+            return ptc__err(e, PTC_EUNSAFE, "", -1,
                             "GLOBAL %s.%s is not a valid name and not allowed",
                             ptc__escape(em, sizeof em, it->module, it->module_len, false),
                             ptc__escape(en, sizeof en, it->name, it->name_len, false));
@@ -254,16 +255,15 @@ static int prescan_item(void *ud, const ptc__scan_item *it)
         ptc__pickle_map_name(&m, &n);
         ptc__gid id;
         ptc_dtype dt;
-        return ptc__policy_lookup(c->policy, m, n, &id, &dt, c->member, (int64_t)it->offset, c->err);
+        return ptc__policy_lookup(policy, m, n, &id, &dt, "", -1, e);
     }
     case PTC__SCAN_DYNAMIC:
-        return ptc__err(c->err, PTC_EUNSAFE, c->member, (int64_t)it->offset,
+        return ptc__err(e, PTC_EUNSAFE, "", -1,
                         "%s computes a global at run time and is not allowed",
                         ptc__pickle_opname(it->opcode));
     case PTC__SCAN_OPCODE:
         if (it->opcode == 'o' || it->opcode == 0x92)
-            return ptc__err(c->err, PTC_EUNSAFE, c->member, (int64_t)it->offset,
-                            "opcode %s calls a class and is not allowed",
+            return ptc__err(e, PTC_EUNSAFE, "", -1, "opcode %s calls a class and is not allowed",
                             ptc__pickle_opname(it->opcode));
         return 0;
     default:
@@ -271,13 +271,35 @@ static int prescan_item(void *ud, const ptc__scan_item *it)
     }
 }
 
+static int prescan_item(void *ud, const ptc__scan_item *it)
+{
+    prescan_ctx *c = ud;
+    ptc_error e;
+    int rc = prescan_check(c->policy, it, &e);
+    if (rc == 0)
+        return 0;
+    /* torch 2.6 never reads past the first STOP: what the scan refuses there, ptc alone does. */
+    if (c->after_stop)
+        return ptc__err_stricter(c->err, rc, c->member, (int64_t)it->offset, "%s", e.message);
+    return ptc__err(c->err, rc, c->member, (int64_t)it->offset, "%s", e.message);
+}
+
 int ptc__pth_prescan(const ptc_policy *p, const uint8_t *data, size_t len, const char *member,
                      uint64_t base_offset, bool whole, size_t *consumed, ptc_error *err)
 {
-    prescan_ctx c = {p, member, err};
+    prescan_ctx c = {p, member, false, err};
     ptc_error scan_err;
-    int rc = ptc__pickle_scan(data, len, member, base_offset, !whole, prescan_item, &c, consumed,
+    size_t first = 0, rest = 0;
+    int rc = ptc__pickle_scan(data, len, member, base_offset, true, prescan_item, &c, &first,
                               &scan_err);
+    /* With whole, the bytes after the first STOP are scanned as well, on their own. */
+    if (rc == 0 && whole && first < len) {
+        c.after_stop = true;
+        rc = ptc__pickle_scan(data + first, len - first, member, base_offset + first, false,
+                              prescan_item, &c, &rest, &scan_err);
+    }
+    if (consumed)
+        *consumed = first + rest;
     if (rc == PTC_EUNSAFE)
         return rc; /* err was filled by prescan_item */
     /* A structural problem found by the scan is left for the machine to report precisely. */

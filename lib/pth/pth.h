@@ -9,6 +9,11 @@
 #include "pickle/pickle.h"
 #include "tensor/tensor.h"
 
+/* ptc__err, or ptc__err_stricter (PTC_ERR_STRICTER) when stricter says that torch 2.6 would
+ * accept what is refused; err is the ptc_error * in scope. */
+#define PTC__ERR_IF(stricter, ...) \
+    ((stricter) ? ptc__err_stricter(err, __VA_ARGS__) : ptc__err(err, __VA_ARGS__))
+
 /* What an allowed global is; stored in ptc_value.u.g.id of PTC_VALUE_GLOBAL values. */
 typedef enum ptc__gid {
     G_NONE = 0,

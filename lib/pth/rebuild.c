@@ -6,12 +6,25 @@
  * Every call is checked for the exact argument shape torch.save produces (threat model P5);
  * anything else is PTC_EFORMAT, and allowed callables ptc does not implement (sparse, quantized,
  * nested, meta and wrapper tensors) are PTC_EUNSUPPORTED.
+ *
+ * torch 2.6 calls the same functions with whatever arguments the pickle gives: where Python would
+ * accept what ptc refuses (an iterable other than the one torch.save writes, a codec other than
+ * latin1, a rebuild ptc does not implement, a storage location it cannot restore to while loading
+ * with map_location='cpu'), the refusal carries PTC_ERR_STRICTER. Within a call, the checks torch
+ * shares come first, so that a call both refuse is reported for the reason torch gives.
  */
 #include "pth/pth.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define HOOK_ERR(code, ...) ptc__err(err, code, ptc__vm_member(vm), ptc__vm_offset(vm), __VA_ARGS__)
+/* A refusal torch 2.6 would not make (PTC_ERR_STRICTER). */
+#define HOOK_STRICTER(code, ...) \
+    ptc__err_stricter(err, code, ptc__vm_member(vm), ptc__vm_offset(vm), __VA_ARGS__)
+/* HOOK_ERR, or HOOK_STRICTER when stricter is true. */
+#define HOOK_ERR_IF(stricter, code, ...) \
+    PTC__ERR_IF(stricter, code, ptc__vm_member(vm), ptc__vm_offset(vm), __VA_ARGS__)
 
 static const char *kind_name(const ptc_value *v)
 {
@@ -89,16 +102,194 @@ static bool empty_hooks(const ptc_value *v)
     return v->kind == PTC_VALUE_DICT && v->u.dict.n == 0 && !v->u.dict.attrs;
 }
 
-/* Reads a tuple of ints into an arena array. */
+static bool is_number(const ptc_value *v)
+{
+    return v->kind == PTC_VALUE_INT || v->kind == PTC_VALUE_FLOAT || v->kind == PTC_VALUE_BOOL;
+}
+
+/* A tuple, list or torch.Size: the sequences Python unpacks and iterates alike. */
+static bool is_seq(const ptc_value *v)
+{
+    return v->kind == PTC_VALUE_TUPLE || v->kind == PTC_VALUE_LIST || v->kind == PTC_VALUE_SIZE;
+}
+
+/* A sequence of ints (lo to hi inclusive). */
+static bool int_seq(const ptc_value *v, int64_t lo, int64_t hi)
+{
+    if (!is_seq(v))
+        return false;
+    for (size_t i = 0; i < v->u.seq.n; i++) {
+        int64_t x;
+        if (!get_int(v->u.seq.items[i], &x) || x < lo || x > hi)
+            return false;
+    }
+    return true;
+}
+
+/* Whether Python iterates v into hashable items: set(v) and Counter(v) succeed. */
+static bool iterable_of_hashables(const ptc_value *v)
+{
+    switch (v->kind) {
+    case PTC_VALUE_STR:
+    case PTC_VALUE_BYTES:
+    case PTC_VALUE_DICT:
+        return true;
+    case PTC_VALUE_TUPLE:
+    case PTC_VALUE_LIST:
+    case PTC_VALUE_SET:
+    case PTC_VALUE_SIZE:
+        for (size_t i = 0; i < v->u.seq.n; i++)
+            if (!ptc__value_hashable(v->u.seq.items[i]))
+                return false;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Whether OrderedDict(v) succeeds for a v that is not a dict: a sequence of key-value pairs. */
+static bool pairs(const ptc_value *v)
+{
+    if (!is_seq(v) && v->kind != PTC_VALUE_SET)
+        return false;
+    for (size_t i = 0; i < v->u.seq.n; i++) {
+        const ptc_value *p = v->u.seq.items[i];
+        if (!is_seq(p) || p->u.seq.n != 2 || !ptc__value_hashable(p->u.seq.items[0]))
+            return false;
+    }
+    return true;
+}
+
+/* Python's codec lookup name: ASCII letters lowered, every run of other characters but '.' one
+ * '_' (encodings.normalize_encoding). */
+static void codec_name(const ptc_value *v, char *out, size_t cap)
+{
+    size_t o = 0;
+    bool punct = false;
+    for (size_t i = 0; i < v->u.s.n && o + 2 < cap; i++) {
+        char ch = v->u.s.p[i];
+        bool alnum =
+            (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9');
+        if (alnum || ch == '.') {
+            if (punct && o)
+                out[o++] = '_';
+            out[o++] = ch >= 'A' && ch <= 'Z' ? (char)(ch - 'A' + 'a') : ch;
+            punct = false;
+        } else {
+            punct = true;
+        }
+    }
+    out[o] = '\0';
+}
+
+/* Whether Python's _codecs.encode(args...) succeeds (bytes_only: bytearray(args...), which needs
+ * bytes out): a str, an optional codec and an optional error handler. Known are the codecs that
+ * take any str ptc can hold (UTF-8, and rot13 from str to str) and those that take the str when
+ * its characters are in range (ASCII, latin-1) or an error handler replaces the others. */
+static bool python_encodes(const ptc_value *args, bool bytes_only)
+{
+    static const char *const utf8[] = {"utf_8", "utf8", "u8", "utf", "cp65001"};
+    static const char *const latin1[] = {"latin_1", "latin1", "iso8859_1", "iso_8859_1", "l1",
+                                         "latin",   "8859",   "cp819",     "iso_ir_100"};
+    static const char *const ascii[] = {"ascii", "us_ascii", "646", "us"};
+    static const char *const handlers[] = {
+        "strict", "ignore", "replace", "backslashreplace", "xmlcharrefreplace", "namereplace"};
+    size_t n = args->u.seq.n;
+    ptc_value **a = args->u.seq.items;
+    if (n < 1 || n > 3 || a[0]->kind != PTC_VALUE_STR || (n >= 2 && a[1]->kind != PTC_VALUE_STR))
+        return false;
+    bool strict = true;
+    if (n == 3) {
+        bool known = false;
+        for (size_t i = 0; i < sizeof handlers / sizeof *handlers; i++)
+            known |= is_str(a[2], handlers[i]);
+        if (!known)
+            return false;
+        strict = is_str(a[2], "strict");
+    }
+    if (n == 1)
+        return !bytes_only; /* bytearray(str) wants an encoding */
+    char name[40];
+    codec_name(a[1], name, sizeof name);
+    for (size_t i = 0; i < sizeof utf8 / sizeof *utf8; i++)
+        if (strcmp(name, utf8[i]) == 0)
+            return true;
+    if (strcmp(name, "rot13") == 0 || strcmp(name, "rot_13") == 0)
+        return !bytes_only;
+    unsigned max = 0;
+    for (size_t i = 0; i < sizeof latin1 / sizeof *latin1; i++)
+        if (strcmp(name, latin1[i]) == 0)
+            max = 0xFF;
+    for (size_t i = 0; i < sizeof ascii / sizeof *ascii; i++)
+        if (strcmp(name, ascii[i]) == 0)
+            max = 0x7F;
+    if (max == 0)
+        return false;
+    if (!strict)
+        return true;
+    /* Beyond U+007F the UTF-8 lead bytes are C2 and up, beyond U+00FF C4 and up. */
+    const uint8_t *p = (const uint8_t *)a[0]->u.s.p;
+    for (size_t i = 0; i < a[0]->u.s.n; i++)
+        if (p[i] >= 0x80 && (max == 0x7F || p[i] >= 0xC4))
+            return false;
+    return true;
+}
+
+/* Whether complex(s) parses s, roughly: digits, signs, points, exponents, j and parentheses. */
+static bool complex_text(const ptc_value *s)
+{
+    bool digit = false;
+    for (size_t i = 0; i < s->u.s.n; i++) {
+        char ch = s->u.s.p[i];
+        if (ch >= '0' && ch <= '9')
+            digit = true;
+        else if (ch == '\0' || !strchr("+-.eEjJ() _", ch))
+            return false;
+    }
+    return digit;
+}
+
+/* Whether s names a torch.layout, as torch.serialization._get_layout looks them up. */
+static bool layout_name(const ptc_value *s)
+{
+    static const char *const names[] = {"torch.strided",    "torch.sparse_coo", "torch.sparse_csr",
+                                        "torch.sparse_csc", "torch.sparse_bsr", "torch.sparse_bsc",
+                                        "torch._mkldnn",    "torch.jagged"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (is_str(s, names[i]))
+            return true;
+    return false;
+}
+
+/* Whether torch's legacy constructor (torch.Tensor(...), torch.FloatTensor(...), also reached by
+ * NEWOBJ) takes these arguments: nothing, sizes, a sequence of numbers, or a tensor. */
+static bool legacy_ctor_args(const ptc_value *args)
+{
+    size_t n = args->u.seq.n;
+    ptc_value **a = args->u.seq.items;
+    if (n == 1 && (a[0]->kind == PTC_VALUE_TENSOR || a[0]->kind == PTC_VALUE_SIZE))
+        return true;
+    if (n == 1 && is_seq(a[0])) {
+        for (size_t i = 0; i < a[0]->u.seq.n; i++)
+            if (!is_number(a[0]->u.seq.items[i]))
+                return false;
+        return true;
+    }
+    for (size_t i = 0; i < n; i++) {
+        int64_t x;
+        if (!get_int(a[i], &x) || x < 0)
+            return false;
+    }
+    return true;
+}
+
+/* Reads a tuple of ints into an arena array; torch takes a list as well, which the caller
+ * refuses after the checks torch makes. */
 static int int_tuple(ptc__vm *vm, const ptc_value *t, const char *what, int64_t **out, int *n,
                      ptc_error *err)
 {
-    if (t->kind != PTC_VALUE_TUPLE && t->kind != PTC_VALUE_SIZE)
+    if (!is_seq(t))
         return HOOK_ERR(PTC_EFORMAT, "tensor %s must be a tuple of ints, not %s", what, kind_name(t));
-    const ptc_limits *lim = ptc__vm_limits(vm);
-    if (t->u.seq.n > lim->max_ndim)
-        return HOOK_ERR(PTC_EFORMAT, "tensor %s has %zu dimensions (limit %u)", what, t->u.seq.n,
-                        lim->max_ndim);
     int64_t *a = ptc__arena_alloc(ptc__vm_arena(vm), (t->u.seq.n ? t->u.seq.n : 1) * sizeof *a);
     if (!a)
         return HOOK_ERR(PTC_ENOMEM, "out of memory");
@@ -110,10 +301,11 @@ static int int_tuple(ptc__vm *vm, const ptc_value *t, const char *what, int64_t 
     return 0;
 }
 
-/* The tensor's metadata dict of _rebuild_tensor_v2/v3: {'conj': True} and/or {'neg': True}. */
+/* The tensor's metadata dict of _rebuild_tensor_v2/v3: {'conj': True} and/or {'neg': True}.
+ * torch skips a metadata argument that is false (an empty list, say), which the caller refuses. */
 static int apply_metadata(ptc__vm *vm, ptc_tensor *t, const ptc_value *md, ptc_error *err)
 {
-    if (md->kind == PTC_VALUE_NONE)
+    if (md->kind == PTC_VALUE_NONE || (md->kind != PTC_VALUE_DICT && !ptc__value_truthy(md)))
         return 0;
     if (md->kind != PTC_VALUE_DICT)
         return HOOK_ERR(PTC_EFORMAT, "tensor metadata must be a dict, not %s", kind_name(md));
@@ -157,6 +349,15 @@ static int rebuild_tensor(ptc__vm *vm, ptc_ckpt *c, const ptc_value *args, bool 
     t->dtype = s->dtype;
     if (!get_int(a[1], &t->offset))
         return HOOK_ERR(PTC_EFORMAT, "tensor storage offset is not an int");
+    /* torch has no limit on dimensions; ptc checks its own before allocating. */
+    const ptc_limits *lim = ptc__vm_limits(vm);
+    size_t n_size = is_seq(a[2]) ? a[2]->u.seq.n : 0, n_stride = is_seq(a[3]) ? a[3]->u.seq.n : 0;
+    if (n_size > lim->max_ndim || n_stride > lim->max_ndim)
+        return HOOK_ERR_IF(int_seq(a[2], INT64_MIN, INT64_MAX) &&
+                               int_seq(a[3], INT64_MIN, INT64_MAX) && n_size == n_stride,
+                           PTC_EFORMAT, "tensor %s has %zu dimensions (limit %u)",
+                           n_size > lim->max_ndim ? "size" : "stride",
+                           n_size > lim->max_ndim ? n_size : n_stride, lim->max_ndim);
     int nd1, nd2;
     int rc = int_tuple(vm, a[2], "size", &t->shape, &nd1, err);
     if (rc < 0 || (rc = int_tuple(vm, a[3], "stride", &t->stride, &nd2, err)) < 0)
@@ -164,28 +365,35 @@ static int rebuild_tensor(ptc__vm *vm, ptc_ckpt *c, const ptc_value *args, bool 
     if (nd1 != nd2)
         return HOOK_ERR(PTC_EFORMAT, "tensor size has %d dimensions but stride has %d", nd1, nd2);
     t->ndim = nd1;
-    if (!old) {
-        if (!get_bool(a[4], &t->requires_grad))
-            return HOOK_ERR(PTC_EFORMAT, "requires_grad is not a bool");
-        if (!empty_hooks(a[5]))
-            return HOOK_ERR(PTC_EFORMAT, "backward hooks must be an empty OrderedDict");
-    }
+    if (!old && !get_bool(a[4], &t->requires_grad))
+        return HOOK_ERR(PTC_EFORMAT, "requires_grad is not a bool");
     if (v3) {
         if (a[6]->kind != PTC_VALUE_DTYPE)
             return HOOK_ERR(PTC_EFORMAT, "_rebuild_tensor_v3 dtype argument is a %s",
                             kind_name(a[6]));
-        if (!s->untyped && s->dtype != a[6]->u.dt)
-            return HOOK_ERR(PTC_EFORMAT, "tensor dtype %s differs from its %s storage",
-                            ptc_dtype_name(a[6]->u.dt), ptc_dtype_name(s->dtype));
         t->dtype = a[6]->u.dt;
-    } else if (s->untyped) {
-        return HOOK_ERR(PTC_EFORMAT, "an untyped storage needs _rebuild_tensor_v3 and a dtype");
     }
     if (!old && n == base + 1 && (rc = apply_metadata(vm, t, a[base], err)) < 0)
         return rc;
     if ((rc = ptc__tensor_check(t, c->limits.max_ndim, ptc__vm_member(vm), ptc__vm_offset(vm),
                                 err)) < 0)
         return rc;
+    /* What torch takes as it comes: any backward hooks (only a backward pass would call them),
+     * any typed storage for v3 (it keeps the bytes), an untyped storage for v2 (a uint8 tensor), a
+     * list for size or stride, a false metadata argument. */
+    if (!old && !empty_hooks(a[5]))
+        return HOOK_STRICTER(PTC_EFORMAT, "backward hooks must be an empty OrderedDict");
+    if (v3 && !s->untyped && s->dtype != a[6]->u.dt)
+        return HOOK_STRICTER(PTC_EFORMAT, "tensor dtype %s differs from its %s storage",
+                             ptc_dtype_name(a[6]->u.dt), ptc_dtype_name(s->dtype));
+    if (!v3 && s->untyped)
+        return HOOK_STRICTER(PTC_EFORMAT,
+                             "an untyped storage needs _rebuild_tensor_v3 and a dtype");
+    if (a[2]->kind == PTC_VALUE_LIST || a[3]->kind == PTC_VALUE_LIST)
+        return HOOK_STRICTER(PTC_EFORMAT, "tensor size and stride must be tuples, not lists");
+    if (!old && n == base + 1 && a[base]->kind != PTC_VALUE_NONE && a[base]->kind != PTC_VALUE_DICT)
+        return HOOK_STRICTER(PTC_EFORMAT, "tensor metadata must be a dict, not %s",
+                             kind_name(a[base]));
     int64_t numel = 1;
     for (int d = 0; d < t->ndim; d++)
         numel *= t->shape[d];
@@ -217,20 +425,45 @@ static int make_parameter(ptc__vm *vm, const ptc_value *data, bool requires_grad
     return 0;
 }
 
+/* A dict whose keys are all str: what setattr can apply. */
+static bool attr_dict(const ptc_value *v)
+{
+    if (v->kind != PTC_VALUE_DICT)
+        return false;
+    for (size_t i = 0; i < v->u.dict.n; i++)
+        if (v->u.dict.keys[i]->kind != PTC_VALUE_STR)
+            return false;
+    return true;
+}
+
+static bool attrs_or_nothing(const ptc_value *v)
+{
+    return !ptc__value_truthy(v) || attr_dict(v);
+}
+
+/* The state of _rebuild_parameter_with_state and _rebuild_from_type_v2: None or a dict of
+ * attributes. torch's _set_obj_state also takes a false state and a (dict, slots) pair, and sets
+ * any attribute name, dunder names included. */
 static int check_state(ptc__vm *vm, const ptc_value *state, ptc_error *err)
 {
     if (state->kind == PTC_VALUE_NONE)
         return 0;
-    if (state->kind != PTC_VALUE_DICT)
-        return HOOK_ERR(PTC_EFORMAT, "object state must be a dict, not %s", kind_name(state));
+    if (state->kind != PTC_VALUE_DICT) {
+        bool torch_ok =
+            !ptc__value_truthy(state) ||
+            (state->kind == PTC_VALUE_TUPLE && state->u.seq.n == 2 &&
+             attrs_or_nothing(state->u.seq.items[0]) && attrs_or_nothing(state->u.seq.items[1]));
+        return HOOK_ERR_IF(torch_ok, PTC_EFORMAT, "object state must be a dict, not %s",
+                           kind_name(state));
+    }
+    if (!attr_dict(state))
+        return HOOK_ERR(PTC_EFORMAT, "attribute names must be str");
     for (size_t i = 0; i < state->u.dict.n; i++) {
         const ptc_value *k = state->u.dict.keys[i];
-        if (k->kind != PTC_VALUE_STR)
-            return HOOK_ERR(PTC_EFORMAT, "attribute names must be str");
         if (k->u.s.n >= 2 && k->u.s.p[0] == '_' && k->u.s.p[1] == '_') {
             char esc[64];
-            return HOOK_ERR(PTC_EFORMAT, "attribute \"%s\" would set a Python internal",
-                            ptc__escape(esc, sizeof esc, k->u.s.p, k->u.s.n, true));
+            return HOOK_STRICTER(PTC_EFORMAT, "attribute \"%s\" would set a Python internal",
+                                 ptc__escape(esc, sizeof esc, k->u.s.p, k->u.s.n, true));
         }
     }
     return 0;
@@ -241,7 +474,8 @@ static int codecs_encode(ptc__vm *vm, const ptc_value *args, ptc_value **out, pt
 {
     if (args->u.seq.n != 2 || args->u.seq.items[0]->kind != PTC_VALUE_STR ||
         !(is_str(args->u.seq.items[1], "latin1") || is_str(args->u.seq.items[1], "latin-1")))
-        return HOOK_ERR(PTC_EFORMAT, "_codecs.encode is allowed only as (str, 'latin1')");
+        return HOOK_ERR_IF(python_encodes(args, false), PTC_EFORMAT,
+                           "_codecs.encode is allowed only as (str, 'latin1')");
     const ptc_value *s = args->u.seq.items[0];
     uint8_t *b = ptc__arena_alloc(ptc__vm_arena(vm), s->u.s.n + 1);
     ptc_value *v = new_kind(vm, PTC_VALUE_BYTES);
@@ -302,8 +536,13 @@ static int make_seq(ptc__vm *vm, ptc_value_kind kind, const ptc_value *items, pt
 static int make_device(ptc__vm *vm, const ptc_value *args, ptc_value **out, ptc_error *err)
 {
     size_t n = args->u.seq.n;
+    int64_t cuda_index;
+    /* torch also takes a device, or a CUDA index alone. */
     if (n < 1 || n > 2 || args->u.seq.items[0]->kind != PTC_VALUE_STR)
-        return HOOK_ERR(PTC_EFORMAT, "torch.device takes (str[, int])");
+        return HOOK_ERR_IF(n == 1 && (args->u.seq.items[0]->kind == PTC_VALUE_DEVICE ||
+                                      (get_int(args->u.seq.items[0], &cuda_index) &&
+                                       cuda_index >= 0)),
+                           PTC_EFORMAT, "torch.device takes (str[, int])");
     const ptc_value *s = args->u.seq.items[0];
     int64_t index = -1;
     size_t tl = s->u.s.n;
@@ -359,14 +598,18 @@ static int make_bytearray(ptc__vm *vm, ptc_ckpt *c, const ptc_value *args, ptc_v
     } else if (args->u.seq.n == 1 && get_int(x, &count)) {
         if (count < 0)
             return HOOK_ERR(PTC_EFORMAT, "bytearray of negative size");
-        if (ptc__budget_take(&c->budget, (uint64_t)count, err, ptc__vm_member(vm),
+        /* torch allocates whatever the count says. */
+        if (ptc__budget_take(&c->budget, (uint64_t)count, NULL, ptc__vm_member(vm),
                              ptc__vm_offset(vm)) < 0)
-            return PTC_ELIMIT;
+            return HOOK_STRICTER(PTC_ELIMIT,
+                                 "bytearray of %lld bytes exceeds the heap limit of "
+                                 "%llu bytes",
+                                 (long long)count, (unsigned long long)c->budget.limit);
         ptc__budget_give(&c->budget, (uint64_t)count); /* the arena charges it again */
         char *z = ptc__arena_alloc(ptc__vm_arena(vm), (size_t)count + 1);
         if (!z)
-            return HOOK_ERR(PTC_ELIMIT, "bytearray of %lld bytes exceeds the heap limit",
-                            (long long)count);
+            return HOOK_STRICTER(PTC_ELIMIT, "bytearray of %lld bytes exceeds the heap limit",
+                                 (long long)count);
         v->u.s.p = z;
         v->u.s.n = (size_t)count;
     } else if (args->u.seq.n == 1 && x->kind == PTC_VALUE_LIST) {
@@ -382,7 +625,10 @@ static int make_bytearray(ptc__vm *vm, ptc_ckpt *c, const ptc_value *args, ptc_v
         v->u.s.p = z;
         v->u.s.n = x->u.seq.n;
     } else {
-        return HOOK_ERR(PTC_EFORMAT, "bytearray takes (), (bytes), (int) or (list of ints)");
+        /* Python also takes any sequence of byte values, and (str, encoding[, errors]). */
+        bool torch_ok = (args->u.seq.n == 1 && int_seq(x, 0, 255)) || python_encodes(args, true);
+        return HOOK_ERR_IF(torch_ok, PTC_EFORMAT,
+                           "bytearray takes (), (bytes), (int) or (list of ints)");
     }
     *out = v;
     return 0;
@@ -410,15 +656,16 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
     case G_REBUILD_PARAMETER:
     case G_REBUILD_PARAMETER_WITH_STATE: {
         bool with_state = fn->u.g.id == G_REBUILD_PARAMETER_WITH_STATE;
-        if (n != (with_state ? 4u : 3u) || !get_bool(a[1], &b) || !empty_hooks(a[2]))
+        if (n != (with_state ? 4u : 3u) || !get_bool(a[1], &b))
             return HOOK_ERR(PTC_EFORMAT, "%s takes (tensor, bool, OrderedDict()%s)",
                             fn->u.g.name, with_state ? ", dict" : "");
-        if (with_state) {
-            int rc = check_state(vm, a[3], err);
-            if (rc < 0)
-                return rc;
-        }
-        return make_parameter(vm, a[0], b, out, err);
+        int rc = make_parameter(vm, a[0], b, out, err);
+        if (rc == 0 && with_state)
+            rc = check_state(vm, a[3], err);
+        if (rc == 0 && !empty_hooks(a[2])) /* torch sets any object as the hooks */
+            rc = HOOK_STRICTER(PTC_EFORMAT, "%s takes (tensor, bool, OrderedDict()%s)",
+                               fn->u.g.name, with_state ? ", dict" : "");
+        return rc;
     }
     case G_REBUILD_FROM_TYPE_V2: {
         /* (func, new_type, args, state): a tensor with Python attributes or of a subclass; only
@@ -430,9 +677,14 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
         if (id != G_TENSOR && id != G_PARAMETER)
             return HOOK_ERR(PTC_EUNSUPPORTED, "tensor subclass %s is not supported",
                             a[1]->u.g.full);
+        /* torch calls any allowed function; those that return a tensor serve as well. */
         int fid = a[0]->u.g.id;
+        bool tensor_fn = fid == G_REBUILD_PARAMETER || fid == G_REBUILD_PARAMETER_WITH_STATE ||
+                         fid == G_REBUILD_QTENSOR || fid == G_REBUILD_META ||
+                         fid == G_REBUILD_NESTED || fid == G_REBUILD_DEVICE_CPU;
         if (fid != G_REBUILD_TENSOR_V2 && fid != G_REBUILD_TENSOR_V3 && fid != G_REBUILD_TENSOR)
-            return HOOK_ERR(PTC_EFORMAT, "_rebuild_from_type_v2 of %s", a[0]->u.g.full);
+            return HOOK_ERR_IF(tensor_fn, PTC_EFORMAT, "_rebuild_from_type_v2 of %s",
+                               a[0]->u.g.full);
         int rc = check_state(vm, a[3], err);
         if (rc < 0 || (rc = call(vm, c, a[0], a[2], out, err)) < 0)
             return rc;
@@ -455,7 +707,10 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
                     return rc;
             }
         } else if (n != 0) {
-            return HOOK_ERR(PTC_EFORMAT, "%s takes () or (dict)", fn->u.g.full);
+            /* Python also builds them from pairs, a Counter from any iterable. */
+            bool torch_ok = n == 1 && (fn->u.g.id == G_ORDERED_DICT ? pairs(a[0])
+                                                                    : iterable_of_hashables(a[0]));
+            return HOOK_ERR_IF(torch_ok, PTC_EFORMAT, "%s takes () or (dict)", fn->u.g.full);
         }
         *out = d;
         return 0;
@@ -466,7 +721,8 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
             return *out ? 0 : HOOK_ERR(PTC_ENOMEM, "out of memory");
         }
         if (n != 1 || (a[0]->kind != PTC_VALUE_LIST && a[0]->kind != PTC_VALUE_TUPLE))
-            return HOOK_ERR(PTC_EFORMAT, "builtins.set takes () or (list)");
+            return HOOK_ERR_IF(n == 1 && iterable_of_hashables(a[0]), PTC_EFORMAT,
+                               "builtins.set takes () or (list)");
         return make_seq(vm, PTC_VALUE_SET, a[0], out, err);
     case G_SIZE:
         if (n == 0) {
@@ -474,7 +730,8 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
             return *out ? 0 : HOOK_ERR(PTC_ENOMEM, "out of memory");
         }
         if (n != 1 || a[0]->kind != PTC_VALUE_TUPLE)
-            return HOOK_ERR(PTC_EFORMAT, "torch.Size takes (tuple of ints)");
+            return HOOK_ERR_IF(n == 1 && int_seq(a[0], INT64_MIN, INT64_MAX), PTC_EFORMAT,
+                               "torch.Size takes (tuple of ints)");
         return make_seq(vm, PTC_VALUE_SIZE, a[0], out, err);
     case G_COMPLEX: {
         double parts[2] = {0, 0};
@@ -486,8 +743,11 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
                 parts[i] = a[i]->u.f;
             else if (get_int(a[i], &x))
                 parts[i] = (double)x;
-            else
-                return HOOK_ERR(PTC_EFORMAT, "builtins.complex parts must be numbers");
+            else /* Python also takes a bool, a complex, and one str it can parse */
+                return HOOK_ERR_IF(
+                    a[i]->kind == PTC_VALUE_BOOL || a[i]->kind == PTC_VALUE_COMPLEX ||
+                        (n == 1 && a[i]->kind == PTC_VALUE_STR && complex_text(a[i])),
+                    PTC_EFORMAT, "builtins.complex parts must be numbers");
         }
         ptc_value *v = new_kind(vm, PTC_VALUE_COMPLEX);
         if (!v)
@@ -509,18 +769,36 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
         *out = v;
         return 0;
     }
+    /* Rebuilds torch implements and ptc does not: torch loads them. But the sparse and wrapper
+     * rebuilds need a layout, which only _get_layout makes, and ptc refuses that first (torch
+     * takes the name of a layout); a qscheme is no callable; the numpy rebuild needs a numpy
+     * array, which no allowed global makes. */
     case G_REBUILD_SPARSE: case G_GET_LAYOUT:
-        return HOOK_ERR(PTC_EUNSUPPORTED, "sparse tensors (%s) are not supported", fn->u.g.full);
+        return HOOK_ERR_IF(fn->u.g.id == G_GET_LAYOUT && n == 1 && layout_name(a[0]),
+                           PTC_EUNSUPPORTED, "sparse tensors (%s) are not supported", fn->u.g.full);
     case G_REBUILD_QTENSOR: case G_QSCHEME:
-        return HOOK_ERR(PTC_EUNSUPPORTED, "quantized tensors (%s) are not supported", fn->u.g.full);
+        return HOOK_ERR_IF(fn->u.g.id == G_REBUILD_QTENSOR, PTC_EUNSUPPORTED,
+                           "quantized tensors (%s) are not supported", fn->u.g.full);
     case G_REBUILD_META: case G_REBUILD_NESTED: case G_REBUILD_WRAPPER:
     case G_REBUILD_DEVICE_NUMPY: case G_REBUILD_DEVICE_CPU:
-        return HOOK_ERR(PTC_EUNSUPPORTED, "%s is not supported", fn->u.g.full);
+        return HOOK_ERR_IF(fn->u.g.id != G_REBUILD_WRAPPER && fn->u.g.id != G_REBUILD_DEVICE_NUMPY,
+                           PTC_EUNSUPPORTED, "%s is not supported", fn->u.g.full);
     case G_TENSOR: case G_LEGACY_TENSOR_CLASS:
-        return HOOK_ERR(PTC_EUNSUPPORTED,
-                        "legacy tensor pickles (calling %s) are not supported", fn->u.g.full);
-    default:
-        return HOOK_ERR(PTC_EUNSUPPORTED, "calling %s is not supported", fn->u.g.full);
+        return HOOK_ERR_IF(legacy_ctor_args(args), PTC_EUNSUPPORTED,
+                           "legacy tensor pickles (calling %s) are not supported", fn->u.g.full);
+    default: {
+        /* Of the other allowed classes, Python calls Parameter(tensor[, bool]),
+         * UntypedStorage([size]) and TypedStorage(); a legacy storage class (a StorageType in
+         * torch) is no callable. */
+        int64_t size;
+        int id = fn->u.g.id;
+        bool torch_ok = (id == G_PARAMETER && n <= 2 && (n < 1 || a[0]->kind == PTC_VALUE_TENSOR) &&
+                         (n < 2 || a[1]->kind == PTC_VALUE_BOOL)) ||
+                        (id == G_UNTYPED_STORAGE &&
+                         (n == 0 || (n == 1 && get_int(a[0], &size) && size >= 0))) ||
+                        (id == G_TYPED_STORAGE && n == 0);
+        return HOOK_ERR_IF(torch_ok, PTC_EUNSUPPORTED, "calling %s is not supported", fn->u.g.full);
+    }
     }
 }
 
@@ -536,8 +814,8 @@ static int hook_newobj(void *ud, ptc__vm *vm, ptc_value *cls, ptc_value *args, p
         return make_parameter(vm, args->u.seq.items[0], b, out, err);
     }
     if (cls->u.g.id == G_TENSOR || cls->u.g.id == G_LEGACY_TENSOR_CLASS)
-        return HOOK_ERR(PTC_EUNSUPPORTED,
-                        "legacy tensor pickles (NEWOBJ of %s) are not supported", cls->u.g.full);
+        return HOOK_ERR_IF(legacy_ctor_args(args), PTC_EUNSUPPORTED,
+                           "legacy tensor pickles (NEWOBJ of %s) are not supported", cls->u.g.full);
     if (cls->u.g.id == G_USER) {
         ptc_value *v = new_kind(vm, PTC_VALUE_OBJECT);
         if (!v)
@@ -547,19 +825,31 @@ static int hook_newobj(void *ud, ptc__vm *vm, ptc_value *cls, ptc_value *args, p
         *out = v;
         return 0;
     }
-    return HOOK_ERR(PTC_EFORMAT, "NEWOBJ of %s is not supported", cls->u.g.full);
+    /* torch 2.6 runs cls.__new__(cls, *args) for any allowed class: dict, set and bytearray
+     * ignore the arguments, torch.Size and complex take what their call does. */
+    int id = cls->u.g.id;
+    ptc_value **a = args->u.seq.items;
+    bool torch_ok =
+        id == G_ORDERED_DICT || id == G_COUNTER || id == G_SET || id == G_BYTEARRAY ||
+        (id == G_SIZE && (n == 0 || (n == 1 && int_seq(a[0], INT64_MIN, INT64_MAX)))) ||
+        (id == G_COMPLEX && n <= 2 && (n < 1 || is_number(a[0])) && (n < 2 || is_number(a[1])));
+    return HOOK_ERR_IF(torch_ok, PTC_EFORMAT, "NEWOBJ of %s is not supported", cls->u.g.full);
 }
 
 static int hook_build(void *ud, ptc__vm *vm, ptc_value *target, ptc_value *state, ptc_error *err)
 {
     (void)ud;
     if (target->kind == PTC_VALUE_OBJECT) {
-        if (target->u.obj.state)
-            return HOOK_ERR(PTC_EFORMAT, "BUILD applied twice to one object");
+        if (target->u.obj.state) /* torch sets the state again */
+            return HOOK_STRICTER(PTC_EFORMAT, "BUILD applied twice to one object");
         target->u.obj.state = state;
         return 0;
     }
-    return HOOK_ERR(PTC_EFORMAT, "BUILD on a %s", kind_name(target));
+    /* torch takes BUILD on a plain tensor as a legacy set_(storage, offset, size, stride). */
+    bool torch_ok = target->kind == PTC_VALUE_TENSOR && !target->u.t->parameter &&
+                    state->kind == PTC_VALUE_TUPLE && state->u.seq.n == 4 &&
+                    state->u.seq.items[0]->kind == PTC__VALUE_OPAQUE;
+    return HOOK_ERR_IF(torch_ok, PTC_EFORMAT, "BUILD on a %s", kind_name(target));
 }
 
 /* ---- storages ----------------------------------------------------------------------------------
@@ -607,16 +897,18 @@ static int legacy_view(ptc__vm *vm, ptc_ckpt *c, ptc_storage *root, const ptc_va
         !get_int(view->u.seq.items[1], &off) || !get_int(view->u.seq.items[2], &size) || off < 0 ||
         size < 0)
         return HOOK_ERR(PTC_EFORMAT, "legacy view metadata must be (key, offset, size)");
+    /* torch slices the root storage, which clips a view to it, and keeps a view key's first
+     * declaration. */
     if (!ptc__mul_i64_ok(off, es, &obytes) || !ptc__mul_i64_ok(size, es, &sbytes) ||
         !ptc__add_i64_ok(obytes, sbytes, &end) || end > root->nbytes)
-        return HOOK_ERR(PTC_EFORMAT, "legacy view [%lld, +%lld) lies outside storage \"%s\"",
-                        (long long)off, (long long)size, root->key);
+        return HOOK_STRICTER(PTC_EFORMAT, "legacy view [%lld, +%lld) lies outside storage \"%s\"",
+                             (long long)off, (long long)size, root->key);
     const ptc_value *vkey = view->u.seq.items[0];
     ptc_storage *s = ptc__ckpt_find_storage(c, vkey->u.s.p);
     if (s) {
         if (s->parent != root || s->parent_offset != obytes || s->nbytes != sbytes)
-            return HOOK_ERR(PTC_EFORMAT, "legacy view \"%s\" is declared twice differently",
-                            s->key);
+            return HOOK_STRICTER(PTC_EFORMAT, "legacy view \"%s\" is declared twice differently",
+                                 s->key);
         *out = s;
         return 0;
     }
@@ -656,6 +948,33 @@ static bool location_ok(const ptc_value *l)
     return false;
 }
 
+/* Whether torch 2.6 finds the storage of a key ptc refuses: in a zip, the record named
+ * f"data/{key}" (a str as it is, up to a NUL as C++ passes it on; an int in decimal; a bool or None
+ * by name); in a legacy stream any hashable key names a storage. */
+static bool torch_finds_key(ptc_ckpt *c, const ptc_value *k)
+{
+    if (c->legacy_mode)
+        return ptc__value_hashable(k);
+    char name[256];
+    int64_t i;
+    if (k->kind == PTC_VALUE_STR) {
+        size_t n = strnlen(k->u.s.p, k->u.s.n);
+        if (n > sizeof name - 6)
+            return false; /* too long to look up here: left unflagged */
+        snprintf(name, sizeof name, "data/%.*s", (int)n, k->u.s.p);
+    } else if (get_int(k, &i)) {
+        snprintf(name, sizeof name, "data/%lld", (long long)i);
+    } else if (k->kind == PTC_VALUE_BOOL || k->kind == PTC_VALUE_NONE) {
+        snprintf(name, sizeof name, "data/%s",
+                 k->kind == PTC_VALUE_NONE ? "None"
+                 : k->u.b                  ? "True"
+                                           : "False");
+    } else {
+        return false;
+    }
+    return c->zip && ptc__zip_find(c->zip, name) != NULL;
+}
+
 static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value **out,
                                 ptc_error *err)
 {
@@ -665,19 +984,21 @@ static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value
         return HOOK_ERR(PTC_EFORMAT, "persistent id must be a %zu-tuple, got a %s", want,
                         kind_name(pid));
     ptc_value **a = pid->u.seq.items;
+    /* torch decodes a bytes tag as ASCII first. */
     if (!is_str(a[0], "storage"))
-        return HOOK_ERR(PTC_EFORMAT, "only persistent ids of storages are allowed");
+        return HOOK_ERR_IF(a[0]->kind == PTC_VALUE_BYTES && !(a[0]->flags & PTC__V_BYTEARRAY) &&
+                               a[0]->u.s.n == 7 && memcmp(a[0]->u.s.p, "storage", 7) == 0,
+                           PTC_EFORMAT, "only persistent ids of storages are allowed");
     if (a[1]->kind != PTC_VALUE_GLOBAL ||
         (a[1]->u.g.id != G_STORAGE && a[1]->u.g.id != G_UNTYPED_STORAGE))
         return HOOK_ERR(PTC_EFORMAT, "storage type is a %s, not a storage class",
                         a[1]->kind == PTC_VALUE_GLOBAL ? a[1]->u.g.full : kind_name(a[1]));
+    int64_t numel = 0;
+    bool numel_ok = get_int(a[4], &numel) && numel >= 0;
     if (!key_ok(a[2], c->legacy_mode))
-        return HOOK_ERR(PTC_EFORMAT, "storage key must be a short string of digits");
-    if (!location_ok(a[3]))
-        return HOOK_ERR(PTC_EFORMAT,
-                        "storage location is not a device torch can restore to (cpu, cuda:0, ...)");
-    int64_t numel;
-    if (!get_int(a[4], &numel) || numel < 0)
+        return HOOK_ERR_IF(numel_ok && torch_finds_key(c, a[2]), PTC_EFORMAT,
+                           "storage key must be a short string of digits");
+    if (!numel_ok)
         return HOOK_ERR(PTC_EFORMAT, "storage size must be a non-negative int");
     bool untyped = a[1]->u.g.id == G_UNTYPED_STORAGE;
     ptc_dtype dt = PTC_UINT8;
@@ -687,13 +1008,19 @@ static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value
     if (!ptc__mul_i64_ok(numel, (int64_t)ptc_dtype_size(dt), &nbytes))
         return HOOK_ERR(PTC_EFORMAT, "storage of %lld elements of %s overflows", (long long)numel,
                         ptc_dtype_name(dt));
+    /* Loading with map_location='cpu', torch never looks at the location. */
+    if (!location_ok(a[3]))
+        return HOOK_STRICTER(PTC_EFORMAT, "storage location is not a device torch can restore to "
+                                          "(cpu, cuda:0, ...)");
     ptc_storage *s = ptc__ckpt_find_storage(c, a[2]->u.s.p);
     if (s) {
         /* torch silently reuses the first storage; a second declaration that disagrees is an
          * ambiguity. */
         if (s->parent || s->dtype != dt || s->untyped != untyped || s->nbytes != nbytes)
-            return HOOK_ERR(PTC_EFORMAT, "storage \"%s\" is declared twice with different types "
-                            "or sizes", s->key);
+            return HOOK_STRICTER(PTC_EFORMAT,
+                                 "storage \"%s\" is declared twice with different "
+                                 "types or sizes",
+                                 s->key);
     } else {
         s = new_storage(c, a[2], a[3], dt, untyped, nbytes);
         if (!s)

@@ -5,7 +5,9 @@
  *
  * Bounds (threat model 4.2): with sizes, strides and offset all non-negative, the largest element
  * index a non-empty tensor addresses is offset + sum((size_d - 1) * stride_d); it must be below the
- * storage length in elements. Every product and sum is checked for overflow.
+ * storage length in elements. Every product and sum is checked for overflow. torch 2.6 makes the
+ * same proof when it sets the view, but has no limit on dimensions and lets an empty tensor's
+ * offset lie anywhere: those two refusals carry PTC_ERR_STRICTER.
  */
 #include "tensor/tensor.h"
 
@@ -17,9 +19,11 @@ int ptc__tensor_check(const ptc_tensor *t, uint32_t max_ndim, const char *member
     const ptc__dtype_info *info = ptc__dtype_info_of(t->dtype);
     if (!info)
         return ptc__err(err, PTC_EFORMAT, member, off, "tensor has an invalid dtype");
-    if (t->ndim < 0 || (uint32_t)t->ndim > max_ndim)
-        return ptc__err(err, PTC_EFORMAT, member, off, "tensor has %d dimensions (limit %u)",
-                        t->ndim, max_ndim);
+    if (t->ndim < 0)
+        return ptc__err(err, PTC_EFORMAT, member, off, "tensor has %d dimensions", t->ndim);
+    if ((uint32_t)t->ndim > max_ndim)
+        return ptc__err_stricter(err, PTC_EFORMAT, member, off,
+                                 "tensor has %d dimensions (limit %u)", t->ndim, max_ndim);
     if (t->offset < 0)
         return ptc__err(err, PTC_EFORMAT, member, off, "negative storage offset %lld",
                         (long long)t->offset);
@@ -40,9 +44,10 @@ int ptc__tensor_check(const ptc_tensor *t, uint32_t max_ndim, const char *member
     if (numel == 0) {
         /* Nothing is addressed, but a wild offset is still refused (torch skips this check). */
         if (t->offset > storage_elems)
-            return ptc__err(err, PTC_EFORMAT, member, off,
-                            "empty tensor's offset %lld lies beyond its storage of %lld elements",
-                            (long long)t->offset, (long long)storage_elems);
+            return ptc__err_stricter(err, PTC_EFORMAT, member, off,
+                                     "empty tensor's offset %lld lies beyond its storage of %lld "
+                                     "elements",
+                                     (long long)t->offset, (long long)storage_elems);
         return 0;
     }
     for (int d = 0; d < t->ndim; d++) {

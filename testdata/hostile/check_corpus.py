@@ -12,7 +12,9 @@ Structure checks (stdlib only, nothing is unpickled):
 
 --torch: loads every file with torch.load(weights_only=True, map_location='cpu') in a forked child
 (address space limited to 12 GiB, 60 s alarm) and prints where torch 2.6 and ptc's expected code
-disagree about accept/reject. torch is only a reference here; the generator never imports it.
+disagree about accept/reject. With --write-torch FILE it also records torch's answer for every file
+(testdata/hostile/torch-2.6.json, which tests/fixtures/check_verify_cli.sh holds `ptc verify`'s
+"torch 2.6 would load it" prediction to). torch is only a reference here; the generator never imports it.
 Payloads only name inert commands, and torch's weights-only unpickler never imports a global that is
 outside its allowlist, so nothing from the corpus runs.
 """
@@ -89,9 +91,10 @@ def torch_child(path, wfd):
 args_verbose = False
 
 
-def check_torch(man, files_dir):
+def check_torch(man, files_dir, write=None):
     import torch  # noqa: F401 - imported before forking so each child starts warm
     rows = []
+    answers = {}
     for e in man['files']:
         path = os.path.join(files_dir, e['file'])
         r, w = os.pipe()
@@ -112,12 +115,22 @@ def check_torch(man, files_dir):
         if args_verbose:
             print('  %-48s %s' % (e['file'], msg[:150]))
         torch_ok = msg == 'loaded'
+        answers[e['file']] = {'loads': torch_ok, 'answer': msg[:200]}
         ptc_ok = e['expect'] == 'OK'
         if torch_ok != ptc_ok:
             rows.append((e['file'], e['expect'], msg))
     print('torch 2.6 and ptc disagree on %d of %d files:' % (len(rows), len(man['files'])))
     for f, exp, msg in rows:
         print('  %-48s ptc %-12s torch %s' % (f, exp, msg[:150]))
+    if write:
+        doc = {'written_by': 'testdata/hostile/check_corpus.py --torch --write-torch',
+               'torch': torch.__version__,
+               'call': "torch.load(path, weights_only=True, map_location='cpu')",
+               'files': answers}
+        with open(write, 'w') as f:
+            json.dump(doc, f, indent=1, sort_keys=True)
+            f.write('\n')
+        print('wrote torch %s answers for %d files to %s' % (torch.__version__, len(answers), write))
     return rows
 
 
@@ -125,6 +138,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument('--torch', action='store_true', help='compare with torch.load(weights_only=True)')
     ap.add_argument('--only', default='', help='with --torch: only files whose name contains this')
+    ap.add_argument('--write-torch', metavar='FILE', default=None,
+                    help='with --torch: write torch\'s answer for every file to FILE (torch-2.6.json)')
     args = ap.parse_args()
     man = json.load(open(os.path.join(HERE, 'manifest.json')))
     files_dir = os.path.join(HERE, 'files')
@@ -133,7 +148,8 @@ def main():
     global args_verbose
     args_verbose = bool(args.only)
     if args.torch:
-        check_torch({'files': [e for e in man['files'] if args.only in e['file']]}, files_dir)
+        check_torch({'files': [e for e in man['files'] if args.only in e['file']]}, files_dir,
+                    args.write_torch)
     return 1 if bad else 0
 
 

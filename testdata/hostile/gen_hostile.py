@@ -695,7 +695,7 @@ def gen_u():
     add('u31-broken-after-payload.pth', 'U31', 'EUNSAFE', 'posix.system REDUCE followed by \\xff\\xff and no STOP (nullifAI)',
         zpkl(payload('posix', 'system')[:-1] + b'\xff\xff'))
     add('u32-sevenzip-wrapped.pth', 'U32', 'ENOTZIP', '7z archive (Copy coder) whose member is a checkpoint with a posix.system data.pkl',
-        sevenzip_stored('model.pth', zpkl(payload('posix', 'system'))), verdict='malformed')
+        sevenzip_stored('model.pth', zpkl(payload('posix', 'system'))), verdict='unsafe')
 
 
 def zip_variant(ents=None, **kw):
@@ -722,7 +722,7 @@ def gen_z():
         torch_zip(Z0_PKL, extra=[('config.json', dumps({'a': 1}))]))
     add('z01b-wrong-ext-member-evil.pth', 'Z01', 'EFORMAT',
         'Z0 plus archive/config.json holding a posix.system pickle; open rejects the unexpected member (verify would also report the global)',
-        torch_zip(Z0_PKL, extra=[('config.json', evil)]))
+        torch_zip(Z0_PKL, extra=[('config.json', evil)]), verdict='unsafe')
     for bit, cid, slug in ((0x1, 'Z03', 'encrypted'), (0x20, 'Z04', 'patch'), (0x40, 'Z04', 'strong-encryption')):
         add('%s-flag-%s.pth' % (cid.lower(), slug), cid, 'EFORMAT', 'general purpose bit 0x%x set on data.pkl in both headers' % bit,
             zip_variant(set_kw(torch_ents(Z0_PKL), 'data.pkl', flags=0x0808 | bit))[0])
@@ -739,10 +739,10 @@ def gen_z():
     # Z06: duplicates
     ents = torch_ents(Z0_PKL)
     ents.insert(4, Ent('archive/data.pkl', evil))
-    add('z06a-duplicate-member.pth', 'Z06', 'EFORMAT', 'two archive/data.pkl entries: benign first, posix.system last', build_zip(ents)[0])
+    add('z06a-duplicate-member.pth', 'Z06', 'EFORMAT', 'two archive/data.pkl entries: benign first, posix.system last', build_zip(ents)[0], verdict='unsafe')
     ents = torch_ents(Z0_PKL)
     ents.insert(0, Ent('archive/data.pkl', evil))
-    add('z06b-duplicate-member-evil-first.pth', 'Z06', 'EFORMAT', 'two archive/data.pkl entries: posix.system first, benign last', build_zip(ents)[0])
+    add('z06b-duplicate-member-evil-first.pth', 'Z06', 'EFORMAT', 'two archive/data.pkl entries: posix.system first, benign last', build_zip(ents)[0], verdict='unsafe')
     ents = torch_ents(Z0_PKL)
     ents.insert(2, Ent('archive/BYTEORDER', b'big'))
     add('z06c-case-colliding-member.pth', 'Z06', 'EFORMAT', 'archive/byteorder and archive/BYTEORDER (miniz looks names up case-insensitively)',
@@ -754,7 +754,7 @@ def gen_z():
     # Z09: two prefixes, first CD entry chooses the evil tree
     ents = [Ent('evil/version', b'3\n'), Ent('evil/data.pkl', evil)] + torch_ents(Z0_PKL)
     add('z09-two-prefixes.pth', 'Z09', 'EFORMAT', 'first entry evil/version selects prefix evil (evil/data.pkl is posix.system), full archive/ tree follows',
-        build_zip(ents)[0])
+        build_zip(ents)[0], verdict='unsafe')
     add('z10-flat-layout.pth', 'Z10', 'EFORMAT', 'members without a directory prefix (data.pkl, byteorder, data/0, version)',
         build_zip([Ent(e.name[len(b'archive/'):], e.data) for e in torch_ents(Z0_PKL, sid=False)])[0])
     for slug, nm in (('dotdot', 'archive/../../x'), ('absolute', '/archive/abs'), ('backslash', 'archive\\data.pkl'),
@@ -833,7 +833,7 @@ def gen_z():
     ents.insert(3, Ent('archive/\x1b[31mred\x07\r', b'x'))
     add('z26a-control-char-member.pth', 'Z26', 'EFORMAT', 'member name with ESC, BEL and CR (report must escape them)', build_zip(ents)[0])
     add('z26b-control-char-global.pth', 'Z26', 'EUNSAFE', 'GLOBAL module name with an OSC title sequence and BEL (report must escape them)',
-        zpkl(payload('torch\x1b]0;pwned\x07', 'system')), verdict='malformed')
+        zpkl(payload('torch\x1b]0;pwned\x07', 'system')), verdict='unsafe')
     ents = torch_ents(Z0_PKL)
     ents.insert(3, Ent(b'archive/\xc2\x9b31m\xc2\x85x', b'x'))
     add('z26c-c1-control-member.pth', 'Z26', 'EFORMAT', 'member name with UTF-8 encoded C1 controls (CSI U+009B, NEL U+0085)', build_zip(ents)[0])
@@ -889,7 +889,7 @@ def gen_v():
     add('v13a-bad-utf8-binunicode.pth', 'V13', 'EFORMAT', 'BINUNICODE \\xff\\xfe as a dict key',
         zpkl(pr + P.EMPTY_DICT + P.BINUNICODE + struct.pack('<I', 2) + b'\xff\xfe' + op_int(1) + P.SETITEM + P.STOP))
     add('v13b-bad-utf8-global.pth', 'V13', 'EUNSAFE', 'GLOBAL mod / \\xf8 (invalid UTF-8): a name that is in no allowlist',
-        zpkl(pr + P.GLOBAL + b'mod\n\xf8\n' + P.STOP), verdict='malformed')
+        zpkl(pr + P.GLOBAL + b'mod\n\xf8\n' + P.STOP), verdict='unsafe')
     add('v13c-bad-utf8-short-binstring.pth', 'V13', 'EFORMAT', 'SHORT_BINSTRING \\xc3\\x28 (invalid UTF-8) as a dict value',
         zpkl(pr + P.EMPTY_DICT + op_str('k') + P.SHORT_BINSTRING + b'\x02\xc3\x28' + P.SETITEM + P.STOP))
     add('v14-lone-surrogate.pth', 'V14', 'EFORMAT', 'BINUNICODE \\xed\\xa0\\x80 (lone surrogate) as a dict key',
@@ -1290,8 +1290,8 @@ def gen_p():
     add('p8-lfs-pointer.pth', 'P8', 'ENOTZIP', 'a Git LFS pointer file',
         b'version https://git-lfs.github.com/spec/v1\noid sha256:' + b'0' * 64 + b'\nsize 44803772\n')
     add('p8-empty-file.pth', 'P8', 'ENOTZIP', 'an empty file', b'')
-    add('p8-plain-pickle.pth', 'P8', 'ENOTZIP', 'a bare protocol-2 pickle calling posix.system (not a legacy stream: no magic)', payload('posix', 'system'))
-    add('p8-plain-pickle-proto0.pth', 'P8', 'ENOTZIP', 'a protocol-0 pickle calling os.system', b"cos\nsystem\n(S'%s'\ntR." % CMD.encode())
+    add('p8-plain-pickle.pth', 'P8', 'ENOTZIP', 'a bare protocol-2 pickle calling posix.system (not a legacy stream: no magic)', payload('posix', 'system'), verdict='unsafe')
+    add('p8-plain-pickle-proto0.pth', 'P8', 'ENOTZIP', 'a protocol-0 pickle calling os.system', b"cos\nsystem\n(S'%s'\ntR." % CMD.encode(), verdict='unsafe')
     add('p8-safetensors.pth', 'P8', 'OK', 'a well-formed safetensors file (ptc reads that format too)',
         struct.pack('<Q', 64) + b'{"w":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}}'.ljust(64) + DATA0)
     add('p8-gzip-of-zip.pth', 'P8', 'ENOTZIP', 'a gzip stream wrapping Z0',

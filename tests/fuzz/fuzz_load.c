@@ -11,6 +11,13 @@
  * The target also cross-checks paths that must agree: the SHA-256 of ptc_tensor_read's bytes
  * against ptc_tensor_sha256, and the tensors of the checkpoint opened in place against those of
  * the same input opened with PTC_OPEN_COPY.
+ *
+ * Every input also goes through ptc_verify_memory, which must always produce a report (the input is
+ * in memory, so nothing but memory can fail) that agrees with the load: a file the load accepts is
+ * ok with no finding, a refused one is rejected with at least one finding (unsafe when the load
+ * said EUNSAFE), and every member and detail is printable. The verifier's static pass reads bytes
+ * no loader reads (every zip member, every local header, tar members), which is where a scanner
+ * differs most from the loader it guards.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -299,6 +306,50 @@ static void compare_with_copy(const ptc_ckpt *c, const uint8_t *data, size_t siz
     ptc_ckpt_close(copy);
 }
 
+static void require_printable(const char *s)
+{
+    size_t n = strlen(s);
+    FUZZ_REQUIRE(ptc__utf8_valid((const uint8_t *)s, n));
+    for (size_t i = 0; i < n; i++)
+        FUZZ_REQUIRE((uint8_t)s[i] >= 0x20 && s[i] != 0x7f);
+}
+
+static void check_verify(const uint8_t *data, size_t size, int open_rc)
+{
+    ptc_report *r = NULL;
+    ptc_error err;
+    int rc = ptc_verify_memory(&r, data, size, NULL, &err);
+    FUZZ_REQUIRE(rc == 0 && r != NULL);
+    ptc_verdict v = ptc_report_verdict(r);
+    size_t nf = ptc_report_nfindings(r);
+    if (open_rc == 0) {
+        FUZZ_REQUIRE(v == PTC_VERDICT_OK && nf == 0);
+    } else {
+        FUZZ_REQUIRE(v != PTC_VERDICT_OK && nf > 0);
+        if (open_rc == PTC_EUNSAFE)
+            FUZZ_REQUIRE(v == PTC_VERDICT_UNSAFE);
+    }
+    for (size_t i = 0; i < nf; i++) {
+        const ptc_finding *f = ptc_report_finding(r, i);
+        FUZZ_REQUIRE(f->verdict == PTC_VERDICT_UNSAFE || f->verdict == PTC_VERDICT_MALFORMED);
+        FUZZ_REQUIRE(f->code < 0 && f->kind != NULL);
+        require_printable(f->member);
+        require_printable(f->detail);
+        if (f->verdict == PTC_VERDICT_UNSAFE)
+            FUZZ_REQUIRE(v == PTC_VERDICT_UNSAFE);
+    }
+    for (size_t i = 0; i < ptc_report_nglobals(r); i++) {
+        const ptc_global_ref *g = ptc_report_global(r, i);
+        require_printable(g->member);
+        if (g->global)
+            require_printable(g->global);
+        if (!g->allowed)
+            FUZZ_REQUIRE(v == PTC_VERDICT_UNSAFE);
+    }
+    FUZZ_REQUIRE(ptc_report_torch(r) <= PTC_TORCH_UNKNOWN);
+    ptc_report_free(r);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     ptc_open_params params;
@@ -308,6 +359,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ptc_ckpt *c = NULL;
     ptc_error err;
     int rc = ptc_ckpt_open_memory(&c, data, size, &params, &err);
+    check_verify(data, size, rc);
     if (rc == PTC_ECRC) {
         /* libFuzzer cannot fix up a CRC-32, so almost every mutation inside a record would end
          * here. Opening again without verification lets mutated pickles and storages reach the

@@ -1,7 +1,7 @@
 #!/bin/sh
 # run.sh - a time-boxed libFuzzer campaign on each fuzz target (archive, pickle, load).
 #
-# make check runs it with a short budget (FUZZ_SECONDS, default 20 seconds per target); longer local
+# make check runs it with a short budget (FUZZ_SECONDS, default 60 seconds per target); longer local
 # campaigns use the same script:
 #   FUZZ_SECONDS=600 tests/fuzz/run.sh                    ten minutes per target
 #   FUZZ_SECONDS=600 FUZZ_KEEP=$HOME/ptc-corpus tests/fuzz/run.sh
@@ -23,7 +23,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 # make runs recipes in the build tree, so a build tree in the current directory wins.
 if [ -z "$top_builddir" ] && [ -e "./config.status" ]; then top_builddir=$(pwd); fi
 : "${top_builddir:=$top_srcdir}"
-seconds=${FUZZ_SECONDS:-20}
+seconds=${FUZZ_SECONDS:-60}
 targets=${FUZZ_TARGETS:-archive pickle load}
 
 case $seconds in

@@ -407,6 +407,135 @@ static void test_legacy_rules(void)
     CHECK(strstr(err.message, "posix.system") && strstr(err.message, "blocked"));
 }
 
+/* Opens a legacy stream with the object pickle obj, the key list keys and the raw storages. */
+static int open_legacy(const char *obj, size_t objn, const char *keys, size_t keysn,
+                       const uint8_t *raw, size_t rawn, ptc_error *err)
+{
+    uint8_t buf[512];
+    ptc_ckpt *c = NULL;
+    int rc = ptc_ckpt_open_memory(&c, buf, legacy_stream(buf, obj, objn, keys, keysn, raw, rawn),
+                                  NULL, err);
+    ptc_ckpt_close(c);
+    return rc;
+}
+
+#define CHECK_STRICTER(errp, want) CHECK_INT(((errp)->flags & PTC_ERR_STRICTER) != 0, (want))
+
+/* PTC_ERR_STRICTER says whether torch 2.6 would load what ptc refuses; the pickle rules are the
+ * same in every format, so a legacy stream carries them here. */
+static void test_stricter_flag(void)
+{
+    ptc_error err;
+    static const char obj[] =
+        "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storage"
+        "ctorch\nFloatStorage\nX\x01\x00\x00\x00"
+        "7X\x03\x00\x00\x00"
+        "cpuK\x02NtQK\x00K\x02\x85K\x01\x85\x89"
+        "ccollections\nOrderedDict\n)RtRs.";
+    static const char keys[] = "\x80\x02]X\x01\x00\x00\x00"
+                               "7a.";
+    static const char no_keys[] = "\x80\x02].";
+    uint8_t raw[8 + 8 + 1] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40, 0};
+
+    /* Legacy layout: torch never reads past the last storage, reads what the keys list, and
+     * iterates a tuple of keys alike; it refuses a wrong element count or an undeclared key. */
+    CHECK_CODE(open_legacy(LIT(obj), LIT(keys), raw, sizeof raw, &err), PTC_EFORMAT, &err);
+    CHECK_STRICTER(&err, 1);
+    CHECK_CODE(open_legacy(LIT(obj), LIT(no_keys), raw, 0, &err), PTC_EFORMAT, &err);
+    CHECK_STRICTER(&err, 1);
+    CHECK_CODE(open_legacy(LIT(obj),
+                           LIT("\x80\x02X\x01\x00\x00\x00"
+                               "7\x85."),
+                           raw, 16, &err),
+               PTC_EFORMAT, &err);
+    CHECK_STRICTER(&err, 1);
+    CHECK_CODE(open_legacy(LIT(obj),
+                           LIT("\x80\x02]X\x01\x00\x00\x00"
+                               "8a."),
+                           raw, 16, &err),
+               PTC_EFORMAT, &err);
+    CHECK_STRICTER(&err, 0);
+    raw[0] = 3;
+    CHECK_CODE(open_legacy(LIT(obj), LIT(keys), raw, 16, &err), PTC_EFORMAT, &err);
+    CHECK_STRICTER(&err, 0);
+
+    /* Object pickles, each with the rule ptc applies and what torch does: {rule torch passes,
+     * rule torch refuses too}. */
+    static const struct {
+        const char *pkl;
+        size_t n;
+        int code, stricter;
+    } cases[] = {
+        /* SETITEM on a list: torch assigns an index in range, fails on one out of range. */
+        {LIT("\x80\x02]K\x00"
+             "aK\x00K\x05s."),
+         PTC_EUNSAFE, 1},
+        {LIT("\x80\x02]K\x00K\x05s."), PTC_EUNSAFE, 0},
+        /* A lone surrogate: BINUNICODE decodes with surrogatepass, SHORT_BINSTRING strictly. */
+        {LIT("\x80\x02X\x03\x00\x00\x00\xed\xa0\x80."), PTC_EFORMAT, 1},
+        {LIT("\x80\x02U\x03\xed\xa0\x80."), PTC_EFORMAT, 0},
+        /* PROTO 3 only warns; protocol 4 goes on with FRAME, which torch refuses. */
+        {LIT("\x80\x03N."), PTC_EFORMAT, 1},
+        {LIT("\x80\x04\x95\x02\x00\x00\x00\x00\x00\x00\x00N."), PTC_EFORMAT, 0},
+        /* STOP returns the top of the stack, and fails on an empty one. */
+        {LIT("\x80\x02NN."), PTC_EFORMAT, 1},
+        {LIT("\x80\x02."), PTC_EFORMAT, 0},
+        /* No PROTO: torch starts with any opcode that pops nothing. */
+        {LIT("N."), PTC_EFORMAT, 1},
+        {LIT("."), PTC_EFORMAT, 0},
+        /* Memo indices and cycles. */
+        {LIT("\x80\x02Nr\x00\x01\x00\x00."), PTC_EFORMAT, 1},
+        {LIT("\x80\x02]q\x00h\x00"
+             "a."),
+         PTC_EFORMAT, 1},
+        /* NEWOBJ: torch runs cls.__new__ for an allowed class, not for a function. */
+        {LIT("\x80\x02"
+             "ccollections\nOrderedDict\n)\x81."),
+         PTC_EFORMAT, 1},
+        {LIT("\x80\x02"
+             "ctorch._utils\n_rebuild_tensor_v2\n)\x81."),
+         PTC_EFORMAT, 0},
+        /* Calls Python takes: encode(str) in UTF-8, bytearray(str, 'utf-8'), complex('1+2j'),
+         * set('ab'); and calls it refuses. */
+        {LIT("\x80\x02"
+             "c_codecs\nencode\nX\x01\x00\x00\x00x\x85R."),
+         PTC_EFORMAT, 1},
+        {LIT("\x80\x02"
+             "c_codecs\nencode\nX\x01\x00\x00\x00xX\x02\x00\x00\x00zz\x86R."),
+         PTC_EFORMAT, 0},
+        {LIT("\x80\x02"
+             "cbuiltins\nbytearray\nX\x01\x00\x00\x00xX\x05\x00\x00\x00utf-8\x86R."),
+         PTC_EFORMAT, 1},
+        {LIT("\x80\x02"
+             "cbuiltins\nbytearray\nX\x01\x00\x00\x00x\x85R."),
+         PTC_EFORMAT, 0},
+        {LIT("\x80\x02"
+             "cbuiltins\ncomplex\nX\x04\x00\x00\x00"
+             "1+2j\x85R."),
+         PTC_EFORMAT, 1},
+        {LIT("\x80\x02"
+             "cbuiltins\ncomplex\nX\x03\x00\x00\x00"
+             "abc\x85R."),
+         PTC_EFORMAT, 0},
+        {LIT("\x80\x02"
+             "cbuiltins\nset\nX\x02\x00\x00\x00"
+             "ab\x85R."),
+         PTC_EFORMAT, 1},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        CHECK_CODE(open_legacy(cases[i].pkl, cases[i].n, LIT(no_keys), NULL, 0, &err),
+                   cases[i].code, &err);
+        if (((err.flags & PTC_ERR_STRICTER) != 0) != cases[i].stricter)
+            fprintf(stderr, "case %zu: %s\n", i, err.message);
+        CHECK_STRICTER(&err, cases[i].stricter);
+    }
+
+    /* A success leaves no flag behind. */
+    raw[0] = 2;
+    CHECK_CODE(open_legacy(LIT(obj), LIT(keys), raw, 16, &err), 0, &err);
+    CHECK_INT(err.flags, 0);
+}
+
 static void test_dispatch_and_limits(void)
 {
     ptc_error err;
@@ -449,6 +578,7 @@ int main(void)
     test_sources();
     test_policy();
     test_legacy_rules();
+    test_stricter_flag();
     test_dispatch_and_limits();
     return check_exit("test_pth");
 }
