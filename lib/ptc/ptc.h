@@ -389,7 +389,7 @@ PTC_API int ptc_doc_set(ptc_doc *d, ptc_value *dict, const ptc_value *key, const
 /* Attributes of an OrderedDict (a state dict's {'_metadata': ...}); attrs must be a dict of str. */
 PTC_API int ptc_doc_set_attrs(ptc_doc *d, ptc_value *dict, const ptc_value *attrs);
 
-/* A storage of nbytes bytes of dtype dt. data NULL: zero-filled memory the document owns, to be
+/* A storage of nbytes bytes of dtype dt. data NULL and copy nonzero: zero-filled memory the document owns, to be
  * filled through ptc_storage_mutable; copy nonzero: data is copied; copy zero: data is borrowed and
  * must outlive the save. location NULL means "cpu". */
 PTC_API ptc_storage *ptc_doc_storage(ptc_doc *d, ptc_dtype dt, int64_t nbytes, const void *data,

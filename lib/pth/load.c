@@ -290,11 +290,21 @@ static int check_byteorder(ptc_ckpt *c, ptc_error *err)
 
 int ptc__load_zip(ptc_ckpt *c, ptc_error *err)
 {
-    int rc = ptc__zip_open(&c->zip, c->src, &c->limits, &c->budget, c->flags, err);
+    int rc = ptc__zip_open(&c->zip, c->src, &c->limits, &c->budget,
+                           c->flags & ~(unsigned)PTC_OPEN_VERIFY_CRC, err);
     if (rc < 0)
         return rc;
     c->prefix = ptc__zip_prefix(c->zip);
     size_t n = ptc__zip_count(c->zip);
+    /* PTC_OPEN_VERIFY_CRC: every record's CRC, here, as the archive layer would check it at open,
+     * except a deflated data.pkl: it is inflated below anyway, and inflating checks the CRC, so it
+     * is not inflated twice. */
+    const ptc__zip_entry *pkl0 = ptc__zip_find(c->zip, "data.pkl");
+    for (size_t i = 0; (c->flags & PTC_OPEN_VERIFY_CRC) && i < n; i++) {
+        const ptc__zip_entry *e = ptc__zip_entry_at(c->zip, i);
+        if ((e != pkl0 || e->method == 0) && (rc = ptc__zip_check_crc(c->zip, e, err)) < 0)
+            return rc;
+    }
     if ((rc = check_version(c, err)) < 0)
         return rc;
     if (ptc__zip_find(c->zip, "constants.pkl"))

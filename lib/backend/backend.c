@@ -1,0 +1,41 @@
+/*
+ * backend.c - what every backend shares: finding a backend's table by name, and the output size
+ * of a convolution or pooling window.
+ *
+ * Which backends exist is decided at build time (PTC_HAVE_DNNL); ref is always there.
+ */
+#include "config.h" /* PTC_HAVE_DNNL */
+
+#include "backend/backend.h"
+
+#include <string.h>
+
+const ptc__backend_ops *ptc__backend_find(const char *name)
+{
+    static const ptc__backend_ops *const all[] = {
+        &ptc__backend_ref,
+#ifdef PTC_HAVE_DNNL
+        &ptc__backend_dnnl,
+#endif
+    };
+    if (!name)
+        return NULL;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(all[i]->name, name) == 0)
+            return all[i];
+    return NULL;
+}
+
+/* floor((in + 2 pad - kernel) / stride) + 1, as torch computes it for dilation 1 and ceil_mode
+ * off. The window must fit the padded input at least once; the sum is formed in 64 bits so that no
+ * int overflows on the way, and the result must fit an int. */
+int ptc__conv_out(int in, int kernel, int stride, int pad)
+{
+    if (in < 1 || kernel < 1 || stride < 1 || pad < 0)
+        return -1;
+    int64_t span = (int64_t)in + 2 * (int64_t)pad - kernel;
+    if (span < 0)
+        return -1;
+    int64_t out = span / stride + 1;
+    return out > INT32_MAX ? -1 : (int)out;
+}

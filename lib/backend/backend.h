@@ -1,0 +1,164 @@
+/*
+ * backend.h - where the numbers of training are computed: one table of operations per backend.
+ *
+ * Model code (lib/nn) never calls oneDNN, cuDNN or BLAS: it holds tensors and layer plans that a
+ * backend made, and calls the backend's table. Backends:
+ *   ref   plain C, always built, float32 and float64 (the oracle every other backend is tested
+ *         against, and the one gradient checks run on);
+ *   dnnl  oneDNN (Debian's libdnnl-dev), float32: activations stay in oneDNN's preferred blocked
+ *         layouts from layer to layer, reordered only at the edges (tensor_write / tensor_read);
+ *   cuda  cuDNN + cuBLAS (later): the same table over device memory and a stream.
+ *
+ * Tensors. A tensor has a logical shape [n][c][h][w] (vectors are [1][c][1][1], matrices
+ * [n][c][1][1]) and a role that lets the backend choose its memory layout. Only tensor_write and
+ * tensor_read see the plain layout (row-major NCHW, or [k][c][r][s] for convolution weights, of
+ * the backend's element type). Parameters, their gradients and SGD momentum buffers of one
+ * parameter share a layout, so elementwise updates need no reorder.
+ *
+ * Plans. A layer at one shape gets a plan once (conv_plan, bn_plan, pool_plan); the backend caches
+ * in it whatever it needs (oneDNN primitives, scratch memory, cuDNN descriptors). Plans and
+ * tensors belong to the backend instance that made them.
+ *
+ * Semantics are PyTorch's, exactly (DESIGN.md decision 5):
+ *   conv: cross-correlation, no bias, zero padding, groups 1, dilation 1;
+ *   batchnorm training: batch mean and biased variance normalise; running_mean and running_var are
+ *     updated with momentum (r = (1 - m) r + m x) and the UNBIASED batch variance (n / (n - 1));
+ *     eps is added to the variance; save_mean and save_invstd (1 / sqrt(var + eps)) are kept for
+ *     backward; eval uses the running statistics;
+ *   maxpool: padding never wins (-inf), ties go to the first maximum in row-major window order;
+ *   avgpool: global (adaptive to 1x1): the mean over h x w;
+ *   linear: y = x w^T + b with w of shape [m][k];
+ *   SGD: torch.optim.SGD's update (weight decay added to the gradient, momentum buffer set to the
+ *     gradient on the first step, dampening, nesterov), one parameter at a time.
+ * Gradients are written, not accumulated, unless the call says otherwise.
+ *
+ * Errors: every call returns 0 or a negative PTC_E* code with detail in err. Nothing here keeps
+ * global state; a backend instance is used from one thread at a time (it may use threads inside).
+ */
+#ifndef PTC_BACKEND_BACKEND_H
+#define PTC_BACKEND_BACKEND_H
+
+#include "base/base.h"
+
+typedef struct ptc__be ptc__be; /* a backend instance: threads, engine, stream */
+typedef struct ptc__bt ptc__bt; /* a tensor in the backend's memory and layout */
+typedef struct ptc__op ptc__op; /* a layer's plan at one shape */
+
+typedef enum ptc__dtype_be { PTC__BE_F32 = 4, PTC__BE_F64 = 8 } ptc__dtype_be;
+
+typedef enum ptc__role {
+    PTC__ROLE_ACT,    /* activations and their gradients: [n][c][h][w] */
+    PTC__ROLE_CONV_W, /* convolution weights and their gradients: [k][c][r][s] */
+    PTC__ROLE_VEC,    /* per-channel vectors (batchnorm), biases: [1][c][1][1] */
+    PTC__ROLE_MAT     /* linear weights [m][k][1][1], and [n][k] inputs/outputs of linear */
+} ptc__role;
+
+typedef struct ptc__be_params {
+    ptc__dtype_be dtype; /* PTC__BE_F32, or PTC__BE_F64 where the backend has it (ref) */
+    int threads;         /* 0: the backend's default (all cores it may use) */
+} ptc__be_params;
+
+typedef struct ptc__conv_shape {
+    int n, c, h, w;   /* input */
+    int k, r, s;      /* output channels, kernel height and width */
+    int stride, pad;  /* the same along both axes */
+    int oh, ow;       /* output: (h + 2 pad - r) / stride + 1 */
+} ptc__conv_shape;
+
+typedef struct ptc__pool_shape {
+    int n, c, h, w;
+    int r, s, stride, pad; /* maxpool window; unused for the global average pool */
+    int oh, ow;
+} ptc__pool_shape;
+
+typedef struct ptc__sgd {
+    double lr, momentum, dampening, weight_decay;
+    int nesterov;
+    int first_step; /* the momentum buffer does not exist yet: it becomes the gradient */
+} ptc__sgd;
+
+typedef struct ptc__backend_ops {
+    const char *name;
+    int (*open)(ptc__be **out, const ptc__be_params *p, ptc_error *err);
+    void (*close)(ptc__be *be);
+
+    /* ---- tensors ---- */
+    int (*tensor_new)(ptc__be *be, ptc__bt **out, ptc__role role, const int dims[4],
+                      ptc_error *err);
+    void (*tensor_free)(ptc__be *be, ptc__bt *t); /* accepts NULL */
+    /* Plain layout in or out, elements of the backend's dtype. */
+    int (*tensor_write)(ptc__be *be, ptc__bt *t, const void *plain, ptc_error *err);
+    int (*tensor_read)(ptc__be *be, const ptc__bt *t, void *plain, ptc_error *err);
+    int (*tensor_fill)(ptc__be *be, ptc__bt *t, double value, ptc_error *err);
+    /* y = a + b (residual connections); with relu, y = max(a + b, 0). y may alias a or b. */
+    int (*add)(ptc__be *be, const ptc__bt *a, const ptc__bt *b, ptc__bt *y, int relu,
+               ptc_error *err);
+    /* y += x (gradients meeting at a fork). */
+    int (*accumulate)(ptc__be *be, const ptc__bt *x, ptc__bt *y, ptc_error *err);
+
+    /* ---- convolution ---- */
+    int (*conv_plan)(ptc__be *be, ptc__op **out, const ptc__conv_shape *s, ptc_error *err);
+    int (*conv_fwd)(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *w, ptc__bt *y,
+                    ptc_error *err);
+    int (*conv_bwd_data)(ptc__be *be, ptc__op *op, const ptc__bt *dy, const ptc__bt *w,
+                         ptc__bt *dx, ptc_error *err);
+    int (*conv_bwd_weight)(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *dy,
+                           ptc__bt *dw, ptc_error *err);
+
+    /* ---- batch normalization (input [n][c][h][w]) ---- */
+    int (*bn_plan)(ptc__be *be, ptc__op **out, const int dims[4], double eps, ptc_error *err);
+    /* Training: normalises with the batch statistics, writes save_mean and save_invstd, updates
+     * the running statistics with momentum; relu applies max(., 0) to y. */
+    int (*bn_fwd_train)(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *gamma,
+                        const ptc__bt *beta, ptc__bt *y, ptc__bt *save_mean,
+                        ptc__bt *save_invstd, ptc__bt *running_mean, ptc__bt *running_var,
+                        double momentum, int relu, ptc_error *err);
+    int (*bn_fwd_eval)(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *gamma,
+                       const ptc__bt *beta, const ptc__bt *running_mean,
+                       const ptc__bt *running_var, ptc__bt *y, int relu, ptc_error *err);
+    /* Backward of training mode. y is the forward output (needed when relu was fused: dy is
+     * masked where y == 0); NULL when relu was not fused. */
+    int (*bn_bwd)(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *y, const ptc__bt *dy,
+                  const ptc__bt *gamma, const ptc__bt *save_mean, const ptc__bt *save_invstd,
+                  ptc__bt *dx, ptc__bt *dgamma, ptc__bt *dbeta, ptc_error *err);
+
+    /* ---- activations and pooling ---- */
+    int (*relu_fwd)(ptc__be *be, const ptc__bt *x, ptc__bt *y, ptc_error *err); /* y may be x */
+    /* dx = dy where y > 0, else 0; dx may be dy. */
+    int (*relu_bwd)(ptc__be *be, const ptc__bt *y, const ptc__bt *dy, ptc__bt *dx,
+                    ptc_error *err);
+    int (*maxpool_plan)(ptc__be *be, ptc__op **out, const ptc__pool_shape *s, ptc_error *err);
+    int (*maxpool_fwd)(ptc__be *be, ptc__op *op, const ptc__bt *x, ptc__bt *y, ptc_error *err);
+    /* x and y are the forward input and output (the plan may also keep the argmax). */
+    int (*maxpool_bwd)(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *y,
+                       const ptc__bt *dy, ptc__bt *dx, ptc_error *err);
+    /* Global average pool [n][c][h][w] -> [n][c][1][1] (role MAT on output). */
+    int (*avgpool_fwd)(ptc__be *be, const ptc__bt *x, ptc__bt *y, ptc_error *err);
+    int (*avgpool_bwd)(ptc__be *be, const ptc__bt *dy, ptc__bt *dx, ptc_error *err);
+
+    /* ---- linear: x [n][k], w [m][k], b [m] -> y [n][m] ---- */
+    int (*linear_fwd)(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const ptc__bt *b,
+                      ptc__bt *y, ptc_error *err);
+    int (*linear_bwd)(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const ptc__bt *dy,
+                      ptc__bt *dx, ptc__bt *dw, ptc__bt *db, ptc_error *err); /* dx may be NULL */
+
+    /* ---- optimizer: one parameter p with gradient g and momentum buffer buf (same role and
+     * shape; buf unused when momentum is 0) ---- */
+    int (*sgd_step)(ptc__be *be, ptc__bt *p, const ptc__bt *g, ptc__bt *buf, const ptc__sgd *h,
+                    ptc_error *err);
+
+    void (*plan_free)(ptc__be *be, ptc__op *op); /* accepts NULL */
+} ptc__backend_ops;
+
+/* The backends this build has. */
+extern const ptc__backend_ops ptc__backend_ref;
+#ifdef PTC_HAVE_DNNL
+extern const ptc__backend_ops ptc__backend_dnnl;
+#endif
+/* By name ("ref", "dnnl"); NULL when not built. */
+const ptc__backend_ops *ptc__backend_find(const char *name);
+
+/* conv output size, or -1 when the shape is impossible (checked arithmetic). */
+int ptc__conv_out(int in, int kernel, int stride, int pad);
+
+#endif /* PTC_BACKEND_BACKEND_H */

@@ -1,0 +1,692 @@
+/*
+ * ref.c - the reference backend: plain C, float32 and float64, the oracle every other backend is
+ * tested against and the one gradient checks run on.
+ *
+ * Layout: every role keeps the plain layout (row-major [n][c][h][w], [k][c][r][s] for convolution
+ * weights), so tensor_write and tensor_read are copies and a tensor's data is what torch would
+ * hold for the same logical shape.
+ *
+ * This file checks every argument (backend instance, plan kind, role and shape of every tensor)
+ * and turns a mismatch into PTC_EINVAL with a message naming the op, the argument and both
+ * shapes; the arithmetic is in ref_kernels.h, instantiated here once for float and once for
+ * double. Precision and determinism are described there: reductions accumulate in double,
+ * elementwise updates (add, accumulate, SGD) are done in the element type in torch's order, and
+ * the results do not depend on the number of threads.
+ *
+ * Threads: when compiled with OpenMP (-fopenmp), the kernels split images, channels or planes
+ * between be_params.threads threads (0: OpenMP's default); otherwise they run on the calling
+ * thread. Scratch memory is allocated per call through ptc__malloc, outside parallel regions.
+ */
+#include "backend/backend.h"
+
+#include <math.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+struct ptc__be {
+    ptc__dtype_be dtype;
+    int nt; /* threads the kernels may use (1 without OpenMP) */
+};
+
+struct ptc__bt {
+    ptc__be *be; /* the instance that made it */
+    ptc__role role;
+    int dims[4];   /* [n][c][h][w] */
+    int64_t numel; /* the product of dims */
+    void *data;    /* numel elements of be->dtype, plain layout */
+};
+
+typedef enum op_kind { OP_CONV = 1, OP_BN, OP_MAXPOOL } op_kind;
+
+struct ptc__op {
+    ptc__be *be;
+    op_kind kind;
+    ptc__conv_shape conv; /* OP_CONV */
+    ptc__pool_shape pool; /* OP_MAXPOOL */
+    int dims[4];          /* OP_BN: the input [n][c][h][w] */
+    double eps;           /* OP_BN */
+};
+
+/* PAR_FOR(nt) splits the iterations of the loop that follows between nt threads; SIMD() marks an
+ * axpy loop (no loop-carried dependency, so vector code computes the same bits). */
+#ifdef _OPENMP
+#define PTC_PRAGMA(x) _Pragma(#x)
+#define PAR_FOR(nt) PTC_PRAGMA(omp parallel for num_threads(nt) schedule(static))
+#define SIMD()      PTC_PRAGMA(omp simd)
+#define THREAD_ID() omp_get_thread_num()
+#else
+#define PAR_FOR(nt) (void)(nt);
+#define SIMD()
+#define THREAD_ID() 0
+#endif
+
+#define REAL     float
+#define FN(name) name##_f32
+#define FMA      fmaf
+#include "backend/ref_kernels.h"
+#undef REAL
+#undef FN
+#undef FMA
+
+#define REAL     double
+#define FN(name) name##_f64
+#define FMA      fma
+#include "backend/ref_kernels.h"
+#undef REAL
+#undef FN
+#undef FMA
+
+/* Calls the float or the double instance of a kernel (all kernels return void). */
+#define KERNEL(be, fn, ...)                                                                        \
+    ((be)->dtype == PTC__BE_F32 ? fn##_f32(__VA_ARGS__) : fn##_f64(__VA_ARGS__))
+
+static int min_nt(const ptc__be *be, int64_t work)
+{
+    return work < be->nt ? (int)work : be->nt;
+}
+
+/* ---- argument checks ------------------------------------------------------------------------- */
+
+static const char *role_name(ptc__role r)
+{
+    switch (r) {
+    case PTC__ROLE_ACT:
+        return "act";
+    case PTC__ROLE_CONV_W:
+        return "conv_w";
+    case PTC__ROLE_VEC:
+        return "vec";
+    case PTC__ROLE_MAT:
+        return "mat";
+    }
+    return "?";
+}
+
+/* t must be a tensor of be with the given role and dims [n][c][h][w]. */
+static int check_t(const ptc__be *be, ptc_error *err, const char *op, const char *arg,
+                   const ptc__bt *t, ptc__role role, int64_t n, int64_t c, int64_t h, int64_t w)
+{
+    if (!be)
+        return ptc__err(err, PTC_EINVAL, "", -1, "%s: no backend instance", op);
+    if (!t)
+        return ptc__err(err, PTC_EINVAL, "", -1, "%s: %s is NULL", op, arg);
+    if (t->be != be)
+        return ptc__err(err, PTC_EINVAL, "", -1, "%s: %s belongs to another backend instance", op,
+                        arg);
+    if (t->role != role || t->dims[0] != n || t->dims[1] != c || t->dims[2] != h || t->dims[3] != w)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "%s: %s is %s [%d][%d][%d][%d], expected %s [%lld][%lld][%lld][%lld]", op,
+                        arg, role_name(t->role), t->dims[0], t->dims[1], t->dims[2], t->dims[3],
+                        role_name(role), (long long)n, (long long)c, (long long)h, (long long)w);
+    return 0;
+}
+
+/* t must have the role and dims of like (which has been checked). */
+static int check_like(const ptc__be *be, ptc_error *err, const char *op, const char *arg,
+                      const ptc__bt *t, const ptc__bt *like)
+{
+    return check_t(be, err, op, arg, t, like->role, like->dims[0], like->dims[1], like->dims[2],
+                   like->dims[3]);
+}
+
+static int check_vec(const ptc__be *be, ptc_error *err, const char *op, const char *arg,
+                     const ptc__bt *t, int64_t c)
+{
+    return check_t(be, err, op, arg, t, PTC__ROLE_VEC, 1, c, 1, 1);
+}
+
+static int check_plan(const ptc__be *be, ptc_error *err, const char *op, const ptc__op *plan,
+                      op_kind kind)
+{
+    if (!be || !plan)
+        return ptc__err(err, PTC_EINVAL, "", -1, "%s: no backend instance or no plan", op);
+    if (plan->be != be)
+        return ptc__err(err, PTC_EINVAL, "", -1, "%s: the plan belongs to another backend instance",
+                        op);
+    if (plan->kind != kind)
+        return ptc__err(err, PTC_EINVAL, "", -1, "%s: the plan is for another kind of layer", op);
+    return 0;
+}
+
+/* count += a * b, false on overflow. */
+static bool madd_ok(int64_t *count, int64_t a, int64_t b)
+{
+    int64_t ab;
+    return ptc__mul_i64_ok(a, b, &ab) && ptc__add_i64_ok(*count, ab, count);
+}
+
+/* Scratch of count doubles (ok false: the count overflowed), or PTC_ENOMEM. */
+static int scratch_new(ptc_error *err, const char *op, bool ok, int64_t count, double **out)
+{
+    int64_t bytes;
+    *out = NULL;
+    if (!ok || !ptc__mul_i64_ok(count, (int64_t)sizeof(double), &bytes) ||
+        (uint64_t)bytes > SIZE_MAX)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "%s: scratch size overflows", op);
+    *out = ptc__malloc(bytes > 0 ? (size_t)bytes : 1);
+    if (!*out)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "%s: cannot allocate %lld bytes of scratch", op,
+                        (long long)bytes);
+    return 0;
+}
+
+/* Images per block of the convolution kernels: enough for about 256 output pixels a block (long
+ * inner loops), few enough to keep the unfolded block small. Depends on the shape only, so the
+ * order of every sum is fixed. */
+static int64_t conv_block(const ptc__conv_shape *s)
+{
+    int64_t P = (int64_t)s->oh * s->ow, nb = (256 + P - 1) / P;
+    return nb < s->n ? nb : s->n;
+}
+
+#define TRY(call)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (call);                                                                          \
+        if (rc_ < 0)                                                                               \
+            return rc_;                                                                            \
+    } while (0)
+
+/* ---- instance -------------------------------------------------------------------------------- */
+
+static int ref_open(ptc__be **out, const ptc__be_params *p, ptc_error *err)
+{
+    ptc__be_params def = {PTC__BE_F32, 0};
+    if (!out)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ref open: out is NULL");
+    *out = NULL;
+    if (!p)
+        p = &def;
+    if (p->dtype != PTC__BE_F32 && p->dtype != PTC__BE_F64)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "ref open: dtype %d is neither float32 nor float64", (int)p->dtype);
+    if (p->threads < 0)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ref open: threads %d is negative", p->threads);
+    ptc__be *be = ptc__calloc(1, sizeof *be);
+    if (!be)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "ref open: out of memory");
+    be->dtype = p->dtype;
+#ifdef _OPENMP
+    be->nt = p->threads > 0 ? p->threads : omp_get_max_threads();
+#else
+    be->nt = 1;
+#endif
+    if (be->nt < 1)
+        be->nt = 1;
+    *out = be;
+    return 0;
+}
+
+static void ref_close(ptc__be *be)
+{
+    ptc__free(be);
+}
+
+/* ---- tensors --------------------------------------------------------------------------------- */
+
+static int ref_tensor_new(ptc__be *be, ptc__bt **out, ptc__role role, const int dims[4],
+                          ptc_error *err)
+{
+    if (!be || !out || !dims)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_new: NULL argument");
+    *out = NULL;
+    if (role != PTC__ROLE_ACT && role != PTC__ROLE_CONV_W && role != PTC__ROLE_VEC &&
+        role != PTC__ROLE_MAT)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_new: unknown role %d", (int)role);
+    int64_t numel = 1, nbytes;
+    for (int i = 0; i < 4; i++) {
+        if (dims[i] < 1 || !ptc__mul_i64_ok(numel, dims[i], &numel))
+            return ptc__err(err, PTC_EINVAL, "", -1,
+                            "tensor_new: %s [%d][%d][%d][%d] is not a shape", role_name(role),
+                            dims[0], dims[1], dims[2], dims[3]);
+    }
+    if ((role == PTC__ROLE_VEC && (dims[0] != 1 || dims[2] != 1 || dims[3] != 1)) ||
+        (role == PTC__ROLE_MAT && (dims[2] != 1 || dims[3] != 1)))
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "tensor_new: %s [%d][%d][%d][%d]: vectors are [1][c][1][1], matrices "
+                        "[n][c][1][1]",
+                        role_name(role), dims[0], dims[1], dims[2], dims[3]);
+    if (!ptc__mul_i64_ok(numel, (int64_t)be->dtype, &nbytes) || (uint64_t)nbytes > SIZE_MAX)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "tensor_new: %s [%d][%d][%d][%d] is too large",
+                        role_name(role), dims[0], dims[1], dims[2], dims[3]);
+    ptc__bt *t = ptc__calloc(1, sizeof *t);
+    void *data = ptc__calloc((size_t)numel, (size_t)be->dtype);
+    if (!t || !data) {
+        ptc__free(t);
+        ptc__free(data);
+        return ptc__err(err, PTC_ENOMEM, "", -1, "tensor_new: cannot allocate %lld bytes",
+                        (long long)nbytes);
+    }
+    t->be = be;
+    t->role = role;
+    memcpy(t->dims, dims, sizeof t->dims);
+    t->numel = numel;
+    t->data = data;
+    *out = t;
+    return 0;
+}
+
+static void ref_tensor_free(ptc__be *be, ptc__bt *t)
+{
+    (void)be;
+    if (!t)
+        return;
+    ptc__free(t->data);
+    ptc__free(t);
+}
+
+static int ref_tensor_write(ptc__be *be, ptc__bt *t, const void *plain, ptc_error *err)
+{
+    if (!t)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_write: t is NULL");
+    TRY(check_like(be, err, "tensor_write", "t", t, t));
+    if (!plain)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_write: plain is NULL");
+    memcpy(t->data, plain, (size_t)t->numel * (size_t)be->dtype);
+    return 0;
+}
+
+static int ref_tensor_read(ptc__be *be, const ptc__bt *t, void *plain, ptc_error *err)
+{
+    if (!t)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_read: t is NULL");
+    TRY(check_like(be, err, "tensor_read", "t", t, t));
+    if (!plain)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_read: plain is NULL");
+    memcpy(plain, t->data, (size_t)t->numel * (size_t)be->dtype);
+    return 0;
+}
+
+static int ref_tensor_fill(ptc__be *be, ptc__bt *t, double value, ptc_error *err)
+{
+    if (!t)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_fill: t is NULL");
+    TRY(check_like(be, err, "tensor_fill", "t", t, t));
+    KERNEL(be, fill, t->data, t->numel, value);
+    return 0;
+}
+
+static int ref_add(ptc__be *be, const ptc__bt *a, const ptc__bt *b, ptc__bt *y, int relu,
+                   ptc_error *err)
+{
+    if (!a)
+        return ptc__err(err, PTC_EINVAL, "", -1, "add: a is NULL");
+    TRY(check_like(be, err, "add", "a", a, a));
+    TRY(check_like(be, err, "add", "b", b, a));
+    TRY(check_like(be, err, "add", "y", y, a));
+    KERNEL(be, add, a->data, b->data, y->data, a->numel, relu);
+    return 0;
+}
+
+static int ref_accumulate(ptc__be *be, const ptc__bt *x, ptc__bt *y, ptc_error *err)
+{
+    if (!y)
+        return ptc__err(err, PTC_EINVAL, "", -1, "accumulate: y is NULL");
+    TRY(check_like(be, err, "accumulate", "y", y, y));
+    TRY(check_like(be, err, "accumulate", "x", x, y));
+    KERNEL(be, accumulate, x->data, y->data, y->numel);
+    return 0;
+}
+
+/* ---- convolution ----------------------------------------------------------------------------- */
+
+static int ref_conv_plan(ptc__be *be, ptc__op **out, const ptc__conv_shape *s, ptc_error *err)
+{
+    if (!be || !out || !s)
+        return ptc__err(err, PTC_EINVAL, "", -1, "conv_plan: NULL argument");
+    *out = NULL;
+    int oh = ptc__conv_out(s->h, s->r, s->stride, s->pad);
+    int ow = ptc__conv_out(s->w, s->s, s->stride, s->pad);
+    if (s->n < 1 || s->c < 1 || s->k < 1 || oh < 1 || ow < 1 || s->oh != oh || s->ow != ow)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "conv_plan: input [%d][%d][%d][%d], weight [%d][%d][%d][%d], stride %d, "
+                        "pad %d, output %dx%d is not a convolution (output would be %dx%d)",
+                        s->n, s->c, s->h, s->w, s->k, s->c, s->r, s->s, s->stride, s->pad, s->oh,
+                        s->ow, oh, ow);
+    ptc__op *op = ptc__calloc(1, sizeof *op);
+    if (!op)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "conv_plan: out of memory");
+    op->be = be;
+    op->kind = OP_CONV;
+    op->conv = *s;
+    *out = op;
+    return 0;
+}
+
+static int ref_conv_fwd(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *w, ptc__bt *y,
+                        ptc_error *err)
+{
+    TRY(check_plan(be, err, "conv_fwd", op, OP_CONV));
+    const ptc__conv_shape *s = &op->conv;
+    TRY(check_t(be, err, "conv_fwd", "x", x, PTC__ROLE_ACT, s->n, s->c, s->h, s->w));
+    TRY(check_t(be, err, "conv_fwd", "w", w, PTC__ROLE_CONV_W, s->k, s->c, s->r, s->s));
+    TRY(check_t(be, err, "conv_fwd", "y", y, PTC__ROLE_ACT, s->n, s->k, s->oh, s->ow));
+    const int64_t Q = (int64_t)s->c * s->r * s->s, P = (int64_t)s->oh * s->ow;
+    const int64_t nb = conv_block(s);
+    int nt = min_nt(be, s->k);
+    int64_t count = 0;
+    bool ok = madd_ok(&count, Q + nt, nb * P);
+    double *scratch;
+    TRY(scratch_new(err, "conv_fwd", ok, count, &scratch));
+    KERNEL(be, conv_fwd, s, x->data, w->data, y->data, nb, scratch, nt);
+    ptc__free(scratch);
+    return 0;
+}
+
+static int ref_conv_bwd_data(ptc__be *be, ptc__op *op, const ptc__bt *dy, const ptc__bt *w,
+                             ptc__bt *dx, ptc_error *err)
+{
+    TRY(check_plan(be, err, "conv_bwd_data", op, OP_CONV));
+    const ptc__conv_shape *s = &op->conv;
+    TRY(check_t(be, err, "conv_bwd_data", "dy", dy, PTC__ROLE_ACT, s->n, s->k, s->oh, s->ow));
+    TRY(check_t(be, err, "conv_bwd_data", "w", w, PTC__ROLE_CONV_W, s->k, s->c, s->r, s->s));
+    TRY(check_t(be, err, "conv_bwd_data", "dx", dx, PTC__ROLE_ACT, s->n, s->c, s->h, s->w));
+    const int64_t Q = (int64_t)s->c * s->r * s->s, P = (int64_t)s->oh * s->ow;
+    const int64_t nb = conv_block(s);
+    int nt = min_nt(be, Q > nb * s->c ? Q : nb * s->c);
+    int64_t count = 0;
+    bool ok = madd_ok(&count, s->k + Q, nb * P) && madd_ok(&count, nt, (int64_t)s->h * s->w);
+    double *scratch;
+    TRY(scratch_new(err, "conv_bwd_data", ok, count, &scratch));
+    KERNEL(be, conv_bwd_data, s, dy->data, w->data, dx->data, nb, scratch, nt);
+    ptc__free(scratch);
+    return 0;
+}
+
+static int ref_conv_bwd_weight(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *dy,
+                               ptc__bt *dw, ptc_error *err)
+{
+    TRY(check_plan(be, err, "conv_bwd_weight", op, OP_CONV));
+    const ptc__conv_shape *s = &op->conv;
+    TRY(check_t(be, err, "conv_bwd_weight", "x", x, PTC__ROLE_ACT, s->n, s->c, s->h, s->w));
+    TRY(check_t(be, err, "conv_bwd_weight", "dy", dy, PTC__ROLE_ACT, s->n, s->k, s->oh, s->ow));
+    TRY(check_t(be, err, "conv_bwd_weight", "dw", dw, PTC__ROLE_CONV_W, s->k, s->c, s->r, s->s));
+    const int64_t Q = (int64_t)s->c * s->r * s->s, P = (int64_t)s->oh * s->ow;
+    const int64_t nb = conv_block(s);
+    int64_t count = 0;
+    bool ok =
+        madd_ok(&count, s->k, Q) && madd_ok(&count, nb * P, Q) && madd_ok(&count, s->k, nb * P);
+    double *scratch;
+    TRY(scratch_new(err, "conv_bwd_weight", ok, count, &scratch));
+    KERNEL(be, conv_bwd_weight, s, x->data, dy->data, dw->data, nb, scratch, min_nt(be, s->k));
+    ptc__free(scratch);
+    return 0;
+}
+
+/* ---- batch normalization --------------------------------------------------------------------- */
+
+static int ref_bn_plan(ptc__be *be, ptc__op **out, const int dims[4], double eps, ptc_error *err)
+{
+    if (!be || !out || !dims)
+        return ptc__err(err, PTC_EINVAL, "", -1, "bn_plan: NULL argument");
+    *out = NULL;
+    if (dims[0] < 1 || dims[1] < 1 || dims[2] < 1 || dims[3] < 1)
+        return ptc__err(err, PTC_EINVAL, "", -1, "bn_plan: [%d][%d][%d][%d] is not a shape",
+                        dims[0], dims[1], dims[2], dims[3]);
+    if (!(eps >= 0) || !isfinite(eps))
+        return ptc__err(err, PTC_EINVAL, "", -1, "bn_plan: eps %g is not a finite value >= 0", eps);
+    ptc__op *op = ptc__calloc(1, sizeof *op);
+    if (!op)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "bn_plan: out of memory");
+    op->be = be;
+    op->kind = OP_BN;
+    memcpy(op->dims, dims, sizeof op->dims);
+    op->eps = eps;
+    *out = op;
+    return 0;
+}
+
+static int ref_bn_fwd_train(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *gamma,
+                            const ptc__bt *beta, ptc__bt *y, ptc__bt *save_mean,
+                            ptc__bt *save_invstd, ptc__bt *running_mean, ptc__bt *running_var,
+                            double momentum, int relu, ptc_error *err)
+{
+    static const char fn[] = "bn_fwd_train";
+    TRY(check_plan(be, err, fn, op, OP_BN));
+    const int *d = op->dims;
+    TRY(check_t(be, err, fn, "x", x, PTC__ROLE_ACT, d[0], d[1], d[2], d[3]));
+    TRY(check_vec(be, err, fn, "gamma", gamma, d[1]));
+    TRY(check_vec(be, err, fn, "beta", beta, d[1]));
+    TRY(check_like(be, err, fn, "y", y, x));
+    TRY(check_vec(be, err, fn, "save_mean", save_mean, d[1]));
+    TRY(check_vec(be, err, fn, "save_invstd", save_invstd, d[1]));
+    TRY(check_vec(be, err, fn, "running_mean", running_mean, d[1]));
+    TRY(check_vec(be, err, fn, "running_var", running_var, d[1]));
+    const int64_t HW = (int64_t)d[2] * d[3];
+    /* torch refuses too: the unbiased variance of one value divides by zero. */
+    if ((int64_t)d[0] * HW < 2)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "%s: expected more than 1 value per channel when training, got input "
+                        "[%d][%d][%d][%d]",
+                        fn, d[0], d[1], d[2], d[3]);
+    KERNEL(be, bn_fwd_train, d[0], d[1], HW, op->eps, momentum, relu, x->data, gamma->data,
+           beta->data, y->data, save_mean->data, save_invstd->data, running_mean->data,
+           running_var->data, min_nt(be, d[1]));
+    return 0;
+}
+
+static int ref_bn_fwd_eval(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *gamma,
+                           const ptc__bt *beta, const ptc__bt *running_mean,
+                           const ptc__bt *running_var, ptc__bt *y, int relu, ptc_error *err)
+{
+    static const char fn[] = "bn_fwd_eval";
+    TRY(check_plan(be, err, fn, op, OP_BN));
+    const int *d = op->dims;
+    TRY(check_t(be, err, fn, "x", x, PTC__ROLE_ACT, d[0], d[1], d[2], d[3]));
+    TRY(check_vec(be, err, fn, "gamma", gamma, d[1]));
+    TRY(check_vec(be, err, fn, "beta", beta, d[1]));
+    TRY(check_vec(be, err, fn, "running_mean", running_mean, d[1]));
+    TRY(check_vec(be, err, fn, "running_var", running_var, d[1]));
+    TRY(check_like(be, err, fn, "y", y, x));
+    KERNEL(be, bn_fwd_eval, d[0], d[1], (int64_t)d[2] * d[3], op->eps, relu, x->data, gamma->data,
+           beta->data, running_mean->data, running_var->data, y->data, min_nt(be, d[1]));
+    return 0;
+}
+
+static int ref_bn_bwd(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *y,
+                      const ptc__bt *dy, const ptc__bt *gamma, const ptc__bt *save_mean,
+                      const ptc__bt *save_invstd, ptc__bt *dx, ptc__bt *dgamma, ptc__bt *dbeta,
+                      ptc_error *err)
+{
+    static const char fn[] = "bn_bwd";
+    TRY(check_plan(be, err, fn, op, OP_BN));
+    const int *d = op->dims;
+    TRY(check_t(be, err, fn, "x", x, PTC__ROLE_ACT, d[0], d[1], d[2], d[3]));
+    if (y)
+        TRY(check_like(be, err, fn, "y", y, x));
+    TRY(check_like(be, err, fn, "dy", dy, x));
+    TRY(check_vec(be, err, fn, "gamma", gamma, d[1]));
+    TRY(check_vec(be, err, fn, "save_mean", save_mean, d[1]));
+    TRY(check_vec(be, err, fn, "save_invstd", save_invstd, d[1]));
+    TRY(check_like(be, err, fn, "dx", dx, x));
+    TRY(check_vec(be, err, fn, "dgamma", dgamma, d[1]));
+    TRY(check_vec(be, err, fn, "dbeta", dbeta, d[1]));
+    KERNEL(be, bn_bwd, d[0], d[1], (int64_t)d[2] * d[3], x->data, y ? y->data : NULL, dy->data,
+           gamma->data, save_mean->data, save_invstd->data, dx->data, dgamma->data, dbeta->data,
+           min_nt(be, d[1]));
+    return 0;
+}
+
+/* ---- activations and pooling ----------------------------------------------------------------- */
+
+static int ref_relu_fwd(ptc__be *be, const ptc__bt *x, ptc__bt *y, ptc_error *err)
+{
+    if (!x)
+        return ptc__err(err, PTC_EINVAL, "", -1, "relu_fwd: x is NULL");
+    TRY(check_like(be, err, "relu_fwd", "x", x, x));
+    TRY(check_like(be, err, "relu_fwd", "y", y, x));
+    KERNEL(be, relu_fwd, x->data, y->data, x->numel);
+    return 0;
+}
+
+static int ref_relu_bwd(ptc__be *be, const ptc__bt *y, const ptc__bt *dy, ptc__bt *dx,
+                        ptc_error *err)
+{
+    if (!y)
+        return ptc__err(err, PTC_EINVAL, "", -1, "relu_bwd: y is NULL");
+    TRY(check_like(be, err, "relu_bwd", "y", y, y));
+    TRY(check_like(be, err, "relu_bwd", "dy", dy, y));
+    TRY(check_like(be, err, "relu_bwd", "dx", dx, y));
+    KERNEL(be, relu_bwd, y->data, dy->data, dx->data, y->numel);
+    return 0;
+}
+
+static int ref_maxpool_plan(ptc__be *be, ptc__op **out, const ptc__pool_shape *s, ptc_error *err)
+{
+    if (!be || !out || !s)
+        return ptc__err(err, PTC_EINVAL, "", -1, "maxpool_plan: NULL argument");
+    *out = NULL;
+    int oh = ptc__conv_out(s->h, s->r, s->stride, s->pad);
+    int ow = ptc__conv_out(s->w, s->s, s->stride, s->pad);
+    /* torch: "pad should be at most half of effective kernel size", which also keeps every
+     * window on at least one input element. */
+    if (s->n < 1 || s->c < 1 || oh < 1 || ow < 1 || s->pad > s->r / 2 || s->pad > s->s / 2 ||
+        s->oh != oh || s->ow != ow)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "maxpool_plan: input [%d][%d][%d][%d], window %dx%d, stride %d, pad %d, "
+                        "output %dx%d is not a max pool (output would be %dx%d; pad at most half "
+                        "the window)",
+                        s->n, s->c, s->h, s->w, s->r, s->s, s->stride, s->pad, s->oh, s->ow, oh,
+                        ow);
+    ptc__op *op = ptc__calloc(1, sizeof *op);
+    if (!op)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "maxpool_plan: out of memory");
+    op->be = be;
+    op->kind = OP_MAXPOOL;
+    op->pool = *s;
+    *out = op;
+    return 0;
+}
+
+static int ref_maxpool_fwd(ptc__be *be, ptc__op *op, const ptc__bt *x, ptc__bt *y, ptc_error *err)
+{
+    TRY(check_plan(be, err, "maxpool_fwd", op, OP_MAXPOOL));
+    const ptc__pool_shape *s = &op->pool;
+    TRY(check_t(be, err, "maxpool_fwd", "x", x, PTC__ROLE_ACT, s->n, s->c, s->h, s->w));
+    TRY(check_t(be, err, "maxpool_fwd", "y", y, PTC__ROLE_ACT, s->n, s->c, s->oh, s->ow));
+    KERNEL(be, maxpool_fwd, s, x->data, y->data, min_nt(be, (int64_t)s->n * s->c));
+    return 0;
+}
+
+static int ref_maxpool_bwd(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *y,
+                           const ptc__bt *dy, ptc__bt *dx, ptc_error *err)
+{
+    TRY(check_plan(be, err, "maxpool_bwd", op, OP_MAXPOOL));
+    const ptc__pool_shape *s = &op->pool;
+    TRY(check_t(be, err, "maxpool_bwd", "x", x, PTC__ROLE_ACT, s->n, s->c, s->h, s->w));
+    TRY(check_t(be, err, "maxpool_bwd", "y", y, PTC__ROLE_ACT, s->n, s->c, s->oh, s->ow));
+    TRY(check_like(be, err, "maxpool_bwd", "dy", dy, y));
+    TRY(check_like(be, err, "maxpool_bwd", "dx", dx, x));
+    KERNEL(be, maxpool_bwd, s, x->data, dy->data, dx->data, min_nt(be, (int64_t)s->n * s->c));
+    return 0;
+}
+
+static int ref_avgpool_fwd(ptc__be *be, const ptc__bt *x, ptc__bt *y, ptc_error *err)
+{
+    if (!x)
+        return ptc__err(err, PTC_EINVAL, "", -1, "avgpool_fwd: x is NULL");
+    const int *d = x->dims;
+    TRY(check_t(be, err, "avgpool_fwd", "x", x, PTC__ROLE_ACT, d[0], d[1], d[2], d[3]));
+    TRY(check_t(be, err, "avgpool_fwd", "y", y, PTC__ROLE_MAT, d[0], d[1], 1, 1));
+    KERNEL(be, avgpool_fwd, (int64_t)d[0] * d[1], (int64_t)d[2] * d[3], x->data, y->data);
+    return 0;
+}
+
+static int ref_avgpool_bwd(ptc__be *be, const ptc__bt *dy, ptc__bt *dx, ptc_error *err)
+{
+    if (!dx)
+        return ptc__err(err, PTC_EINVAL, "", -1, "avgpool_bwd: dx is NULL");
+    const int *d = dx->dims;
+    TRY(check_t(be, err, "avgpool_bwd", "dx", dx, PTC__ROLE_ACT, d[0], d[1], d[2], d[3]));
+    TRY(check_t(be, err, "avgpool_bwd", "dy", dy, PTC__ROLE_MAT, d[0], d[1], 1, 1));
+    KERNEL(be, avgpool_bwd, (int64_t)d[0] * d[1], (int64_t)d[2] * d[3], dy->data, dx->data);
+    return 0;
+}
+
+/* ---- linear ---------------------------------------------------------------------------------- */
+
+static int ref_linear_fwd(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const ptc__bt *b,
+                          ptc__bt *y, ptc_error *err)
+{
+    if (!x || !w)
+        return ptc__err(err, PTC_EINVAL, "", -1, "linear_fwd: x or w is NULL");
+    const int N = x->dims[0], K = x->dims[1], M = w->dims[0];
+    TRY(check_t(be, err, "linear_fwd", "x", x, PTC__ROLE_MAT, N, K, 1, 1));
+    TRY(check_t(be, err, "linear_fwd", "w", w, PTC__ROLE_MAT, M, K, 1, 1));
+    TRY(check_vec(be, err, "linear_fwd", "b", b, M));
+    TRY(check_t(be, err, "linear_fwd", "y", y, PTC__ROLE_MAT, N, M, 1, 1));
+    KERNEL(be, linear_fwd, N, K, M, x->data, w->data, b->data, y->data);
+    return 0;
+}
+
+static int ref_linear_bwd(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const ptc__bt *dy,
+                          ptc__bt *dx, ptc__bt *dw, ptc__bt *db, ptc_error *err)
+{
+    if (!x || !w)
+        return ptc__err(err, PTC_EINVAL, "", -1, "linear_bwd: x or w is NULL");
+    const int N = x->dims[0], K = x->dims[1], M = w->dims[0];
+    TRY(check_t(be, err, "linear_bwd", "x", x, PTC__ROLE_MAT, N, K, 1, 1));
+    TRY(check_t(be, err, "linear_bwd", "w", w, PTC__ROLE_MAT, M, K, 1, 1));
+    TRY(check_t(be, err, "linear_bwd", "dy", dy, PTC__ROLE_MAT, N, M, 1, 1));
+    if (dx)
+        TRY(check_like(be, err, "linear_bwd", "dx", dx, x));
+    TRY(check_like(be, err, "linear_bwd", "dw", dw, w));
+    TRY(check_vec(be, err, "linear_bwd", "db", db, M));
+    KERNEL(be, linear_bwd, N, K, M, x->data, w->data, dy->data, dx ? dx->data : NULL, dw->data,
+           db->data);
+    return 0;
+}
+
+/* ---- optimizer ------------------------------------------------------------------------------- */
+
+static int ref_sgd_step(ptc__be *be, ptc__bt *p, const ptc__bt *g, ptc__bt *buf, const ptc__sgd *h,
+                        ptc_error *err)
+{
+    if (!p || !h)
+        return ptc__err(err, PTC_EINVAL, "", -1, "sgd_step: p or the hyperparameters are NULL");
+    TRY(check_like(be, err, "sgd_step", "p", p, p));
+    TRY(check_like(be, err, "sgd_step", "g", g, p));
+    if (h->momentum != 0)
+        TRY(check_like(be, err, "sgd_step", "buf", buf, p));
+    KERNEL(be, sgd_step, p->data, g->data, h->momentum != 0 ? buf->data : NULL, p->numel, h);
+    return 0;
+}
+
+static void ref_plan_free(ptc__be *be, ptc__op *op)
+{
+    (void)be;
+    ptc__free(op);
+}
+
+const ptc__backend_ops ptc__backend_ref = {
+    .name = "ref",
+    .open = ref_open,
+    .close = ref_close,
+    .tensor_new = ref_tensor_new,
+    .tensor_free = ref_tensor_free,
+    .tensor_write = ref_tensor_write,
+    .tensor_read = ref_tensor_read,
+    .tensor_fill = ref_tensor_fill,
+    .add = ref_add,
+    .accumulate = ref_accumulate,
+    .conv_plan = ref_conv_plan,
+    .conv_fwd = ref_conv_fwd,
+    .conv_bwd_data = ref_conv_bwd_data,
+    .conv_bwd_weight = ref_conv_bwd_weight,
+    .bn_plan = ref_bn_plan,
+    .bn_fwd_train = ref_bn_fwd_train,
+    .bn_fwd_eval = ref_bn_fwd_eval,
+    .bn_bwd = ref_bn_bwd,
+    .relu_fwd = ref_relu_fwd,
+    .relu_bwd = ref_relu_bwd,
+    .maxpool_plan = ref_maxpool_plan,
+    .maxpool_fwd = ref_maxpool_fwd,
+    .maxpool_bwd = ref_maxpool_bwd,
+    .avgpool_fwd = ref_avgpool_fwd,
+    .avgpool_bwd = ref_avgpool_bwd,
+    .linear_fwd = ref_linear_fwd,
+    .linear_bwd = ref_linear_bwd,
+    .sgd_step = ref_sgd_step,
+    .plan_free = ref_plan_free,
+};

@@ -1,0 +1,139 @@
+/*
+ * nn.h - torchvision's ResNet-18 on a backend: its modules, names and parameter order, PyTorch's
+ * initialisation, forward and backward, cross-entropy, SGD and learning-rate schedules, and the
+ * state dict in both directions.
+ *
+ * Names are torchvision's (DESIGN.md decision 6): the state dict of a model built here has exactly
+ * the keys, order, shapes and dtypes of torchvision.models.resnet18(num_classes=N).state_dict()
+ * (float32 parameters and running statistics, int64 num_batches_tracked), so each loads into the
+ * other with strict keys. Two architectures: "resnet18" (torchvision's: 7x7 stride-2 stem and a
+ * 3x3 stride-2 max pool) and "resnet18-cifar" (a 3x3 stride-1 stem and no max pool, the usual
+ * CIFAR variant; the same names and shapes except conv1.weight, 64x3x3x3).
+ *
+ * The model holds its parameters, gradients and buffers in backend tensors; activations are made
+ * per batch size on first use and kept (a training run sees at most two sizes: the batch and the
+ * last, shorter one). Host arrays cross the boundary only as plain float32: images [n][3][32][32]
+ * in, logits [n][classes] out, state dicts both ways.
+ *
+ * Numerics are PyTorch's (decision 5): see lib/backend/backend.h for each layer; cross-entropy is
+ * the mean over the batch of -log softmax, computed in double from float32 logits; SGD is
+ * torch.optim.SGD's.
+ */
+#ifndef PTC_NN_NN_H
+#define PTC_NN_NN_H
+
+#include "backend/backend.h"
+
+typedef enum ptc__arch { PTC__ARCH_RESNET18, PTC__ARCH_RESNET18_CIFAR } ptc__arch;
+/* "resnet18", "resnet18-cifar" -> arch; -1 when unknown. */
+int ptc__arch_from_name(const char *name);
+const char *ptc__arch_name(ptc__arch a);
+
+typedef struct ptc__model ptc__model;
+
+typedef struct ptc__model_params {
+    ptc__arch arch;
+    int num_classes;              /* 10 */
+    const ptc__backend_ops *ops;  /* the backend */
+    ptc__be *be;                  /* its instance (float32), borrowed */
+    uint64_t seed;                /* for the initialisation */
+} ptc__model_params;
+
+/* One entry of the state dict, in torchvision's order. */
+typedef enum ptc__entry_kind {
+    PTC__ENTRY_PARAM,     /* a parameter: has a gradient and an optimizer state */
+    PTC__ENTRY_BUFFER,    /* running_mean / running_var */
+    PTC__ENTRY_COUNTER    /* num_batches_tracked (int64, kept on the host) */
+} ptc__entry_kind;
+
+typedef struct ptc__entry {
+    const char *name;  /* "layer1.0.conv1.weight" */
+    ptc__entry_kind kind;
+    int ndim;
+    int64_t shape[4];
+    int64_t numel;
+    ptc__bt *value;    /* NULL for a counter */
+    ptc__bt *grad;     /* parameters only */
+    ptc__bt *momentum; /* parameters only; made by the first SGD step with momentum */
+    int64_t *counter;  /* counters only */
+} ptc__entry;
+
+int ptc__model_new(ptc__model **out, const ptc__model_params *p, ptc_error *err);
+void ptc__model_free(ptc__model *m); /* accepts NULL */
+
+size_t ptc__model_nentries(const ptc__model *m);
+ptc__entry *ptc__model_entry(ptc__model *m, size_t i);
+/* The entry by name; NULL when absent. */
+ptc__entry *ptc__model_find(ptc__model *m, const char *name);
+size_t ptc__model_nparams(const ptc__model *m); /* entries of kind PARAM: 62 for ResNet-18 */
+
+/* An entry's values as plain float32 (shape order), in or out. Not for counters. */
+int ptc__model_write_entry(ptc__model *m, ptc__entry *e, const float *values, ptc_error *err);
+int ptc__model_read_entry(ptc__model *m, const ptc__entry *e, float *values, ptc_error *err);
+/* A parameter's gradient as plain float32. */
+int ptc__model_read_grad(ptc__model *m, const ptc__entry *e, float *values, ptc_error *err);
+/* A parameter's momentum buffer in or out (write creates it); reading one that does not exist
+ * is PTC_ENOTFOUND. */
+int ptc__model_read_momentum(ptc__model *m, const ptc__entry *e, float *values, ptc_error *err);
+int ptc__model_write_momentum(ptc__model *m, ptc__entry *e, const float *values, ptc_error *err);
+
+/* Sets every entry from a state dict read by libptc (any float dtype is converted to float32;
+ * num_batches_tracked any int dtype). Keys are matched after removing strip_prefix when given
+ * ("module." for DDP checkpoints). strict: missing and unexpected keys are errors (listed in the
+ * message), as load_state_dict(strict=True); otherwise they are skipped. Shapes must match. */
+int ptc__model_load_state_dict(ptc__model *m, const ptc_value *root, const char *strip_prefix,
+                               int strict, ptc_error *err);
+/* The state dict as an OrderedDict in d, with torchvision's _metadata (version 1 per module, as
+ * nn.Module.state_dict writes it). The tensors own copies of the current values. */
+int ptc__model_state_dict(ptc__model *m, ptc_doc *d, ptc_value **out, ptc_error *err);
+
+/* Forward of n images ([n][3][32][32] float32, normalised). train: batch statistics (and running
+ * statistics updated, num_batches_tracked incremented) and activations kept for backward; else
+ * running statistics. logits: [n][num_classes] out. */
+int ptc__model_forward(ptc__model *m, const float *images, int n, int train, float *logits,
+                       ptc_error *err);
+/* Backward of the last training forward, from dlogits [n][num_classes]: every parameter's
+ * gradient is written (not accumulated). */
+int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err);
+
+/* Mean cross-entropy of logits against labels, and its gradient (softmax - one_hot) / n in
+ * dlogits (may be NULL). correct: number of rows whose first maximum is the label (may be NULL).
+ * A label outside [0, classes) is PTC_EINVAL. */
+int ptc__cross_entropy(const float *logits, const int64_t *labels, int n, int classes,
+                       double *loss, float *dlogits, int64_t *correct, ptc_error *err);
+
+/* ---- SGD and learning rates ------------------------------------------------------------------ */
+
+typedef struct ptc__sgd_params {
+    double lr, momentum, dampening, weight_decay;
+    int nesterov;
+} ptc__sgd_params;
+
+/* One torch.optim.SGD step over every parameter with the learning rate lr; step counts the
+ * optimizer steps taken before this one (momentum buffers are created on step 0, or when a
+ * parameter has none yet, as torch does). */
+int ptc__model_sgd_step(ptc__model *m, const ptc__sgd_params *p, double lr, int64_t step,
+                        ptc_error *err);
+
+typedef enum ptc__schedule_kind { PTC__SCHED_CONSTANT, PTC__SCHED_STEP, PTC__SCHED_COSINE } ptc__schedule_kind;
+
+typedef struct ptc__schedule {
+    ptc__schedule_kind kind;
+    double base_lr;
+    int64_t step_size; /* step: every step_size epochs the rate is multiplied by gamma */
+    double gamma;
+    int64_t warmup;    /* cosine: linear warmup over this many optimizer steps from 0 */
+    int64_t total;     /* cosine: total optimizer steps (the rate reaches 0 at total) */
+} ptc__schedule;
+
+/* The learning rate for optimizer step `step` (0-based) in epoch `epoch` (0-based). */
+double ptc__schedule_lr(const ptc__schedule *s, int64_t step, int64_t epoch);
+/* "constant", "step:S:G" (S epochs, factor G), "cosine" or "cosine:W" (W warmup steps); -1 when
+ * the text is not one of these. total is set later by the trainer. */
+int ptc__schedule_parse(ptc__schedule *s, const char *text, double base_lr);
+
+/* --lr-scaling: the rate for a global batch world x batch, from the rate for one process. */
+typedef enum ptc__lr_scaling { PTC__LR_NONE, PTC__LR_SQRT, PTC__LR_LINEAR } ptc__lr_scaling;
+double ptc__lr_scale(double lr, ptc__lr_scaling s, int world);
+
+#endif /* PTC_NN_NN_H */

@@ -1,0 +1,590 @@
+/*
+ * train.c - one training run (see train.h).
+ *
+ * Each epoch: the sampler's order for (seed, epoch), a loader thread preparing augmented,
+ * normalised batches, and for every batch: the learning rate of the schedule, forward in training
+ * mode, mean cross-entropy, backward, one SGD step. After every eval_every-th epoch and after the
+ * last one the test split is evaluated (running statistics, no augmentation). Everything random
+ * derives from (seed, epoch, sample), so a run resumed from the checkpoint of epoch k reaches the
+ * same weights as a run that never stopped.
+ *
+ * Checkpoint layout (torch.load reads it; PyTorch's usual keys): {"epoch": epochs completed,
+ * "step": optimizer steps, "model_state_dict": OrderedDict, "optimizer_state_dict": exactly
+ * torch.optim.SGD.state_dict() ({"state": {i: {"momentum_buffer": tensor}}, "param_groups":
+ * [{"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize", "foreach",
+ * "differentiable", "fused", "params": [0..61]}]}), "seed", "arch"}.
+ */
+#include "train/train.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#define WARMUP_STEPS 10
+
+void ptc_train_params_default(ptc_train_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->dataset = "fashion-mnist";
+    p->arch = "resnet18";
+    p->epochs = 10;
+    p->batch_size = 128;
+    p->lr = 0.01;
+    p->momentum = 0.9;
+    p->weight_decay = 5e-4;
+    p->schedule = "constant";
+    p->shuffle = 1;
+    p->augment = 1;
+    p->eval_every = 2;
+}
+
+int ptc__dataset_from_name(const char *name, ptc__data_format *out)
+{
+    if (!name || strcmp(name, "fashion-mnist") == 0 || strcmp(name, "mnist") == 0)
+        *out = PTC__DATA_IDX;
+    else if (strcmp(name, "cifar10") == 0)
+        *out = PTC__DATA_CIFAR10;
+    else
+        return -1;
+    return 0;
+}
+
+/* The resolved form of ptc_train_params. */
+typedef struct recipe {
+    const ptc_train_params *p;
+    ptc__data_format format;
+    ptc__arch arch;
+    ptc__sgd_params sgd;
+} recipe;
+
+static int resolve(const ptc_train_params *p, recipe *re, ptc_error *err)
+{
+    re->p = p;
+    if (ptc__dataset_from_name(p->dataset, &re->format) < 0)
+        return ptc__err(err, PTC_EINVAL, "", -1, "unknown dataset \"%s\" (cifar10, fashion-mnist)",
+                        p->dataset);
+    int a = ptc__arch_from_name(p->arch ? p->arch : "resnet18");
+    if (a < 0)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "unknown architecture \"%s\" (resnet18, resnet18-cifar)", p->arch);
+    re->arch = (ptc__arch)a;
+    re->sgd = (ptc__sgd_params){p->lr, p->momentum, p->dampening, p->weight_decay, p->nesterov};
+    return 0;
+}
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void say(const ptc_train_params *p, const char *fmt, ...) PTC_PRINTF(2, 3);
+static void say(const ptc_train_params *p, const char *fmt, ...)
+{
+    if (!p->log)
+        return;
+    char line[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof line, fmt, ap);
+    va_end(ap);
+    p->log(p->ctx, line);
+}
+
+typedef struct run {
+    const ptc_train_params *p;
+    recipe rc;
+    const ptc__backend_ops *ops;
+    ptc__be *be;
+    ptc__model *model;
+    ptc__dataset *data;
+    FILE *metrics;
+    float *logits, *dlogits;
+} run;
+
+static int open_backend(const char *name, int threads, const ptc__backend_ops **ops, ptc__be **be,
+                        ptc_error *err)
+{
+    if (!name)
+        name = ptc__backend_find("dnnl") ? "dnnl" : "ref";
+    *ops = ptc__backend_find(name);
+    if (!*ops)
+        return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                        "backend \"%s\" is not built into this ptc (ref%s)", name,
+                        ptc__backend_find("dnnl") ? ", dnnl" : "");
+    ptc__be_params bp = {PTC__BE_F32, threads};
+    return (*ops)->open(be, &bp, err);
+}
+
+/* The state dict inside whatever a file holds: the root, or its "model_state_dict" / "state_dict"
+ * / "model" entry (training checkpoints). */
+static const ptc_value *find_state_dict(const ptc_value *root)
+{
+    static const char *const keys[] = {"model_state_dict", "state_dict", "model"};
+    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
+        const ptc_value *v = ptc_dict_get(root, keys[i]);
+        if (v && ptc_value_kind_of(v) == PTC_VALUE_DICT)
+            return v;
+    }
+    return root;
+}
+
+/* "module." when every key carries it (a DDP checkpoint), else NULL. */
+static const char *ddp_prefix(const ptc_value *sd)
+{
+    size_t n = ptc_value_len(sd);
+    for (size_t i = 0; i < n; i++) {
+        const char *k;
+        size_t kl;
+        if (ptc_value_str(ptc_dict_key(sd, i), &k, &kl) < 0 || strncmp(k, "module.", 7) != 0)
+            return NULL;
+    }
+    return n ? "module." : NULL;
+}
+
+static int load_weights(ptc__model *m, const char *path, ptc_error *err)
+{
+    ptc_ckpt *c;
+    int rc = ptc_ckpt_open(&c, path, NULL, err);
+    if (rc < 0) {
+        ptc__err_prefix(err, "%s: ", path);
+        return rc;
+    }
+    const ptc_value *sd = find_state_dict(ptc_ckpt_root(c));
+    rc = ptc__model_load_state_dict(m, sd, ddp_prefix(sd), 1, err);
+    if (rc < 0)
+        ptc__err_prefix(err, "%s: ", path);
+    ptc_ckpt_close(c);
+    return rc;
+}
+
+/* ---- evaluation ------------------------------------------------------------------------------- */
+
+static int evaluate(ptc__model *m, const ptc__dataset *d, int batch, double *acc, double *loss,
+                    int64_t *count, double *ips, ptc_error *err)
+{
+    int64_t *idx = NULL, n = 0;
+    int rc = ptc__eval_shard(d->test.n, 1, 0, &idx, &n, err);
+    if (rc < 0)
+        return rc;
+    ptc__loader_params lp = {.split = &d->test, .indices = idx, .nindices = n,
+                             .batch_size = batch, .nbuffers = 2, .augment = false};
+    memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
+    memcpy(lp.std, d->norm_std, sizeof lp.std);
+    ptc__loader *l = NULL;
+    float *logits = ptc__malloc((size_t)batch * PTC__DATA_CLASSES * sizeof *logits);
+    if (!logits) {
+        ptc__free(idx);
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    }
+    if ((rc = ptc__loader_start(&l, &lp, err)) < 0) {
+        ptc__free(logits);
+        ptc__free(idx);
+        return rc;
+    }
+    double t0 = now(), total = 0;
+    int64_t right = 0, seen = 0;
+    ptc__batch *b;
+    while ((rc = ptc__loader_next(l, &b, err)) > 0) {
+        double bl = 0;
+        int64_t bc = 0;
+        rc = ptc__model_forward(m, b->images, b->n, 0, logits, err);
+        if (rc == 0)
+            rc = ptc__cross_entropy(logits, b->labels, b->n, PTC__DATA_CLASSES, &bl, NULL, &bc,
+                                    err);
+        int bn = b->n;
+        ptc__loader_release(b);
+        if (rc < 0)
+            break;
+        total += bl * bn; /* the batch mean times its size: the sum over samples */
+        right += bc;
+        seen += bn;
+    }
+    double dt = now() - t0;
+    ptc__loader_stop(l);
+    ptc__free(logits);
+    ptc__free(idx);
+    if (rc < 0)
+        return rc;
+    *count = seen;
+    *acc = seen ? (double)right / (double)seen : 0;
+    *loss = seen ? total / (double)seen : 0;
+    *ips = dt > 0 ? (double)seen / dt : 0;
+    return 0;
+}
+
+/* ---- checkpoints ------------------------------------------------------------------------------ */
+
+static ptc_value *dstr(ptc_doc *d, const char *s) { return ptc_doc_str(d, s, (size_t)-1); }
+
+static int set(ptc_doc *d, ptc_value *dict, const char *key, ptc_value *v)
+{
+    return v ? ptc_doc_set(d, dict, dstr(d, key), v) : -1;
+}
+
+/* torch.optim.SGD.state_dict(): {"state": {i: {"momentum_buffer": t}}, "param_groups": [...]}. */
+static int optimizer_state(ptc__model *m, const ptc__sgd_params *sp, double lr, ptc_doc *d,
+                           ptc_value **out, ptc_error *err)
+{
+    ptc_value *state = ptc_doc_dict(d, 0), *groups = ptc_doc_seq(d, PTC_VALUE_LIST);
+    ptc_value *g = ptc_doc_dict(d, 0), *params = ptc_doc_seq(d, PTC_VALUE_LIST);
+    if (!state || !groups || !g || !params)
+        goto doc_fail;
+    int64_t idx = 0;
+    for (size_t i = 0; i < ptc__model_nentries(m); i++) {
+        ptc__entry *e = ptc__model_entry(m, i);
+        if (e->kind != PTC__ENTRY_PARAM)
+            continue;
+        if (ptc_doc_push(d, params, ptc_doc_int(d, idx)) < 0)
+            goto doc_fail;
+        if (e->momentum) {
+            ptc_storage *s = ptc_doc_storage(d, PTC_FLOAT32, e->numel * 4, NULL, 1, NULL);
+            if (!s)
+                goto doc_fail;
+            if (ptc__model_read_momentum(m, e, ptc_storage_mutable(s), err) < 0)
+                return err->code;
+            ptc_value *t = ptc_doc_tensor(d, s, PTC_FLOAT32, e->ndim, e->shape, NULL, 0, 0);
+            ptc_value *st = ptc_doc_dict(d, 0);
+            if (!t || !st || set(d, st, "momentum_buffer", t) < 0 ||
+                ptc_doc_set(d, state, ptc_doc_int(d, idx), st) < 0)
+                goto doc_fail;
+        }
+        idx++;
+    }
+    if (set(d, g, "lr", ptc_doc_float(d, lr)) < 0 ||
+        set(d, g, "momentum", ptc_doc_float(d, sp->momentum)) < 0 ||
+        set(d, g, "dampening", ptc_doc_float(d, sp->dampening)) < 0 ||
+        set(d, g, "weight_decay", ptc_doc_float(d, sp->weight_decay)) < 0 ||
+        set(d, g, "nesterov", ptc_doc_bool(d, sp->nesterov)) < 0 ||
+        set(d, g, "maximize", ptc_doc_bool(d, 0)) < 0 || set(d, g, "foreach", ptc_doc_none(d)) < 0 ||
+        set(d, g, "differentiable", ptc_doc_bool(d, 0)) < 0 ||
+        set(d, g, "fused", ptc_doc_none(d)) < 0 || set(d, g, "params", params) < 0 ||
+        ptc_doc_push(d, groups, g) < 0)
+        goto doc_fail;
+    ptc_value *o = ptc_doc_dict(d, 0);
+    if (!o || set(d, o, "state", state) < 0 || set(d, o, "param_groups", groups) < 0)
+        goto doc_fail;
+    *out = o;
+    return 0;
+doc_fail:
+    *err = *ptc_doc_error(d);
+    return err->code;
+}
+
+static int save_file(ptc__model *m, const recipe *p, const char *path, int epoch,
+                     int64_t step, double lr, int full, ptc_error *err)
+{
+    ptc_doc *d;
+    int rc = ptc_doc_new(&d, err);
+    if (rc < 0)
+        return rc;
+    ptc_value *sd = NULL, *root = NULL, *opt = NULL;
+    rc = ptc__model_state_dict(m, d, &sd, err);
+    if (rc == 0 && full) {
+        root = ptc_doc_dict(d, 0);
+        rc = optimizer_state(m, &p->sgd, lr, d, &opt, err);
+        if (rc == 0 && (!root || set(d, root, "epoch", ptc_doc_int(d, epoch)) < 0 ||
+                        set(d, root, "step", ptc_doc_int(d, step)) < 0 ||
+                        set(d, root, "model_state_dict", sd) < 0 ||
+                        set(d, root, "optimizer_state_dict", opt) < 0 ||
+                        set(d, root, "seed", ptc_doc_int(d, (int64_t)p->p->seed)) < 0 ||
+                        set(d, root, "arch", dstr(d, ptc__arch_name(p->arch))) < 0)) {
+            *err = *ptc_doc_error(d);
+            rc = err->code;
+        }
+    } else if (rc == 0) {
+        root = sd;
+    }
+    if (rc == 0) {
+        ptc_save_params sp;
+        ptc_save_params_default(&sp);
+        sp.format = PTC_SAVE_PTH;
+        rc = ptc_save(root, path, &sp, err);
+        if (rc < 0)
+            ptc__err_prefix(err, "%s: ", path);
+    }
+    ptc_doc_free(d);
+    return rc;
+}
+
+/* Loads a checkpoint written by save_file(full): weights, momentum buffers, epochs and steps. */
+static int resume(ptc__model *m, const char *path, int *epoch, int64_t *step, ptc_error *err)
+{
+    ptc_ckpt *c;
+    int rc = ptc_ckpt_open(&c, path, NULL, err);
+    if (rc < 0) {
+        ptc__err_prefix(err, "%s: ", path);
+        return rc;
+    }
+    const ptc_value *root = ptc_ckpt_root(c);
+    const ptc_value *sd = ptc_dict_get(root, "model_state_dict");
+    const ptc_value *opt = ptc_dict_get(root, "optimizer_state_dict");
+    int64_t e = -1, s = -1;
+    if (!sd || !opt || ptc_value_int(ptc_dict_get(root, "epoch"), &e) < 0 ||
+        ptc_value_int(ptc_dict_get(root, "step"), &s) < 0 || e < 0 || s < 0) {
+        ptc_ckpt_close(c);
+        return ptc__err(err, PTC_EFORMAT, "", -1,
+                        "%s is not a ptc training checkpoint (epoch, step, model_state_dict and "
+                        "optimizer_state_dict are needed)",
+                        path);
+    }
+    rc = ptc__model_load_state_dict(m, sd, NULL, 1, err);
+    const ptc_value *state = ptc_dict_get(opt, "state");
+    float *buf = NULL;
+    int64_t idx = 0;
+    for (size_t i = 0; rc == 0 && i < ptc__model_nentries(m); i++) {
+        ptc__entry *e2 = ptc__model_entry(m, i);
+        if (e2->kind != PTC__ENTRY_PARAM)
+            continue;
+        const ptc_value *st = NULL;
+        for (size_t k = 0; state && k < ptc_value_len(state); k++) {
+            int64_t key;
+            if (ptc_value_int(ptc_dict_key(state, k), &key) == 0 && key == idx)
+                st = ptc_dict_value(state, k);
+        }
+        idx++;
+        const ptc_tensor *t = ptc_value_tensor(ptc_dict_get(st, "momentum_buffer"));
+        if (!t)
+            continue;
+        if (ptc_tensor_numel(t) != e2->numel) {
+            rc = ptc__err(err, PTC_EFORMAT, "", -1, "%s: momentum buffer of %s has %lld elements",
+                          path, e2->name, (long long)ptc_tensor_numel(t));
+            break;
+        }
+        float *nb = ptc__realloc(buf, (size_t)e2->numel * sizeof *nb);
+        if (!nb) {
+            rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+            break;
+        }
+        buf = nb;
+        if ((rc = ptc_tensor_read(t, buf, (size_t)e2->numel * 4, err)) == 0 &&
+            ptc_tensor_dtype(t) != PTC_FLOAT32)
+            rc = ptc__err(err, PTC_EFORMAT, "", -1, "%s: momentum buffer of %s is not float32",
+                          path, e2->name);
+        if (rc == 0)
+            rc = ptc__model_write_momentum(m, e2, buf, err);
+    }
+    ptc__free(buf);
+    ptc_ckpt_close(c);
+    *epoch = (int)e;
+    *step = s;
+    return rc;
+}
+
+/* ---- the run ---------------------------------------------------------------------------------- */
+
+static void metric(run *r, const char *fmt, ...) PTC_PRINTF(2, 3);
+static void metric(run *r, const char *fmt, ...)
+{
+    if (!r->metrics)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(r->metrics, fmt, ap);
+    va_end(ap);
+    fputc('\n', r->metrics);
+    fflush(r->metrics);
+}
+
+static void run_free(run *r)
+{
+    ptc__model_free(r->model);
+    if (r->be)
+        r->ops->close(r->be);
+    ptc__dataset_free(r->data);
+    if (r->metrics)
+        fclose(r->metrics);
+    ptc__free(r->logits);
+    ptc__free(r->dlogits);
+}
+
+static int load_data(const recipe *re, ptc__dataset **out, ptc_error *err)
+{
+    const ptc_train_params *p = re->p;
+    ptc__data_params dp = ptc__data_params_default();
+    dp.format = re->format;
+    dp.dir = p->data_dir;
+    int rc = ptc__dataset_new(out, &dp, err);
+    if (rc < 0)
+        return rc;
+    if (p->max_samples > 0) { /* a prefix of each split (tests, quick runs) */
+        if ((*out)->train.n > p->max_samples)
+            (*out)->train.n = p->max_samples;
+        if ((*out)->test.n > p->max_samples)
+            (*out)->test.n = p->max_samples;
+    }
+    return 0;
+}
+
+int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
+{
+    ptc__err_clear(err);
+    if (!p || !res)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_train: missing argument");
+    run r = {.p = p};
+    memset(res, 0, sizeof *res);
+    int rc = resolve(p, &r.rc, err);
+    if (rc < 0)
+        return rc;
+    res->test_accuracy = res->test_loss = -1;
+    if (p->batch_size < 1 || p->epochs < 1 || p->eval_every < 0)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "batch size and epochs must be at least 1, eval-every at least 0");
+    ptc__schedule sched;
+    if (ptc__schedule_parse(&sched, p->schedule ? p->schedule : "constant", p->lr) < 0)
+        return ptc__err(err, PTC_EINVAL, "", -1, "unknown schedule \"%s\"", p->schedule);
+    rc = load_data(&r.rc, &r.data, err);
+    if (rc == 0)
+        rc = open_backend(p->backend, p->threads, &r.ops, &r.be, err);
+    ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, p->seed};
+    if (rc == 0)
+        rc = ptc__model_new(&r.model, &mp, err);
+    if (rc == 0 && p->init)
+        rc = load_weights(r.model, p->init, err);
+    int start_epoch = 0;
+    int64_t step = 0;
+    if (rc == 0 && p->resume)
+        rc = resume(r.model, p->resume, &start_epoch, &step, err);
+    if (rc == 0 && p->metrics && !(r.metrics = fopen(p->metrics, start_epoch ? "a" : "w")))
+        rc = ptc__err(err, PTC_EIO, "", -1, "cannot write %s", p->metrics);
+    size_t logit_bytes = (size_t)p->batch_size * PTC__DATA_CLASSES * sizeof(float);
+    if (rc == 0 && (!(r.logits = ptc__malloc(logit_bytes)) || !(r.dlogits = ptc__malloc(logit_bytes))))
+        rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    if (rc < 0) {
+        run_free(&r);
+        return rc;
+    }
+    const ptc__dataset *d = r.data;
+    int64_t per_epoch = (d->train.n + p->batch_size - 1) / p->batch_size;
+    sched.total = per_epoch * p->epochs;
+    say(p, "ptc train: %s on %s, %lld training and %lld test images, backend %s, batch %d, "
+           "%d epoch(s)%s",
+        ptc__arch_name(r.rc.arch), r.rc.format == PTC__DATA_CIFAR10 ? "CIFAR-10" : "Fashion-MNIST",
+        (long long)d->train.n, (long long)d->test.n, r.ops->name, p->batch_size, p->epochs,
+        start_epoch ? " (resumed)" : "");
+    double t_warm = 0, lr = p->lr;
+    int64_t warm_images = 0, images = 0;
+    bool stop = false;
+    for (int epoch = start_epoch; epoch < p->epochs && !stop && rc == 0; epoch++) {
+        ptc__sampler_params sp = {d->train.n, 1, 0, p->shuffle != 0, false, p->seed};
+        int64_t *idx = NULL, n = 0;
+        if ((rc = ptc__sampler_indices(&sp, (uint64_t)epoch, &idx, &n, err)) < 0)
+            break;
+        ptc__loader_params lp = {.split = &d->train, .indices = idx, .nindices = n,
+                                 .batch_size = p->batch_size, .nbuffers = 3,
+                                 .augment = p->augment != 0, .seed = p->seed, .rank = 0,
+                                 .epoch = (uint64_t)epoch};
+        memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
+        memcpy(lp.std, d->norm_std, sizeof lp.std);
+        ptc__loader *l;
+        if ((rc = ptc__loader_start(&l, &lp, err)) < 0) {
+            ptc__free(idx);
+            break;
+        }
+        double t_epoch = now(), loss_sum = 0;
+        int64_t seen = 0, right = 0;
+        ptc__batch *b;
+        while (!stop && (rc = ptc__loader_next(l, &b, err)) > 0) {
+            double loss;
+            int64_t correct;
+            lr = ptc__schedule_lr(&sched, step, epoch);
+            if ((rc = ptc__model_forward(r.model, b->images, b->n, 1, r.logits, err)) == 0 &&
+                (rc = ptc__cross_entropy(r.logits, b->labels, b->n, PTC__DATA_CLASSES, &loss,
+                                         r.dlogits, &correct, err)) == 0 &&
+                (rc = ptc__model_backward(r.model, r.dlogits, err)) == 0)
+                rc = ptc__model_sgd_step(r.model, &r.rc.sgd, lr, step, err);
+            int bn = b->n;
+            ptc__loader_release(b);
+            if (rc < 0)
+                break;
+            step++;
+            seen += bn;
+            images += bn;
+            loss_sum += loss * bn;
+            right += correct;
+            res->last_loss = loss;
+            if (step == WARMUP_STEPS) {
+                t_warm = now();
+                warm_images = images;
+            }
+            if (p->progress)
+                p->progress(p->ctx, epoch + 1, seen, n, loss_sum / (double)seen);
+            if (p->max_steps > 0 && step >= p->max_steps)
+                stop = true;
+        }
+        ptc__loader_stop(l);
+        ptc__free(idx);
+        if (rc < 0)
+            break;
+        double secs = now() - t_epoch;
+        res->epochs_done = epoch + 1;
+        say(p, "epoch %d/%d: loss %.4f, train accuracy %.2f%%, %.0f images/s, %.1f s", epoch + 1,
+            p->epochs, seen ? loss_sum / (double)seen : 0, seen ? 100.0 * (double)right / (double)seen : 0,
+            secs > 0 ? (double)seen / secs : 0, secs);
+        metric(&r,
+               "{\"event\": \"epoch\", \"epoch\": %d, \"step\": %lld, \"loss\": %.6f, "
+               "\"accuracy\": %.6f, \"lr\": %.8g, \"images_per_sec\": %.1f, \"seconds\": %.3f}",
+               epoch + 1, (long long)step, seen ? loss_sum / (double)seen : 0,
+               seen ? (double)right / (double)seen : 0, lr, secs > 0 ? (double)seen / secs : 0,
+               secs);
+        bool last = epoch + 1 == p->epochs || stop;
+        if ((p->eval_every > 0 && (epoch + 1) % p->eval_every == 0) || last) {
+            int64_t count;
+            if ((rc = evaluate(r.model, d, p->batch_size, &res->test_accuracy, &res->test_loss,
+                               &count, &res->eval_images_per_sec, err)) < 0)
+                break;
+            say(p, "epoch %d: test accuracy %.2f%% (%lld images), test loss %.4f", epoch + 1,
+                100.0 * res->test_accuracy, (long long)count, res->test_loss);
+            metric(&r,
+                   "{\"event\": \"eval\", \"epoch\": %d, \"step\": %lld, \"test_accuracy\": %.6f, "
+                   "\"test_loss\": %.6f, \"images\": %lld, \"images_per_sec\": %.1f}",
+                   epoch + 1, (long long)step, res->test_accuracy, res->test_loss,
+                   (long long)count, res->eval_images_per_sec);
+        }
+        if (p->checkpoint &&
+            (rc = save_file(r.model, &r.rc, p->checkpoint, epoch + 1, step, lr, 1, err)) < 0)
+            break;
+    }
+    res->steps = step;
+    if (t_warm > 0 && images > warm_images)
+        res->train_images_per_sec = (double)(images - warm_images) / (now() - t_warm);
+    if (rc == 0 && p->save) {
+        rc = save_file(r.model, &r.rc, p->save, res->epochs_done, step, lr, 0, err);
+        if (rc == 0)
+            say(p, "saved the model's state dict to %s", p->save);
+    }
+    if (rc == 0)
+        metric(&r,
+               "{\"event\": \"summary\", \"train_images_per_sec\": %.1f, \"eval_images_per_sec\": "
+               "%.1f, \"epochs\": %d, \"steps\": %lld, \"test_accuracy\": %.6f, \"test_loss\": %.6f}",
+               res->train_images_per_sec, res->eval_images_per_sec, res->epochs_done,
+               (long long)step, res->test_accuracy, res->test_loss);
+    run_free(&r);
+    return rc;
+}
+
+int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accuracy, double *loss,
+                 int64_t *count, ptc_error *err)
+{
+    ptc__err_clear(err);
+    if (!p || !weights || !accuracy || !loss || !count || p->batch_size < 1)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_evaluate: invalid arguments");
+    run r = {.p = p};
+    int rc = resolve(p, &r.rc, err);
+    if (rc == 0)
+        rc = load_data(&r.rc, &r.data, err);
+    if (rc == 0)
+        rc = open_backend(p->backend, p->threads, &r.ops, &r.be, err);
+    ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, 0};
+    if (rc == 0)
+        rc = ptc__model_new(&r.model, &mp, err);
+    if (rc == 0)
+        rc = load_weights(r.model, weights, err);
+    double ips;
+    if (rc == 0)
+        rc = evaluate(r.model, r.data, p->batch_size, accuracy, loss, count, &ips, err);
+    run_free(&r);
+    return rc;
+}

@@ -1,0 +1,20 @@
+/*
+ * train.h - the training loop of the tutorial "ResNet-18 on CIFAR-10": epochs over a
+ * DistributedSampler order, the tutorial's augmentation, forward, cross-entropy, backward, SGD,
+ * evaluation every few epochs, metrics, progress, the model's state dict saved like the tutorial,
+ * full training checkpoints each epoch and resuming from them to the same final weights.
+ *
+ * The loop owns nothing global: a run is one call. Output goes through callbacks (progress and
+ * one line of text per event) so that the library never prints; tools/cmd_train.c draws them.
+ */
+#ifndef PTC_TRAIN_TRAIN_H
+#define PTC_TRAIN_TRAIN_H
+
+#include "data/data.h"
+#include "nn/nn.h"
+
+/* The public ptc_train / ptc_evaluate (lib/ptc/ptc.h) are the interface; these resolve the names
+ * of datasets and architectures. */
+int ptc__dataset_from_name(const char *name, ptc__data_format *out);
+
+#endif /* PTC_TRAIN_TRAIN_H */

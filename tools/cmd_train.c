@@ -1,0 +1,326 @@
+/*
+ * cmd_train.c - `ptc train` (the tutorial "ResNet-18 on CIFAR-10" without Python) and `ptc eval`
+ * (test accuracy of a state dict).
+ *
+ * The work is lib/train's; this file parses options (defaults are the tutorial's), chooses the
+ * dataset (CIFAR-10 when ./data/cifar-10-batches-bin exists, else Fashion-MNIST from
+ * /usr/share/datasets/fashion-mnist) and says which on its first line, draws a progress bar on a
+ * terminal and prints one line per epoch and evaluation. Options are documented in ptc-train(1).
+ */
+#ifdef HAVE_CONFIG_H
+#include "config.h"
+#endif
+
+#include "cli.h"
+
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CIFAR_DEFAULT_DIR "./data/cifar-10-batches-bin"
+#define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+
+static int parse_int(const char *s, const char *opt, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end;
+    long long v = strtoll(s, &end, 10);
+    if (*s == '\0' || *end != '\0' || v < lo || v > hi)
+        return cli_usage_error("%s needs an integer from %lld to %lld, not '%s'", opt,
+                               (long long)lo, (long long)hi, s);
+    *out = v;
+    return 0;
+}
+
+static int parse_double(const char *s, const char *opt, double *out)
+{
+    char *end;
+    double v = strtod(s, &end);
+    if (*s == '\0' || *end != '\0' || !(v >= 0) || v > 1e9)
+        return cli_usage_error("%s needs a non-negative number, not '%s'", opt, s);
+    *out = v;
+    return 0;
+}
+
+static int is_file(const char *dir, const char *name)
+{
+    char path[4096];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+/* --dataset and --data: CIFAR-10 when asked, or when no dataset is named and the folder (given,
+ * or ./data/cifar-10-batches-bin) holds test_batch.bin; Fashion-MNIST otherwise. */
+static int choose_data(const char *name, const char *dir, const char **dataset, const char **out)
+{
+    if (!name)
+        name = is_file(dir ? dir : CIFAR_DEFAULT_DIR, "test_batch.bin") ? "cifar10"
+                                                                         : "fashion-mnist";
+    if (strcmp(name, "cifar10") == 0) {
+        *dataset = "cifar10";
+        *out = dir ? dir : CIFAR_DEFAULT_DIR;
+    } else if (strcmp(name, "fashion-mnist") == 0) {
+        *dataset = "fashion-mnist";
+        *out = dir;
+    } else {
+        return cli_usage_error("unknown dataset '%s' (cifar10 or fashion-mnist)", name);
+    }
+    return 0;
+}
+
+/* ---- progress and log -------------------------------------------------------------------------- */
+
+typedef struct ui {
+    cli_progress bar;
+    int mode, started, epoch;
+    char what[64];
+} ui;
+
+static void on_log(void *ctx, const char *line)
+{
+    ui *u = ctx;
+    if (u->started) {
+        cli_progress_end(&u->bar);
+        u->started = 0;
+    }
+    cli_escape_put(stdout, line, strlen(line), CLI_ESC_RAW_BACKSLASH);
+    putchar('\n');
+    fflush(stdout);
+}
+
+static void on_progress(void *ctx, int epoch, int64_t done, int64_t total, double loss)
+{
+    ui *u = ctx;
+    if (!u->started || u->epoch != epoch) {
+        if (u->started)
+            cli_progress_end(&u->bar);
+        u->epoch = epoch;
+        snprintf(u->what, sizeof u->what, "epoch %d", epoch);
+        cli_progress_start_mode(&u->bar, u->what, (uint64_t)total, u->mode);
+        u->started = 1;
+    }
+    (void)loss;
+    cli_progress_update(&u->bar, (uint64_t)done);
+}
+
+/* ---- ptc train ----------------------------------------------------------------------------------- */
+
+static void train_usage(FILE *f)
+{
+    fprintf(f,
+            "Usage: ptc train [OPTION]...\n"
+            "Train torchvision's ResNet-18 (num_classes=10) as the PyTorch tutorial does, and save\n"
+            "its state dict. Defaults are the tutorial's.\n"
+            "\n"
+            "  --dataset cifar10|fashion-mnist  default: cifar10 when " CIFAR_DEFAULT_DIR
+            " exists,\n"
+            "                           else fashion-mnist (" FASHION_MNIST_DIR ")\n"
+            "  --data DIR               the dataset's folder\n"
+            "  --arch resnet18|resnet18-cifar  (default resnet18: torchvision's stem)\n"
+            "  --epochs N               (10)          --max-steps N   stop after N steps\n"
+            "  --batch-size B           (128)         --lr F          (0.01)\n"
+            "  --momentum F             (0.9)         --weight-decay F (5e-4)\n"
+            "  --nesterov                             --schedule constant|step:S:G|cosine[:W]\n"
+            "  --lr-scaling none|sqrt|linear  for several processes (no effect on one)\n"
+            "  --seed N                 (0)           --no-shuffle    --no-augment\n"
+            "  --eval-every N           (2; 0: only after the last epoch)\n"
+            "  --init CKPT              start from a state dict (torchvision names)\n"
+            "  --save PATH              the final state dict (default: cifar10_resnet18_ddp.pth,\n"
+            "                           or fashion_mnist_resnet18.pth)\n"
+            "  --checkpoint PATH        a full training checkpoint after every epoch\n"
+            "  --resume PATH            continue from such a checkpoint\n"
+            "  --metrics PATH           JSON lines: every epoch, evaluation, and a summary\n"
+            "  --max-samples N          use only the first N images of each split\n"
+            "  --threads N              --backend ref|dnnl\n"
+            "  --progress | --no-progress  progress bar (default: on a terminal)\n");
+}
+
+enum {
+    O_DATASET = 256, O_DATA, O_ARCH, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_LR, O_MOMENTUM, O_WD,
+    O_NESTEROV, O_SCHEDULE, O_SEED, O_NO_SHUFFLE, O_NO_AUGMENT, O_EVAL_EVERY, O_INIT, O_SAVE,
+    O_CHECKPOINT, O_RESUME, O_METRICS, O_THREADS, O_BACKEND, O_PROGRESS, O_NO_PROGRESS,
+    O_MAX_SAMPLES, O_LR_SCALING, O_WEIGHTS, O_JSON
+};
+
+int cmd_train(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"dataset", required_argument, NULL, O_DATASET},
+        {"data", required_argument, NULL, O_DATA},
+        {"arch", required_argument, NULL, O_ARCH},
+        {"epochs", required_argument, NULL, O_EPOCHS},
+        {"max-steps", required_argument, NULL, O_MAX_STEPS},
+        {"batch-size", required_argument, NULL, O_BATCH},
+        {"lr", required_argument, NULL, O_LR},
+        {"momentum", required_argument, NULL, O_MOMENTUM},
+        {"weight-decay", required_argument, NULL, O_WD},
+        {"nesterov", no_argument, NULL, O_NESTEROV},
+        {"schedule", required_argument, NULL, O_SCHEDULE},
+        {"lr-scaling", required_argument, NULL, O_LR_SCALING},
+        {"seed", required_argument, NULL, O_SEED},
+        {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},
+        {"no-augment", no_argument, NULL, O_NO_AUGMENT},
+        {"eval-every", required_argument, NULL, O_EVAL_EVERY},
+        {"init", required_argument, NULL, O_INIT},
+        {"save", required_argument, NULL, O_SAVE},
+        {"checkpoint", required_argument, NULL, O_CHECKPOINT},
+        {"resume", required_argument, NULL, O_RESUME},
+        {"metrics", required_argument, NULL, O_METRICS},
+        {"max-samples", required_argument, NULL, O_MAX_SAMPLES},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"backend", required_argument, NULL, O_BACKEND},
+        {"progress", no_argument, NULL, O_PROGRESS},
+        {"no-progress", no_argument, NULL, O_NO_PROGRESS},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    ptc_train_params p;
+    ptc_train_params_default(&p);
+    const char *dataset = NULL, *dir = NULL;
+    ui u = {.mode = CLI_PROGRESS_AUTO};
+    int c;
+    int64_t v;
+    cli_getopt_reset();
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case O_DATASET: dataset = optarg; break;
+        case O_DATA: dir = optarg; break;
+        case O_ARCH:
+            if (strcmp(optarg, "resnet18") != 0 && strcmp(optarg, "resnet18-cifar") != 0)
+                return cli_usage_error("unknown architecture '%s' (resnet18, resnet18-cifar)",
+                                       optarg);
+            p.arch = optarg;
+            break;
+        case O_EPOCHS: bad = parse_int(optarg, "--epochs", 1, 100000, &v); p.epochs = (int)v; break;
+        case O_MAX_STEPS: bad = parse_int(optarg, "--max-steps", 1, INT64_MAX, &p.max_steps); break;
+        case O_BATCH:
+            bad = parse_int(optarg, "--batch-size", 1, 65536, &v);
+            p.batch_size = (int)v;
+            break;
+        case O_LR: bad = parse_double(optarg, "--lr", &p.lr); break;
+        case O_MOMENTUM: bad = parse_double(optarg, "--momentum", &p.momentum); break;
+        case O_WD: bad = parse_double(optarg, "--weight-decay", &p.weight_decay); break;
+        case O_NESTEROV: p.nesterov = 1; break;
+        case O_SCHEDULE: p.schedule = optarg; break;
+        case O_LR_SCALING:
+            if (strcmp(optarg, "none") && strcmp(optarg, "sqrt") && strcmp(optarg, "linear"))
+                return cli_usage_error("--lr-scaling takes none, sqrt or linear");
+            break; /* one process: the rate for world size 1 is the rate given */
+        case O_SEED: bad = parse_int(optarg, "--seed", 0, INT64_MAX, &v); p.seed = (uint64_t)v; break;
+        case O_NO_SHUFFLE: p.shuffle = 0; break;
+        case O_NO_AUGMENT: p.augment = 0; break;
+        case O_EVAL_EVERY:
+            bad = parse_int(optarg, "--eval-every", 0, 100000, &v);
+            p.eval_every = (int)v;
+            break;
+        case O_INIT: p.init = optarg; break;
+        case O_SAVE: p.save = optarg; break;
+        case O_CHECKPOINT: p.checkpoint = optarg; break;
+        case O_RESUME: p.resume = optarg; break;
+        case O_METRICS: p.metrics = optarg; break;
+        case O_MAX_SAMPLES: bad = parse_int(optarg, "--max-samples", 1, INT64_MAX, &p.max_samples); break;
+        case O_THREADS: bad = parse_int(optarg, "--threads", 0, 4096, &v); p.threads = (int)v; break;
+        case O_BACKEND: p.backend = optarg; break;
+        case O_PROGRESS: u.mode = CLI_PROGRESS_ALWAYS; break;
+        case O_NO_PROGRESS: u.mode = CLI_PROGRESS_NEVER; break;
+        case 'h': train_usage(stdout); return CLI_EXIT_OK;
+        default: return cli_usage_error("invalid option");
+        }
+        if (bad)
+            return bad;
+    }
+    if (optind < argc)
+        return cli_usage_error("unexpected argument '%s'", argv[optind]);
+    int rc = choose_data(dataset, dir, &p.dataset, &p.data_dir);
+    if (rc)
+        return rc;
+    int cifar = strcmp(p.dataset, "cifar10") == 0;
+    if (!p.save)
+        p.save = cifar ? "cifar10_resnet18_ddp.pth" : "fashion_mnist_resnet18.pth";
+    printf("dataset: %s (%s)\n", cifar ? "CIFAR-10" : "Fashion-MNIST",
+           p.data_dir ? p.data_dir : FASHION_MNIST_DIR);
+    fflush(stdout);
+    p.log = on_log;
+    p.progress = on_progress;
+    p.ctx = &u;
+    ptc_train_result res;
+    ptc_error err;
+    rc = ptc_train(&p, &res, &err);
+    if (u.started)
+        cli_progress_end(&u.bar);
+    if (rc < 0)
+        return cli_report(rc, &err);
+    if (res.train_images_per_sec > 0)
+        printf("training: %lld steps, %.1f images/s after warm-up\n", (long long)res.steps,
+               res.train_images_per_sec);
+    return CLI_EXIT_OK;
+}
+
+/* ---- ptc eval ------------------------------------------------------------------------------------ */
+
+int cmd_eval(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"weights", required_argument, NULL, O_WEIGHTS},
+        {"dataset", required_argument, NULL, O_DATASET},
+        {"data", required_argument, NULL, O_DATA},
+        {"arch", required_argument, NULL, O_ARCH},
+        {"batch-size", required_argument, NULL, O_BATCH},
+        {"max-samples", required_argument, NULL, O_MAX_SAMPLES},
+        {"threads", required_argument, NULL, O_THREADS},
+        {"backend", required_argument, NULL, O_BACKEND},
+        {"json", no_argument, NULL, O_JSON},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    const char *weights = NULL, *dataset = NULL, *dir = NULL;
+    int json = 0, c;
+    int64_t batch = 256, v;
+    ptc_train_params p;
+    ptc_train_params_default(&p);
+    cli_getopt_reset();
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case O_WEIGHTS: weights = optarg; break;
+        case O_DATASET: dataset = optarg; break;
+        case O_DATA: dir = optarg; break;
+        case O_ARCH: p.arch = optarg; break;
+        case O_BATCH: bad = parse_int(optarg, "--batch-size", 1, 65536, &batch); break;
+        case O_MAX_SAMPLES: bad = parse_int(optarg, "--max-samples", 1, INT64_MAX, &p.max_samples); break;
+        case O_THREADS: bad = parse_int(optarg, "--threads", 0, 4096, &v); p.threads = (int)v; break;
+        case O_BACKEND: p.backend = optarg; break;
+        case O_JSON: json = 1; break;
+        case 'h':
+            printf("Usage: ptc eval --weights PATH [--dataset D] [--data DIR] [--arch A]\n"
+                   "                [--batch-size B] [--max-samples N] [--backend B] [--json]\n"
+                   "Test accuracy and mean cross-entropy of a ResNet-18 state dict.\n");
+            return CLI_EXIT_OK;
+        default: return cli_usage_error("invalid option");
+        }
+        if (bad)
+            return bad;
+    }
+    if (!weights)
+        return cli_usage_error("missing --weights PATH");
+    int rc = choose_data(dataset, dir, &p.dataset, &p.data_dir);
+    if (rc)
+        return rc;
+    p.batch_size = (int)batch;
+    double acc, loss;
+    int64_t count;
+    ptc_error err;
+    rc = ptc_evaluate(&p, weights, &acc, &loss, &count, &err);
+    if (rc < 0)
+        return cli_report(rc, &err);
+    if (json)
+        printf("{\n  \"dataset\": \"%s\",\n  \"images\": %lld,\n  \"accuracy\": %.6f,\n"
+               "  \"loss\": %.6f\n}\n",
+               p.dataset, (long long)count, acc, loss);
+    else
+        printf("test accuracy %.2f%% (%lld images), test loss %.4f\n", 100.0 * acc,
+               (long long)count, loss);
+    return CLI_EXIT_OK;
+}
