@@ -86,8 +86,17 @@ int ptc__seq_push(ptc__arena *a, ptc_value *seq, ptc_value *item)
  * Python treats 1, 1.0 and True as the same dict key; numbers hash by value so that equal numbers
  * land in the same slot. */
 
-static bool hashable(const ptc_value *v)
+/* A dict key's cost is bounded: hashing and comparing walk it with sharing expanded, so a tuple
+ * that nests deeper than KEY_MAX_DEPTH or expands to more than KEY_MAX_NODES values is refused as a
+ * key (a pickle can build tuples as deep as it has opcodes, and share one 64 levels deep into 2^64
+ * paths). Hashing and equality below stop at the same depth, so they stay within the bound. */
+#define KEY_MAX_DEPTH 64
+#define KEY_MAX_NODES 4096
+
+static bool hashable_rec(const ptc_value *v, int depth, size_t *nodes)
 {
+    if (++*nodes > KEY_MAX_NODES || depth > KEY_MAX_DEPTH)
+        return false;
     switch (v->kind) {
     case PTC_VALUE_NONE: case PTC_VALUE_BOOL: case PTC_VALUE_INT: case PTC_VALUE_FLOAT:
     case PTC_VALUE_STR: case PTC_VALUE_BYTES: case PTC_VALUE_COMPLEX: case PTC_VALUE_DTYPE:
@@ -95,12 +104,18 @@ static bool hashable(const ptc_value *v)
         return !(v->kind == PTC_VALUE_BYTES && (v->flags & PTC__V_BYTEARRAY));
     case PTC_VALUE_TUPLE: case PTC_VALUE_SIZE:
         for (size_t i = 0; i < v->u.seq.n; i++)
-            if (v->u.seq.items[i] == v || !hashable(v->u.seq.items[i]))
+            if (v->u.seq.items[i] == v || !hashable_rec(v->u.seq.items[i], depth + 1, nodes))
                 return false;
         return true;
     default:
         return false;
     }
+}
+
+static bool hashable(const ptc_value *v)
+{
+    size_t nodes = 0;
+    return hashable_rec(v, 0, &nodes);
 }
 
 bool ptc__value_hashable(const ptc_value *v)
@@ -286,8 +301,11 @@ int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val
 {
     ptc__dict *d = &dict->u.dict;
     if (!hashable(key))
-        return ptc__err(err, PTC_EFORMAT, member, offset, "dict key of type %s is not hashable",
-                        ptc_value_kind_name((ptc_value_kind)key->kind));
+        return ptc__err(err, PTC_EFORMAT, member, offset,
+                        "dict key of type %s is not hashable (or, a tuple, nests deeper than %d or "
+                        "holds more than %d values)",
+                        ptc_value_kind_name((ptc_value_kind)key->kind), KEY_MAX_DEPTH,
+                        KEY_MAX_NODES);
     /* An equal key replaces the value in place, as in Python. */
     if (d->index) {
         size_t mask = d->index_cap - 1;

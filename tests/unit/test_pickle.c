@@ -241,6 +241,37 @@ static void test_rejections(void)
     }
 }
 
+/* A dict key costs at most a bounded walk: a tuple nested 100,000 deep (TUPLE1 after TUPLE1, no
+ * MARK) and a tuple shared 80 levels deep (2^80 paths) are refused as keys at once, without deep
+ * recursion or an endless hash (a fuzzing campaign found the first as a stack overflow). */
+static void test_key_bounds(void)
+{
+    ptc_value *v;
+    ptc_error err;
+    size_t depth = 100000;
+    char *p = malloc(depth + 16), *w = p;
+    *w++ = '\x80';
+    *w++ = '\x02';
+    *w++ = '}';  /* EMPTY_DICT */
+    *w++ = 'N';  /* NONE, the innermost item */
+    memset(w, '\x85', depth); /* TUPLE1 */
+    w += depth;
+    *w++ = 'N';  /* the value */
+    *w++ = 's';  /* SETITEM */
+    *w++ = '.';
+    CHECK_CODE(run(p, (size_t)(w - p), &v, &err), PTC_EFORMAT, &err);
+    CHECK(strstr(err.message, "not hashable") != NULL);
+    free(p);
+    pk q = {{0}, 0};
+    RAW(&q, "\x80\x02}N");
+    for (int i = 0; i < 80; i++) {
+        RAW(&q, "q\x00h\x00\x86"); /* BINPUT 0, BINGET 0, TUPLE2: (t, t) */
+    }
+    RAW(&q, "Ns.");
+    CHECK_CODE(run(q.b, q.n, &v, &err), PTC_EFORMAT, &err);
+    CHECK(strstr(err.message, "not hashable") != NULL);
+}
+
 static void test_limits(void)
 {
     ptc_value *v;
@@ -351,6 +382,7 @@ int main(void)
     test_memo_and_dicts();
     test_rejections();
     test_limits();
+    test_key_bounds();
     test_scan();
     ptc__arena_free(arena);
     return check_exit("test_pickle");
