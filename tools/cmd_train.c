@@ -6,6 +6,13 @@
  * dataset (CIFAR-10 when ./data/cifar-10-batches-bin exists, else Fashion-MNIST from
  * /usr/share/datasets/fashion-mnist) and says which on its first line, draws a progress bar on a
  * terminal and prints one line per epoch and evaluation. Options are documented in ptc-train(1).
+ *
+ * Several processes: under an MPI launcher (`mpirun -np N ptc train ...`) every process opens the
+ * MPI communicator and lib/train runs DistributedDataParallel's recipe; rank 0 alone prints.
+ * `ptc train --nproc N ...` is the single-machine shortcut (the tutorial's mp.spawn): it replaces
+ * itself with `mpirun -np N --oversubscribe <this ptc> train ...` (the other options unchanged),
+ * so both ways run the same code. A rank that fails ends the whole job (MPI_Abort): the launcher
+ * names the rank and every process exits instead of waiting for the one that is gone.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -13,10 +20,12 @@
 
 #include "cli.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define CIFAR_DEFAULT_DIR "./data/cifar-10-batches-bin"
 #define FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
@@ -122,7 +131,12 @@ static void train_usage(FILE *f)
             "  --batch-size B           (128)         --lr F          (0.01)\n"
             "  --momentum F             (0.9)         --weight-decay F (5e-4)\n"
             "  --nesterov                             --schedule constant|step:S:G|cosine[:W]\n"
-            "  --lr-scaling none|sqrt|linear  for several processes (no effect on one)\n"
+            "  --nproc N                start N processes on this machine (through mpirun);\n"
+            "                           or run under `mpirun -np N ptc train ...`\n"
+            "  --lr-scaling none|sqrt|linear  lr x world^(0, 1/2, 1) for N processes (none)\n"
+            "  --bucket-cap-mb M        gradient bucket size for the all-reduce (25)\n"
+            "  --no-broadcast-buffers   keep each rank's BatchNorm statistics (default: rank 0's\n"
+            "                           are broadcast before every forward, as DDP does)\n"
             "  --seed N                 (0)           --no-shuffle    --no-augment\n"
             "  --eval-every N           (2; 0: only after the last epoch)\n"
             "  --init CKPT              start from a state dict (torchvision names)\n"
@@ -140,8 +154,63 @@ enum {
     O_DATASET = 256, O_DATA, O_ARCH, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_LR, O_MOMENTUM, O_WD,
     O_NESTEROV, O_SCHEDULE, O_SEED, O_NO_SHUFFLE, O_NO_AUGMENT, O_EVAL_EVERY, O_INIT, O_SAVE,
     O_CHECKPOINT, O_RESUME, O_METRICS, O_THREADS, O_BACKEND, O_PROGRESS, O_NO_PROGRESS,
-    O_MAX_SAMPLES, O_LR_SCALING, O_WEIGHTS, O_JSON
+    O_MAX_SAMPLES, O_LR_SCALING, O_WEIGHTS, O_JSON, O_NPROC, O_BUCKET_MB, O_NO_BCAST_BUFFERS
 };
+
+/* ---- several processes --------------------------------------------------------------------------- */
+
+/* --nproc N: replaces this process with `mpirun -np N --oversubscribe PTC train ARGS` where ARGS
+ * are ours without --nproc. Returns only on failure. */
+static int launch_local(int nproc, int argc, char **argv)
+{
+#ifdef PTC_HAVE_MPI
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (len <= 0)
+        return cli_usage_error("--nproc: cannot find this program's path (/proc/self/exe)");
+    self[len] = '\0';
+    const char *mpirun = getenv("PTC_MPIRUN");
+#ifdef PTC_MPIRUN
+    if (!mpirun || !*mpirun)
+        mpirun = PTC_MPIRUN;
+#endif
+    if (!mpirun || !*mpirun)
+        mpirun = "mpirun";
+    char np[16];
+    snprintf(np, sizeof np, "%d", nproc);
+    char **av = calloc((size_t)argc + 8, sizeof *av);
+    if (!av)
+        return CLI_EXIT_NOMEM;
+    int k = 0;
+    av[k++] = (char *)mpirun;
+    av[k++] = "-np";
+    av[k++] = np;
+    av[k++] = "--oversubscribe";
+    if (geteuid() == 0)
+        av[k++] = "--allow-run-as-root"; /* the user asked for local processes as root */
+    av[k++] = self;
+    av[k++] = "train";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--nproc") == 0) {
+            i++; /* and its value */
+            continue;
+        }
+        if (strncmp(argv[i], "--nproc=", 8) == 0)
+            continue;
+        av[k++] = argv[i];
+    }
+    av[k] = NULL;
+    fflush(stdout);
+    execvp(mpirun, av);
+    fprintf(stderr, "ptc train: --nproc: cannot run %s: %s\n", mpirun, strerror(errno));
+    free(av);
+    return CLI_EXIT_IO;
+#else
+    (void)nproc, (void)argc, (void)argv;
+    return cli_usage_error("--nproc: this ptc was built without MPI (install libopenmpi-dev and "
+                           "openmpi-bin, then reconfigure)");
+#endif
+}
 
 int cmd_train(int argc, char **argv)
 {
@@ -158,6 +227,9 @@ int cmd_train(int argc, char **argv)
         {"nesterov", no_argument, NULL, O_NESTEROV},
         {"schedule", required_argument, NULL, O_SCHEDULE},
         {"lr-scaling", required_argument, NULL, O_LR_SCALING},
+        {"nproc", required_argument, NULL, O_NPROC},
+        {"bucket-cap-mb", required_argument, NULL, O_BUCKET_MB},
+        {"no-broadcast-buffers", no_argument, NULL, O_NO_BCAST_BUFFERS},
         {"seed", required_argument, NULL, O_SEED},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},
         {"no-augment", no_argument, NULL, O_NO_AUGMENT},
@@ -180,13 +252,16 @@ int cmd_train(int argc, char **argv)
     const char *dataset = NULL, *dir = NULL;
     ui u = {.mode = CLI_PROGRESS_AUTO};
     int c;
-    int64_t v;
+    int64_t v, nproc = 0;
     cli_getopt_reset();
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case O_DATASET: dataset = optarg; break;
         case O_DATA: dir = optarg; break;
+        case O_NPROC: bad = parse_int(optarg, "--nproc", 1, 4096, &nproc); break;
+        case O_BUCKET_MB: bad = parse_double(optarg, "--bucket-cap-mb", &p.bucket_cap_mb); break;
+        case O_NO_BCAST_BUFFERS: p.no_broadcast_buffers = 1; break;
         case O_ARCH:
             if (strcmp(optarg, "resnet18") != 0 && strcmp(optarg, "resnet18-cifar") != 0)
                 return cli_usage_error("unknown architecture '%s' (resnet18, resnet18-cifar)",
@@ -207,7 +282,8 @@ int cmd_train(int argc, char **argv)
         case O_LR_SCALING:
             if (strcmp(optarg, "none") && strcmp(optarg, "sqrt") && strcmp(optarg, "linear"))
                 return cli_usage_error("--lr-scaling takes none, sqrt or linear");
-            break; /* one process: the rate for world size 1 is the rate given */
+            p.lr_scaling = optarg;
+            break;
         case O_SEED: bad = parse_int(optarg, "--seed", 0, INT64_MAX, &v); p.seed = (uint64_t)v; break;
         case O_NO_SHUFFLE: p.shuffle = 0; break;
         case O_NO_AUGMENT: p.augment = 0; break;
@@ -233,28 +309,60 @@ int cmd_train(int argc, char **argv)
     }
     if (optind < argc)
         return cli_usage_error("unexpected argument '%s'", argv[optind]);
+    if (!(p.bucket_cap_mb > 0))
+        return cli_usage_error("--bucket-cap-mb needs a positive size");
     int rc = choose_data(dataset, dir, &p.dataset, &p.data_dir);
     if (rc)
         return rc;
+    ptc_error err;
+    if (nproc > 0) {
+        if (getenv("OMPI_COMM_WORLD_SIZE") || getenv("PMIX_RANK") || getenv("PMI_SIZE"))
+            return cli_usage_error("--nproc starts its own processes; under mpirun or srun leave "
+                                   "it out");
+        return launch_local((int)nproc, argc, argv);
+    }
+    ptc_comm *comm;
+    if ((rc = ptc_comm_open(&comm, NULL, &err)) < 0)
+        return cli_report(rc, &err);
+    int rank = ptc_comm_rank(comm), world = ptc_comm_size(comm);
     int cifar = strcmp(p.dataset, "cifar10") == 0;
     if (!p.save)
         p.save = cifar ? "cifar10_resnet18_ddp.pth" : "fashion_mnist_resnet18.pth";
-    printf("dataset: %s (%s)\n", cifar ? "CIFAR-10" : "Fashion-MNIST",
-           p.data_dir ? p.data_dir : FASHION_MNIST_DIR);
-    fflush(stdout);
+    if (rank == 0) {
+        printf("dataset: %s (%s)\n", cifar ? "CIFAR-10" : "Fashion-MNIST",
+               p.data_dir ? p.data_dir : FASHION_MNIST_DIR);
+        fflush(stdout);
+    }
     p.log = on_log;
     p.progress = on_progress;
     p.ctx = &u;
+    p.comm = world > 1 ? comm : NULL;
     ptc_train_result res;
-    ptc_error err;
     rc = ptc_train(&p, &res, &err);
     if (u.started)
         cli_progress_end(&u.bar);
-    if (rc < 0)
-        return cli_report(rc, &err);
-    if (res.train_images_per_sec > 0)
-        printf("training: %lld steps, %.1f images/s after warm-up\n", (long long)res.steps,
-               res.train_images_per_sec);
+    if (rc < 0) {
+        int status = cli_report(rc, &err);
+        if (world > 1) {
+            fprintf(stderr, "ptc train: rank %d of %d failed; ending every process of the job\n",
+                    rank, world);
+            fflush(stderr);
+            ptc_comm_abort(comm, status);
+        }
+        ptc_comm_close(comm);
+        return status;
+    }
+    if (rank == 0 && res.train_images_per_sec > 0)
+        printf("training: %lld steps, %.1f images/s after warm-up%s\n", (long long)res.steps,
+               res.train_images_per_sec, world > 1 ? " (all processes)" : "");
+    if (rank == 0 && world > 1 && res.allreduce_ms > 0)
+        printf("all-reduce: %.1f ms per step alone, %.1f ms of it not hidden behind backward "
+               "(%.0f%% hidden)\n",
+               res.allreduce_ms, res.allreduce_exposed_ms,
+               100.0 * (1.0 - (res.allreduce_exposed_ms < res.allreduce_ms
+                                   ? res.allreduce_exposed_ms / res.allreduce_ms
+                                   : 1.0)));
+    ptc_comm_close(comm);
     return CLI_EXIT_OK;
 }
 

@@ -148,6 +148,21 @@ typedef struct ptc__backend_ops {
                     ptc_error *err);
 
     void (*plan_free)(ptc__be *be, ptc__op *op); /* accepts NULL */
+
+    /* ---- raw form, for communication between processes (lib/dist) ----
+     * A tensor's bytes exactly as the backend holds them (its own layout, padding included), so
+     * that gradients are summed across processes without reordering: elementwise sums do not
+     * care about the order of elements as long as every process uses the same one. layout is a
+     * fingerprint of that order (backend, element type, layout, padding); equal fingerprints on
+     * two processes mean their raw forms can be summed. Raw buffers are memory of the backend's
+     * kind (host here; device memory for a device backend). */
+    int (*tensor_raw_size)(ptc__be *be, const ptc__bt *t, size_t *bytes, uint64_t *layout,
+                           ptc_error *err);
+    /* dst = scale x t in raw form (scale rounded to the element type first, as torch multiplies
+     * a tensor by a Python number; scale 1 is a copy). */
+    int (*tensor_pack)(ptc__be *be, const ptc__bt *t, void *dst, double scale, ptc_error *err);
+    /* t = src in raw form. */
+    int (*tensor_unpack)(ptc__be *be, ptc__bt *t, const void *src, ptc_error *err);
 } ptc__backend_ops;
 
 /* The backends this build has. */
@@ -157,6 +172,10 @@ extern const ptc__backend_ops ptc__backend_dnnl;
 #endif
 /* By name ("ref", "dnnl"); NULL when not built. */
 const ptc__backend_ops *ptc__backend_find(const char *name);
+
+/* FNV-1a over n bytes, continuing from h (start with PTC__FNV_START): layout fingerprints. */
+#define PTC__FNV_START 0xcbf29ce484222325ull
+uint64_t ptc__fnv1a(uint64_t h, const void *p, size_t n);
 
 /* conv output size, or -1 when the shape is impossible (checked arithmetic). */
 int ptc__conv_out(int in, int kernel, int stride, int pad);

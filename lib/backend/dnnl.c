@@ -687,6 +687,60 @@ static int dn_tensor_read(ptc__be *be, const ptc__bt *t, void *plain, ptc_error 
     return edge_reorder(be, K_READ, t, plain, err);
 }
 
+/* Raw form: the blocked layout with its padding (the padding is zero in every gradient and stays
+ * zero under sums and scaling). The fingerprint covers what decides where an element lives. */
+static int dn_tensor_raw_size(ptc__be *be, const ptc__bt *t, size_t *bytes, uint64_t *layout,
+                              ptc_error *err)
+{
+    TRY(nonnull(be, t, "tensor_raw_size: t", err));
+    if (!bytes || !layout)
+        return ptc__err(err, PTC_EINVAL, "", -1, "dnnl: tensor_raw_size: NULL argument");
+    const dnnl_memory_desc_t *md = &t->md;
+    uint64_t h = ptc__fnv1a(PTC__FNV_START, "dnnl", 4);
+    h = ptc__fnv1a(h, &md->ndims, sizeof md->ndims);
+    h = ptc__fnv1a(h, md->dims, sizeof md->dims[0] * (size_t)md->ndims);
+    h = ptc__fnv1a(h, md->padded_dims, sizeof md->padded_dims[0] * (size_t)md->ndims);
+    h = ptc__fnv1a(h, &md->data_type, sizeof md->data_type);
+    h = ptc__fnv1a(h, &md->format_kind, sizeof md->format_kind);
+    if (md->format_kind == dnnl_blocked) {
+        const dnnl_blocking_desc_t *b = &md->format_desc.blocking;
+        h = ptc__fnv1a(h, b->strides, sizeof b->strides[0] * (size_t)md->ndims);
+        h = ptc__fnv1a(h, &b->inner_nblks, sizeof b->inner_nblks);
+        h = ptc__fnv1a(h, b->inner_blks, sizeof b->inner_blks[0] * (size_t)b->inner_nblks);
+        h = ptc__fnv1a(h, b->inner_idxs, sizeof b->inner_idxs[0] * (size_t)b->inner_nblks);
+    }
+    *bytes = t->m.nbytes;
+    *layout = h;
+    return 0;
+}
+
+static int dn_tensor_pack(ptc__be *be, const ptc__bt *t, void *dst, double scale, ptc_error *err)
+{
+    TRY(nonnull(be, t, "tensor_pack: t", err));
+    if (!dst)
+        return ptc__err(err, PTC_EINVAL, "", -1, "dnnl: tensor_pack: dst is NULL");
+    if (scale == 1.0) {
+        memcpy(dst, t->m.data, t->m.nbytes);
+        return 0;
+    }
+    const float s = (float)scale, *x = t->m.data;
+    float *y = dst;
+    size_t n = t->m.nbytes / sizeof(float);
+    for (size_t i = 0; i < n; i++)
+        y[i] = x[i] * s;
+    return 0;
+}
+
+static int dn_tensor_unpack(ptc__be *be, ptc__bt *t, const void *src, ptc_error *err)
+{
+    TRY(nonnull(be, t, "tensor_unpack: t", err));
+    if (!src)
+        return ptc__err(err, PTC_EINVAL, "", -1, "dnnl: tensor_unpack: src is NULL");
+    memcpy(t->m.data, src, t->m.nbytes);
+    touch(be, t);
+    return 0;
+}
+
 static int dn_tensor_fill(ptc__be *be, ptc__bt *t, double value, ptc_error *err)
 {
     TRY(nonnull(be, t, "tensor_fill: t", err));
@@ -1892,6 +1946,9 @@ const ptc__backend_ops ptc__backend_dnnl = {
     .tensor_write = dn_tensor_write,
     .tensor_read = dn_tensor_read,
     .tensor_fill = dn_tensor_fill,
+    .tensor_raw_size = dn_tensor_raw_size,
+    .tensor_pack = dn_tensor_pack,
+    .tensor_unpack = dn_tensor_unpack,
     .add = dn_add,
     .accumulate = dn_accumulate,
     .conv_plan = dn_conv_plan,

@@ -298,6 +298,49 @@ static int ref_tensor_read(ptc__be *be, const ptc__bt *t, void *plain, ptc_error
     return 0;
 }
 
+/* Raw form: the plain layout itself. */
+static int ref_tensor_raw_size(ptc__be *be, const ptc__bt *t, size_t *bytes, uint64_t *layout,
+                               ptc_error *err)
+{
+    if (!t || !bytes || !layout)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_raw_size: NULL argument");
+    TRY(check_like(be, err, "tensor_raw_size", "t", t, t));
+    const int64_t tag[6] = {'r', be->dtype, t->dims[0], t->dims[1], t->dims[2], t->dims[3]};
+    *bytes = (size_t)t->numel * (size_t)be->dtype;
+    *layout = ptc__fnv1a(PTC__FNV_START, tag, sizeof tag);
+    return 0;
+}
+
+static int ref_tensor_pack(ptc__be *be, const ptc__bt *t, void *dst, double scale, ptc_error *err)
+{
+    if (!t || !dst)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_pack: NULL argument");
+    TRY(check_like(be, err, "tensor_pack", "t", t, t));
+    if (scale == 1.0) {
+        memcpy(dst, t->data, (size_t)t->numel * (size_t)be->dtype);
+    } else if (be->dtype == PTC__BE_F32) {
+        const float *x = t->data, s = (float)scale;
+        float *y = dst;
+        for (int64_t i = 0; i < t->numel; i++)
+            y[i] = x[i] * s;
+    } else {
+        const double *x = t->data;
+        double *y = dst;
+        for (int64_t i = 0; i < t->numel; i++)
+            y[i] = x[i] * scale;
+    }
+    return 0;
+}
+
+static int ref_tensor_unpack(ptc__be *be, ptc__bt *t, const void *src, ptc_error *err)
+{
+    if (!t || !src)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_unpack: NULL argument");
+    TRY(check_like(be, err, "tensor_unpack", "t", t, t));
+    memcpy(t->data, src, (size_t)t->numel * (size_t)be->dtype);
+    return 0;
+}
+
 static int ref_tensor_fill(ptc__be *be, ptc__bt *t, double value, ptc_error *err)
 {
     if (!t)
@@ -668,6 +711,9 @@ const ptc__backend_ops ptc__backend_ref = {
     .tensor_write = ref_tensor_write,
     .tensor_read = ref_tensor_read,
     .tensor_fill = ref_tensor_fill,
+    .tensor_raw_size = ref_tensor_raw_size,
+    .tensor_pack = ref_tensor_pack,
+    .tensor_unpack = ref_tensor_unpack,
     .add = ref_add,
     .accumulate = ref_accumulate,
     .conv_plan = ref_conv_plan,

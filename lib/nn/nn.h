@@ -96,6 +96,16 @@ int ptc__model_forward(ptc__model *m, const float *images, int n, int train, flo
  * gradient is written (not accumulated). */
 int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err);
 
+/* Called by backward as soon as a parameter's gradient is final, once per parameter, in the
+ * order backward produces them (roughly the reverse of the parameter order); a negative return
+ * stops backward with that code. The hook lets the DDP reducer start an all-reduce while the rest
+ * of backward runs. fn NULL removes it. */
+typedef int (*ptc__grad_hook)(void *ctx, ptc__entry *e, ptc_error *err);
+void ptc__model_set_grad_hook(ptc__model *m, ptc__grad_hook fn, void *ctx);
+/* The backend the model lives on (borrowed). */
+const ptc__backend_ops *ptc__model_ops(const ptc__model *m);
+ptc__be *ptc__model_be(const ptc__model *m);
+
 /* Mean cross-entropy of logits against labels, and its gradient (softmax - one_hot) / n in
  * dlogits (may be NULL). correct: number of rows whose first maximum is the label (may be NULL).
  * A label outside [0, classes) is PTC_EINVAL. */

@@ -80,6 +80,8 @@ struct ptc__model {
     size_t nsets;
     act_set *last; /* the set of the last training forward */
     int trained;   /* a training forward happened since the last backward */
+    ptc__grad_hook hook;
+    void *hook_ctx;
 };
 
 int ptc__arch_from_name(const char *name)
@@ -542,6 +544,24 @@ int ptc__model_forward(ptc__model *m, const float *images, int n, int train, flo
     return 0;
 }
 
+void ptc__model_set_grad_hook(ptc__model *m, ptc__grad_hook fn, void *ctx)
+{
+    m->hook = fn;
+    m->hook_ctx = fn ? ctx : NULL;
+}
+
+const ptc__backend_ops *ptc__model_ops(const ptc__model *m) { return m->ops; }
+ptc__be *ptc__model_be(const ptc__model *m) { return m->be; }
+
+/* Tells the gradient hook that the gradients of a and b (b may be NULL) are final. */
+static int ready(ptc__model *m, ptc__entry *a, ptc__entry *b, ptc_error *err)
+{
+    int rc = 0;
+    if (m->hook && (rc = m->hook(m->hook_ctx, a, err)) == 0 && b)
+        rc = m->hook(m->hook_ctx, b, err);
+    return rc;
+}
+
 int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
 {
     if (!m || !dlogits || !m->trained || !m->last)
@@ -554,6 +574,7 @@ int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
     if ((rc = o->tensor_write(be, s->g_logits, dlogits, err)) ||
         (rc = o->linear_bwd(be, s->avg, m->fc_w->value, s->g_logits, s->g_avg, m->fc_w->grad,
                             m->fc_b->grad, err)) ||
+        (rc = ready(m, m->fc_b, m->fc_w, err)) ||
         (rc = o->avgpool_bwd(be, s->g_avg, s->g_blk[8], err)))
         return rc;
     for (int b = 7; b >= 0; b--) {
@@ -565,17 +586,23 @@ int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
         if ((rc = o->relu_bwd(be, a->out, s->g_blk[b + 1], a->g_n2, err)) ||
             (rc = o->bn_bwd(be, a->b2, a->c2, NULL, a->g_n2, bl->bn2.w->value, a->m2, a->s2,
                             a->g_c2, bl->bn2.w->grad, bl->bn2.b->grad, err)) ||
+            (rc = ready(m, bl->bn2.b, bl->bn2.w, err)) ||
             (rc = o->conv_bwd_weight(be, a->p2, a->r1, a->g_c2, bl->conv2.w->grad, err)) ||
+            (rc = ready(m, bl->conv2.w, NULL, err)) ||
             (rc = o->conv_bwd_data(be, a->p2, a->g_c2, bl->conv2.w->value, a->g_r1, err)) ||
             (rc = o->bn_bwd(be, a->b1, a->c1, a->r1, a->g_r1, bl->bn1.w->value, a->m1, a->s1,
                             a->g_c1, bl->bn1.w->grad, bl->bn1.b->grad, err)) ||
+            (rc = ready(m, bl->bn1.b, bl->bn1.w, err)) ||
             (rc = o->conv_bwd_weight(be, a->p1, x, a->g_c1, bl->conv1.w->grad, err)) ||
+            (rc = ready(m, bl->conv1.w, NULL, err)) ||
             (rc = o->conv_bwd_data(be, a->p1, a->g_c1, bl->conv1.w->value, gx, err)))
             return rc;
         if (bl->has_ds) {
             if ((rc = o->bn_bwd(be, a->bds, a->d, NULL, a->g_n2, bl->dsbn.w->value, a->mds, a->sds,
                                 a->g_d, bl->dsbn.w->grad, bl->dsbn.b->grad, err)) ||
+                (rc = ready(m, bl->dsbn.b, bl->dsbn.w, err)) ||
                 (rc = o->conv_bwd_weight(be, a->pds, x, a->g_d, bl->ds.w->grad, err)) ||
+                (rc = ready(m, bl->ds.w, NULL, err)) ||
                 (rc = o->conv_bwd_data(be, a->pds, a->g_d, bl->ds.w->value, a->g_in_ds, err)) ||
                 (rc = o->accumulate(be, a->g_in_ds, gx, err)))
                 return rc;
@@ -589,7 +616,9 @@ int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
     const ptc__bt *g_b1 = s->ppool ? s->g_b1 : s->g_blk[0];
     if ((rc = o->bn_bwd(be, s->pbn1, s->c1, s->b1, g_b1, m->bn1.w->value, s->m1, s->s1, s->g_c1,
                         m->bn1.w->grad, m->bn1.b->grad, err)) ||
-        (rc = o->conv_bwd_weight(be, s->pconv1, s->x, s->g_c1, m->conv1.w->grad, err)))
+        (rc = ready(m, m->bn1.b, m->bn1.w, err)) ||
+        (rc = o->conv_bwd_weight(be, s->pconv1, s->x, s->g_c1, m->conv1.w->grad, err)) ||
+        (rc = ready(m, m->conv1.w, NULL, err)))
         return rc;
     m->trained = 0;
     return 0;

@@ -70,6 +70,7 @@ PTC_API const char *ptc_version(void);
  *   CRC          a record's bytes do not match its CRC-32
  *   RANGE        a value does not fit the requested type (an int beyond 64 bits, say)
  *   NOTZIP       the input is neither a zip checkpoint nor a legacy stream
+ *   COMM         a collective between processes failed (MPI's message in the detail)
  */
 #define PTC_ERRNO_MAP(XX)                                                                  \
     XX(NOMEM, -1, "out of memory")                                                         \
@@ -82,7 +83,8 @@ PTC_API const char *ptc_version(void);
     XX(NOTFOUND, -8, "not found")                                                          \
     XX(CRC, -9, "checksum mismatch")                                                       \
     XX(RANGE, -10, "value out of range")                                                   \
-    XX(NOTZIP, -11, "not a checkpoint")
+    XX(NOTZIP, -11, "not a checkpoint")                                                    \
+    XX(COMM, -12, "communication failure")
 
 typedef enum ptc_errno {
 #define PTC_XX_ENUM(name, value, text) PTC_E##name = value,
@@ -515,6 +517,28 @@ PTC_API uint64_t ptc_report_dropped(const ptc_report *r);
  * dict saved loads with torchvision.models.resnet18(num_classes=10).load_state_dict(
  * torch.load(path, weights_only=True)); see ptc-train(1) for every field's meaning.
  */
+/* ---- several processes -------------------------------------------------------------------------
+ *
+ * A communicator is this process's place among the processes of one data-parallel run. kind:
+ * "single" (one process), "mpi" (MPI_COMM_WORLD; MPI is initialised here unless the program
+ * already did, and finalised by ptc_comm_close only in that case), or NULL / "auto": "mpi" when
+ * an MPI launcher (mpirun, srun) started this process, else "single". PTC_EUNSUPPORTED when MPI
+ * is asked for and this libptc was built without it; PTC_ECOMM when MPI fails to start.
+ *
+ * Every process of a run calls the same collective functions in the same order. A process that
+ * meets an error in ptc_train must end the whole job with ptc_comm_abort (the others would wait
+ * for it forever); ptc_comm_abort does not return for "mpi" and returns at once for "single".
+ * Only the thread that opened a communicator may use it. */
+typedef struct ptc_comm ptc_comm;
+
+PTC_API int ptc_comm_open(ptc_comm **out, const char *kind, ptc_error *err);
+PTC_API int ptc_comm_rank(const ptc_comm *c);      /* 0 for NULL */
+PTC_API int ptc_comm_size(const ptc_comm *c);      /* 1 for NULL */
+PTC_API const char *ptc_comm_kind(const ptc_comm *c); /* "single" or "mpi" */
+PTC_API int ptc_comm_barrier(ptc_comm *c, ptc_error *err);
+PTC_API void ptc_comm_abort(ptc_comm *c, int code);
+PTC_API void ptc_comm_close(ptc_comm *c); /* accepts NULL */
+
 typedef struct ptc_train_params {
     const char *dataset;  /* "cifar10" or "fashion-mnist" (default) */
     const char *data_dir; /* NULL: ./data/cifar-10-batches-bin or /usr/share/datasets/fashion-mnist */
@@ -532,6 +556,14 @@ typedef struct ptc_train_params {
     int shuffle, augment; /* 1, 1 */
     int eval_every;       /* 2; 0: after the last epoch only */
     const char *init, *save, *checkpoint, *resume, *metrics; /* paths or NULL */
+    /* Data parallelism (DistributedDataParallel's defaults). comm NULL: one process. With several
+     * processes batch_size is per process, rank r trains on DistributedSampler's shard r, the
+     * gradients are averaged, and rank 0 alone logs, writes metrics and saves. */
+    ptc_comm *comm;
+    const char *lr_scaling;   /* "none" (default), "sqrt" or "linear": lr x world^(0, 1/2, 1) */
+    double bucket_cap_mb;     /* 25; the first bucket is 1 MiB */
+    int no_broadcast_buffers; /* 0: rank 0's BatchNorm buffers go to every rank before each
+                                 forward (broadcast_buffers=True) */
     void (*log)(void *ctx, const char *line);
     void (*progress)(void *ctx, int epoch, int64_t done, int64_t total, double loss);
     void *ctx;
@@ -544,6 +576,9 @@ typedef struct ptc_train_result {
     double test_accuracy, test_loss; /* of the last evaluation; -1 when none ran */
     double train_images_per_sec;     /* measured after 10 warm-up steps */
     double eval_images_per_sec;
+    int world;                  /* processes */
+    double allreduce_ms;        /* one step's all-reduces run alone, nothing hidden (world > 1) */
+    double allreduce_exposed_ms; /* per step: waiting for all-reduces after backward ended */
 } ptc_train_result;
 
 PTC_API void ptc_train_params_default(ptc_train_params *p);

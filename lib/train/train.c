@@ -12,9 +12,19 @@
  * "step": optimizer steps, "model_state_dict": OrderedDict, "optimizer_state_dict": exactly
  * torch.optim.SGD.state_dict() ({"state": {i: {"momentum_buffer": tensor}}, "param_groups":
  * [{"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize", "foreach",
- * "differentiable", "fused", "params": [0..61]}]}), "seed", "arch"}.
+ * "differentiable", "fused", "params": [0..61]}]}), "seed", "arch", "world"}.
+ *
+ * Several processes (p->comm of size > 1) run DistributedDataParallel's recipe: rank r trains on
+ * DistributedSampler's shard r of every epoch with its own augmentation stream, lib/dist's
+ * reducer averages the gradients during backward and broadcasts rank 0's BatchNorm buffers before
+ * each forward, the epoch's loss and accuracy and the evaluation counts are all-reduced (the test
+ * split is sharded without padding, so every test image counts once), and rank 0 alone logs,
+ * writes metrics and saves, checkpoints after a barrier. A rank that fails returns its error; the
+ * caller ends the job (ptc_comm_abort).
  */
 #include "train/train.h"
+
+#include "dist/dist.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -37,6 +47,7 @@ void ptc_train_params_default(ptc_train_params *p)
     p->shuffle = 1;
     p->augment = 1;
     p->eval_every = 2;
+    p->bucket_cap_mb = 25;
 }
 
 int ptc__dataset_from_name(const char *name, ptc__data_format *out)
@@ -56,6 +67,9 @@ typedef struct recipe {
     ptc__data_format format;
     ptc__arch arch;
     ptc__sgd_params sgd;
+    ptc_comm *comm; /* p->comm, or a single-process one owned by the run */
+    int world, rank;
+    double lr;      /* p->lr scaled for the world size */
 } recipe;
 
 static int resolve(const ptc_train_params *p, recipe *re, ptc_error *err)
@@ -70,6 +84,20 @@ static int resolve(const ptc_train_params *p, recipe *re, ptc_error *err)
                         "unknown architecture \"%s\" (resnet18, resnet18-cifar)", p->arch);
     re->arch = (ptc__arch)a;
     re->sgd = (ptc__sgd_params){p->lr, p->momentum, p->dampening, p->weight_decay, p->nesterov};
+    re->comm = p->comm;
+    re->world = ptc_comm_size(p->comm);
+    re->rank = ptc_comm_rank(p->comm);
+    ptc__lr_scaling ls;
+    if (!p->lr_scaling || strcmp(p->lr_scaling, "none") == 0)
+        ls = PTC__LR_NONE;
+    else if (strcmp(p->lr_scaling, "sqrt") == 0)
+        ls = PTC__LR_SQRT;
+    else if (strcmp(p->lr_scaling, "linear") == 0)
+        ls = PTC__LR_LINEAR;
+    else
+        return ptc__err(err, PTC_EINVAL, "", -1, "unknown learning-rate scaling \"%s\" (none, "
+                        "sqrt, linear)", p->lr_scaling);
+    re->lr = ptc__lr_scale(p->lr, ls, re->world);
     return 0;
 }
 
@@ -83,7 +111,7 @@ static double now(void)
 static void say(const ptc_train_params *p, const char *fmt, ...) PTC_PRINTF(2, 3);
 static void say(const ptc_train_params *p, const char *fmt, ...)
 {
-    if (!p->log)
+    if (!p->log || ptc_comm_rank(p->comm) != 0)
         return;
     char line[512];
     va_list ap;
@@ -99,6 +127,7 @@ typedef struct run {
     const ptc__backend_ops *ops;
     ptc__be *be;
     ptc__model *model;
+    ptc__reducer *reducer; /* world > 1 */
     ptc__dataset *data;
     FILE *metrics;
     float *logits, *dlogits;
@@ -162,11 +191,13 @@ static int load_weights(ptc__model *m, const char *path, ptc_error *err)
 
 /* ---- evaluation ------------------------------------------------------------------------------- */
 
-static int evaluate(ptc__model *m, const ptc__dataset *d, int batch, double *acc, double *loss,
-                    int64_t *count, double *ips, ptc_error *err)
+/* The test split, sharded over the ranks without padding (rank r takes r, r + world, ...); the
+ * counts and the loss sum are all-reduced, so every rank gets the totals over every image once. */
+static int evaluate(ptc__model *m, const ptc__dataset *d, int batch, ptc_comm *comm, double *acc,
+                    double *loss, int64_t *count, double *ips, ptc_error *err)
 {
     int64_t *idx = NULL, n = 0;
-    int rc = ptc__eval_shard(d->test.n, 1, 0, &idx, &n, err);
+    int rc = ptc__eval_shard(d->test.n, ptc_comm_size(comm), ptc_comm_rank(comm), &idx, &n, err);
     if (rc < 0)
         return rc;
     ptc__loader_params lp = {.split = &d->test, .indices = idx, .nindices = n,
@@ -202,12 +233,20 @@ static int evaluate(ptc__model *m, const ptc__dataset *d, int batch, double *acc
         right += bc;
         seen += bn;
     }
-    double dt = now() - t0;
     ptc__loader_stop(l);
     ptc__free(logits);
     ptc__free(idx);
     if (rc < 0)
         return rc;
+    if (comm && comm->size > 1) {
+        int64_t counts[2] = {right, seen};
+        if ((rc = comm->ops->allreduce(comm, counts, 2, PTC__C_I64, PTC__C_SUM, err)) < 0 ||
+            (rc = comm->ops->allreduce(comm, &total, 1, PTC__C_F64, PTC__C_SUM, err)) < 0)
+            return rc;
+        right = counts[0];
+        seen = counts[1];
+    }
+    double dt = now() - t0;
     *count = seen;
     *acc = seen ? (double)right / (double)seen : 0;
     *loss = seen ? total / (double)seen : 0;
@@ -290,7 +329,8 @@ static int save_file(ptc__model *m, const recipe *p, const char *path, int epoch
                         set(d, root, "model_state_dict", sd) < 0 ||
                         set(d, root, "optimizer_state_dict", opt) < 0 ||
                         set(d, root, "seed", ptc_doc_int(d, (int64_t)p->p->seed)) < 0 ||
-                        set(d, root, "arch", dstr(d, ptc__arch_name(p->arch))) < 0)) {
+                        set(d, root, "arch", dstr(d, ptc__arch_name(p->arch))) < 0 ||
+                        set(d, root, "world", ptc_doc_int(d, p->world)) < 0)) {
             *err = *ptc_doc_error(d);
             rc = err->code;
         }
@@ -310,7 +350,8 @@ static int save_file(ptc__model *m, const recipe *p, const char *path, int epoch
 }
 
 /* Loads a checkpoint written by save_file(full): weights, momentum buffers, epochs and steps. */
-static int resume(ptc__model *m, const char *path, int *epoch, int64_t *step, ptc_error *err)
+static int resume(ptc__model *m, const char *path, int world, int *epoch, int64_t *step,
+                  ptc_error *err)
 {
     ptc_ckpt *c;
     int rc = ptc_ckpt_open(&c, path, NULL, err);
@@ -329,6 +370,19 @@ static int resume(ptc__model *m, const char *path, int *epoch, int64_t *step, pt
                         "%s is not a ptc training checkpoint (epoch, step, model_state_dict and "
                         "optimizer_state_dict are needed)",
                         path);
+    }
+    int64_t w = 1; /* checkpoints before "world" was written came from one process */
+    const ptc_value *wv = ptc_dict_get(root, "world");
+    if (wv && (ptc_value_int(wv, &w) < 0 || w < 1)) {
+        ptc_ckpt_close(c);
+        return ptc__err(err, PTC_EFORMAT, "", -1, "%s: \"world\" is not a process count", path);
+    }
+    if (w != world) {
+        ptc_ckpt_close(c);
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "%s was written by a run of %lld process(es); resuming it with %d would "
+                        "change every epoch's sample order (use the same number of processes)",
+                        path, (long long)w, world);
     }
     rc = ptc__model_load_state_dict(m, sd, NULL, 1, err);
     const ptc_value *state = ptc_dict_get(opt, "state");
@@ -390,6 +444,7 @@ static void metric(run *r, const char *fmt, ...)
 
 static void run_free(run *r)
 {
+    ptc__reducer_free(r->reducer);
     ptc__model_free(r->model);
     if (r->be)
         r->ops->close(r->be);
@@ -418,6 +473,54 @@ static int load_data(const recipe *re, ptc__dataset **out, ptc_error *err)
     return 0;
 }
 
+/* The epoch's loss sum, correct count and images over every rank (each rank's own when alone). */
+static int epoch_totals(ptc_comm *comm, double *loss_sum, int64_t *right, int64_t *seen,
+                        ptc_error *err)
+{
+    if (!comm || comm->size == 1)
+        return 0;
+    int64_t counts[2] = {*right, *seen};
+    int rc = comm->ops->allreduce(comm, counts, 2, PTC__C_I64, PTC__C_SUM, err);
+    if (rc == 0)
+        rc = comm->ops->allreduce(comm, loss_sum, 1, PTC__C_F64, PTC__C_SUM, err);
+    *right = counts[0];
+    *seen = counts[1];
+    return rc;
+}
+
+/* Rank 0 writes path once every rank has finished the work it holds (a barrier first). */
+static int save_rank0(run *r, const char *path, int epoch, int64_t step, double lr, int full,
+                      ptc_error *err)
+{
+    int rc = r->rc.comm ? r->rc.comm->ops->barrier(r->rc.comm, err) : 0;
+    if (rc == 0 && r->rc.rank == 0)
+        rc = save_file(r->model, &r->rc, path, epoch, step, lr, full, err);
+    return rc;
+}
+
+/* One optimizer step on a batch: forward, loss, backward with the reducer's all-reduces, SGD. */
+static int train_step(run *r, const ptc__batch *b, double lr, int64_t step, double *loss,
+                      int64_t *correct, ptc_error *err)
+{
+    int rc = 0;
+    if (r->reducer && !r->p->no_broadcast_buffers)
+        rc = ptc__reducer_sync_buffers(r->reducer, err);
+    if (rc == 0)
+        rc = ptc__model_forward(r->model, b->images, b->n, 1, r->logits, err);
+    if (rc == 0)
+        rc = ptc__cross_entropy(r->logits, b->labels, b->n, PTC__DATA_CLASSES, loss, r->dlogits,
+                                correct, err);
+    if (rc == 0 && r->reducer)
+        ptc__reducer_prepare(r->reducer);
+    if (rc == 0)
+        rc = ptc__model_backward(r->model, r->dlogits, err);
+    if (rc == 0 && r->reducer)
+        rc = ptc__reducer_finish(r->reducer, err);
+    if (rc == 0)
+        rc = ptc__model_sgd_step(r->model, &r->rc.sgd, lr, step, err);
+    return rc;
+}
+
 int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
 {
     ptc__err_clear(err);
@@ -429,12 +532,16 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     if (rc < 0)
         return rc;
     res->test_accuracy = res->test_loss = -1;
-    if (p->batch_size < 1 || p->epochs < 1 || p->eval_every < 0)
+    res->world = r.rc.world;
+    if (p->batch_size < 1 || p->epochs < 1 || p->eval_every < 0 || !(p->bucket_cap_mb > 0) ||
+        p->bucket_cap_mb > 4096)
         return ptc__err(err, PTC_EINVAL, "", -1,
-                        "batch size and epochs must be at least 1, eval-every at least 0");
+                        "batch size and epochs must be at least 1, eval-every at least 0, the "
+                        "bucket size between 0 and 4096 MiB");
     ptc__schedule sched;
-    if (ptc__schedule_parse(&sched, p->schedule ? p->schedule : "constant", p->lr) < 0)
+    if (ptc__schedule_parse(&sched, p->schedule ? p->schedule : "constant", r.rc.lr) < 0)
         return ptc__err(err, PTC_EINVAL, "", -1, "unknown schedule \"%s\"", p->schedule);
+    const int world = r.rc.world, rank = r.rc.rank;
     rc = load_data(&r.rc, &r.data, err);
     if (rc == 0)
         rc = open_backend(p->backend, p->threads, &r.ops, &r.be, err);
@@ -446,8 +553,13 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     int start_epoch = 0;
     int64_t step = 0;
     if (rc == 0 && p->resume)
-        rc = resume(r.model, p->resume, &start_epoch, &step, err);
-    if (rc == 0 && p->metrics && !(r.metrics = fopen(p->metrics, start_epoch ? "a" : "w")))
+        rc = resume(r.model, p->resume, world, &start_epoch, &step, err);
+    if (rc == 0 && world > 1) {
+        ptc__reducer_params rp = {(size_t)1 << 20, (size_t)(p->bucket_cap_mb * 1048576.0)};
+        rc = ptc__reducer_new(&r.reducer, r.rc.comm, r.model, &rp, err);
+    }
+    if (rc == 0 && p->metrics && rank == 0 &&
+        !(r.metrics = fopen(p->metrics, start_epoch ? "a" : "w")))
         rc = ptc__err(err, PTC_EIO, "", -1, "cannot write %s", p->metrics);
     size_t logit_bytes = (size_t)p->batch_size * PTC__DATA_CLASSES * sizeof(float);
     if (rc == 0 && (!(r.logits = ptc__malloc(logit_bytes)) || !(r.dlogits = ptc__malloc(logit_bytes))))
@@ -457,25 +569,33 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
         return rc;
     }
     const ptc__dataset *d = r.data;
-    int64_t per_epoch = (d->train.n + p->batch_size - 1) / p->batch_size;
+    int64_t shard = ptc__sampler_count(d->train.n, world, false);
+    int64_t per_epoch = (shard + p->batch_size - 1) / p->batch_size;
     sched.total = per_epoch * p->epochs;
-    say(p, "ptc train: %s on %s, %lld training and %lld test images, backend %s, batch %d, "
-           "%d epoch(s)%s",
+    char procs[96] = "";
+    if (world > 1) {
+        ptc__reducer_stats st;
+        ptc__reducer_get_stats(r.reducer, &st);
+        snprintf(procs, sizeof procs, ", %d processes (%s, %d buckets of gradients, %.1f MiB)",
+                 world, ptc_comm_kind(r.rc.comm), st.nbuckets, (double)st.bytes / 1048576.0);
+    }
+    say(p, "ptc train: %s on %s, %lld training and %lld test images, backend %s, batch %d%s, "
+           "%d epoch(s)%s%s",
         ptc__arch_name(r.rc.arch), r.rc.format == PTC__DATA_CIFAR10 ? "CIFAR-10" : "Fashion-MNIST",
-        (long long)d->train.n, (long long)d->test.n, r.ops->name, p->batch_size, p->epochs,
-        start_epoch ? " (resumed)" : "");
-    double t_warm = 0, lr = p->lr;
+        (long long)d->train.n, (long long)d->test.n, r.ops->name, p->batch_size,
+        world > 1 ? " per process" : "", p->epochs, procs, start_epoch ? " (resumed)" : "");
+    double t_warm = 0, lr = r.rc.lr;
     int64_t warm_images = 0, images = 0;
     bool stop = false;
     for (int epoch = start_epoch; epoch < p->epochs && !stop && rc == 0; epoch++) {
-        ptc__sampler_params sp = {d->train.n, 1, 0, p->shuffle != 0, false, p->seed};
+        ptc__sampler_params sp = {d->train.n, world, rank, p->shuffle != 0, false, p->seed};
         int64_t *idx = NULL, n = 0;
         if ((rc = ptc__sampler_indices(&sp, (uint64_t)epoch, &idx, &n, err)) < 0)
             break;
         ptc__loader_params lp = {.split = &d->train, .indices = idx, .nindices = n,
                                  .batch_size = p->batch_size, .nbuffers = 3,
-                                 .augment = p->augment != 0, .seed = p->seed, .rank = 0,
-                                 .epoch = (uint64_t)epoch};
+                                 .augment = p->augment != 0, .seed = p->seed,
+                                 .rank = (uint64_t)rank, .epoch = (uint64_t)epoch};
         memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
         memcpy(lp.std, d->norm_std, sizeof lp.std);
         ptc__loader *l;
@@ -490,11 +610,7 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
             double loss;
             int64_t correct;
             lr = ptc__schedule_lr(&sched, step, epoch);
-            if ((rc = ptc__model_forward(r.model, b->images, b->n, 1, r.logits, err)) == 0 &&
-                (rc = ptc__cross_entropy(r.logits, b->labels, b->n, PTC__DATA_CLASSES, &loss,
-                                         r.dlogits, &correct, err)) == 0 &&
-                (rc = ptc__model_backward(r.model, r.dlogits, err)) == 0)
-                rc = ptc__model_sgd_step(r.model, &r.rc.sgd, lr, step, err);
+            rc = train_step(&r, b, lr, step, &loss, &correct, err);
             int bn = b->n;
             ptc__loader_release(b);
             if (rc < 0)
@@ -509,14 +625,14 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
                 t_warm = now();
                 warm_images = images;
             }
-            if (p->progress)
+            if (p->progress && rank == 0)
                 p->progress(p->ctx, epoch + 1, seen, n, loss_sum / (double)seen);
             if (p->max_steps > 0 && step >= p->max_steps)
                 stop = true;
         }
         ptc__loader_stop(l);
         ptc__free(idx);
-        if (rc < 0)
+        if (rc < 0 || (rc = epoch_totals(r.rc.comm, &loss_sum, &right, &seen, err)) < 0)
             break;
         double secs = now() - t_epoch;
         res->epochs_done = epoch + 1;
@@ -532,8 +648,8 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
         bool last = epoch + 1 == p->epochs || stop;
         if ((p->eval_every > 0 && (epoch + 1) % p->eval_every == 0) || last) {
             int64_t count;
-            if ((rc = evaluate(r.model, d, p->batch_size, &res->test_accuracy, &res->test_loss,
-                               &count, &res->eval_images_per_sec, err)) < 0)
+            if ((rc = evaluate(r.model, d, p->batch_size, r.rc.comm, &res->test_accuracy,
+                               &res->test_loss, &count, &res->eval_images_per_sec, err)) < 0)
                 break;
             say(p, "epoch %d: test accuracy %.2f%% (%lld images), test loss %.4f", epoch + 1,
                 100.0 * res->test_accuracy, (long long)count, res->test_loss);
@@ -544,23 +660,40 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
                    (long long)count, res->eval_images_per_sec);
         }
         if (p->checkpoint &&
-            (rc = save_file(r.model, &r.rc, p->checkpoint, epoch + 1, step, lr, 1, err)) < 0)
+            (rc = save_rank0(&r, p->checkpoint, epoch + 1, step, lr, 1, err)) < 0)
             break;
     }
     res->steps = step;
     if (t_warm > 0 && images > warm_images)
-        res->train_images_per_sec = (double)(images - warm_images) / (now() - t_warm);
+        res->train_images_per_sec = (double)(images - warm_images) * world / (now() - t_warm);
+    if (r.reducer) {
+        ptc__reducer_stats st;
+        ptc__reducer_get_stats(r.reducer, &st);
+        res->allreduce_ms = 1e3 * st.allreduce_seconds;
+        res->allreduce_exposed_ms = st.steps ? 1e3 * st.exposed_seconds / (double)st.steps : 0;
+    }
     if (rc == 0 && p->save) {
-        rc = save_file(r.model, &r.rc, p->save, res->epochs_done, step, lr, 0, err);
+        rc = save_rank0(&r, p->save, res->epochs_done, step, lr, 0, err);
         if (rc == 0)
             say(p, "saved the model's state dict to %s", p->save);
     }
-    if (rc == 0)
+    if (rc == 0) {
+        char dist[256] = "";
+        if (world > 1)
+            snprintf(dist, sizeof dist,
+                     ", \"allreduce_ms_per_step\": %.3f, \"allreduce_exposed_ms_per_step\": %.3f, "
+                     "\"allreduce_hidden_fraction\": %.4f",
+                     res->allreduce_ms, res->allreduce_exposed_ms,
+                     res->allreduce_ms > 0
+                         ? fmax(0.0, 1.0 - res->allreduce_exposed_ms / res->allreduce_ms)
+                         : 0.0);
         metric(&r,
                "{\"event\": \"summary\", \"train_images_per_sec\": %.1f, \"eval_images_per_sec\": "
-               "%.1f, \"epochs\": %d, \"steps\": %lld, \"test_accuracy\": %.6f, \"test_loss\": %.6f}",
+               "%.1f, \"epochs\": %d, \"steps\": %lld, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
+               "\"world\": %d%s}",
                res->train_images_per_sec, res->eval_images_per_sec, res->epochs_done,
-               (long long)step, res->test_accuracy, res->test_loss);
+               (long long)step, res->test_accuracy, res->test_loss, world, dist);
+    }
     run_free(&r);
     return rc;
 }
@@ -584,7 +717,7 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
         rc = load_weights(r.model, weights, err);
     double ips;
     if (rc == 0)
-        rc = evaluate(r.model, r.data, p->batch_size, accuracy, loss, count, &ips, err);
+        rc = evaluate(r.model, r.data, p->batch_size, NULL, accuracy, loss, count, &ips, err);
     run_free(&r);
     return rc;
 }

@@ -1,0 +1,242 @@
+/*
+ * mpi.c - the MPI communicator (see dist.h).
+ *
+ * MPI_COMM_WORLD is duplicated so that ptc's collectives never match a caller's messages, and the
+ * duplicate gets MPI_ERRORS_RETURN so that a failure comes back as a ptc_error with MPI's own
+ * message (the MPI_TRY macro records the call, file and line) instead of ending the process
+ * inside MPI. Only the thread that opened the communicator calls MPI (MPI_THREAD_FUNNELED): the
+ * loader thread and the backend's threads never do.
+ *
+ * MPI is initialised here only when nobody did it before (an embedding program may own MPI), and
+ * finalised at close only in that case, so a program can open and close ptc communicators inside
+ * its own MPI lifetime.
+ */
+#include "config.h" /* PTC_HAVE_MPI */
+
+#include "dist/dist.h"
+
+#include <limits.h>
+#include <mpi.h>
+
+typedef struct mpi_impl {
+    MPI_Comm comm;
+    int owns_init; /* this communicator called MPI_Init_thread */
+} mpi_impl;
+
+typedef struct mpi_req {
+    ptc__creq base;
+    MPI_Request req;
+} mpi_req;
+
+static int mpi_fail(ptc_error *err, int code, const char *call, int line, int rank)
+{
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(code, text, &len) != MPI_SUCCESS)
+        len = 0;
+    text[len < MPI_MAX_ERROR_STRING ? len : MPI_MAX_ERROR_STRING - 1] = '\0';
+    return ptc__err(err, PTC_ECOMM, "", -1, "rank %d: %s failed (mpi.c:%d): %s", rank, call, line,
+                    len ? text : "unknown MPI error");
+}
+
+#define MPI_TRY(c, call)                                                                           \
+    do {                                                                                           \
+        int mrc_ = (call);                                                                         \
+        if (mrc_ != MPI_SUCCESS)                                                                   \
+            return mpi_fail(err, mrc_, #call, __LINE__, (c) ? (c)->rank : -1);                     \
+    } while (0)
+
+static MPI_Comm comm_of(const ptc_comm *c) { return ((const mpi_impl *)c->impl)->comm; }
+
+static int mpi_type(ptc__cdtype t, MPI_Datatype *out, ptc_error *err)
+{
+    switch (t) {
+    case PTC__C_BYTE: *out = MPI_BYTE; return 0;
+    case PTC__C_F32: *out = MPI_FLOAT; return 0;
+    case PTC__C_F64: *out = MPI_DOUBLE; return 0;
+    case PTC__C_I64: *out = MPI_INT64_T; return 0;
+    }
+    return ptc__err(err, PTC_EINVAL, "", -1, "unknown element type %d", (int)t);
+}
+
+static int mpi_op(ptc__cdtype t, ptc__cop op, MPI_Op *out, ptc_error *err)
+{
+    if (t == PTC__C_BYTE)
+        return ptc__err(err, PTC_EINVAL, "", -1, "bytes cannot be reduced");
+    switch (op) {
+    case PTC__C_SUM: *out = MPI_SUM; return 0;
+    case PTC__C_MAX: *out = MPI_MAX; return 0;
+    case PTC__C_MIN: *out = MPI_MIN; return 0;
+    }
+    return ptc__err(err, PTC_EINVAL, "", -1, "unknown reduction %d", (int)op);
+}
+
+static int fits(size_t count, ptc_error *err)
+{
+    return count <= (size_t)INT_MAX
+               ? 0
+               : ptc__err(err, PTC_ELIMIT, "", -1, "%zu elements in one collective (at most %d)",
+                          count, INT_MAX);
+}
+
+static int m_allreduce(ptc_comm *c, void *buf, size_t count, ptc__cdtype t, ptc__cop op,
+                       ptc_error *err)
+{
+    MPI_Datatype dt = MPI_BYTE;
+    MPI_Op mop = MPI_SUM;
+    int rc;
+    if ((rc = mpi_type(t, &dt, err)) < 0 || (rc = mpi_op(t, op, &mop, err)) < 0 ||
+        (rc = fits(count, err)) < 0)
+        return rc;
+    MPI_TRY(c, MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, dt, mop, comm_of(c)));
+    return 0;
+}
+
+static int m_iallreduce(ptc_comm *c, void *buf, size_t count, ptc__cdtype t, ptc__cop op,
+                        ptc__creq **out, ptc_error *err)
+{
+    MPI_Datatype dt = MPI_BYTE;
+    MPI_Op mop = MPI_SUM;
+    int rc;
+    *out = NULL;
+    if ((rc = mpi_type(t, &dt, err)) < 0 || (rc = mpi_op(t, op, &mop, err)) < 0 ||
+        (rc = fits(count, err)) < 0)
+        return rc;
+    mpi_req *r = ptc__calloc(1, sizeof *r);
+    if (!r)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    int mrc = MPI_Iallreduce(MPI_IN_PLACE, buf, (int)count, dt, mop, comm_of(c), &r->req);
+    if (mrc != MPI_SUCCESS) {
+        ptc__free(r);
+        return mpi_fail(err, mrc, "MPI_Iallreduce", __LINE__, c->rank);
+    }
+    *out = &r->base;
+    return 0;
+}
+
+static int m_test(ptc_comm *c, ptc__creq *base, int *done, ptc_error *err)
+{
+    mpi_req *r = (mpi_req *)base;
+    if (!r->base.done) {
+        int flag = 0;
+        MPI_TRY(c, MPI_Test(&r->req, &flag, MPI_STATUS_IGNORE));
+        r->base.done = flag != 0;
+    }
+    *done = r->base.done;
+    return 0;
+}
+
+static int m_wait(ptc_comm *c, ptc__creq *base, ptc_error *err)
+{
+    mpi_req *r = (mpi_req *)base;
+    int mrc = r->base.done ? MPI_SUCCESS : MPI_Wait(&r->req, MPI_STATUS_IGNORE);
+    ptc__free(r);
+    return mrc == MPI_SUCCESS ? 0 : mpi_fail(err, mrc, "MPI_Wait", __LINE__, c->rank);
+}
+
+static int m_bcast(ptc_comm *c, void *buf, size_t bytes, int root, ptc_error *err)
+{
+    int rc = fits(bytes, err);
+    if (rc < 0)
+        return rc;
+    MPI_TRY(c, MPI_Bcast(buf, (int)bytes, MPI_BYTE, root, comm_of(c)));
+    return 0;
+}
+
+static int m_barrier(ptc_comm *c, ptc_error *err)
+{
+    MPI_TRY(c, MPI_Barrier(comm_of(c)));
+    return 0;
+}
+
+static int m_allgather(ptc_comm *c, const void *send, void *recv, size_t bytes, ptc_error *err)
+{
+    int rc = fits(bytes, err);
+    if (rc < 0)
+        return rc;
+    MPI_TRY(c, MPI_Allgather(send, (int)bytes, MPI_BYTE, recv, (int)bytes, MPI_BYTE, comm_of(c)));
+    return 0;
+}
+
+static void m_abort(ptc_comm *c, int code)
+{
+    /* Every process of the job ends: the launcher reports which rank called this. */
+    MPI_Abort(comm_of(c), code ? code : 1);
+}
+
+static void m_close(ptc_comm *c)
+{
+    mpi_impl *im = c->impl;
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) {
+        MPI_Comm_free(&im->comm);
+        if (im->owns_init)
+            MPI_Finalize();
+    }
+    ptc__free(im);
+    ptc__free(c);
+}
+
+static const ptc__comm_ops mpi_ops = {
+    .name = "mpi",
+    .allreduce = m_allreduce,
+    .iallreduce = m_iallreduce,
+    .test = m_test,
+    .wait = m_wait,
+    .bcast = m_bcast,
+    .barrier = m_barrier,
+    .allgather = m_allgather,
+    .abort = m_abort,
+    .close = m_close,
+};
+
+int ptc__comm_mpi_open(ptc_comm **out, ptc_error *err)
+{
+    ptc_comm *c = NULL;
+    int inited = 0, finalized = 0, provided = 0;
+    MPI_TRY(c, MPI_Finalized(&finalized));
+    if (finalized)
+        return ptc__err(err, PTC_ECOMM, "", -1, "MPI was already finalised in this process");
+    MPI_TRY(c, MPI_Initialized(&inited));
+    if (!inited) {
+        MPI_TRY(c, MPI_Init_thread(NULL, NULL, MPI_THREAD_FUNNELED, &provided));
+    } else {
+        MPI_TRY(c, MPI_Query_thread(&provided));
+    }
+    if (provided < MPI_THREAD_FUNNELED) {
+        if (!inited)
+            MPI_Finalize();
+        return ptc__err(err, PTC_ECOMM, "", -1,
+                        "MPI provides thread level %d; ptc needs MPI_THREAD_FUNNELED", provided);
+    }
+    c = ptc__calloc(1, sizeof *c);
+    mpi_impl *im = ptc__calloc(1, sizeof *im);
+    if (!c || !im) {
+        ptc__free(c);
+        ptc__free(im);
+        if (!inited)
+            MPI_Finalize();
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    }
+    im->owns_init = !inited;
+    c->impl = im;
+    c->ops = &mpi_ops;
+    int mrc = MPI_Comm_dup(MPI_COMM_WORLD, &im->comm);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_set_errhandler(im->comm, MPI_ERRORS_RETURN);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_rank(im->comm, &c->rank);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_size(im->comm, &c->size);
+    if (mrc != MPI_SUCCESS) {
+        int rc = mpi_fail(err, mrc, "MPI_Comm_dup", __LINE__, -1);
+        if (im->owns_init)
+            MPI_Finalize();
+        ptc__free(im);
+        ptc__free(c);
+        return rc;
+    }
+    *out = c;
+    return 0;
+}

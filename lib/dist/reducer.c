@@ -1,0 +1,422 @@
+/*
+ * reducer.c - the DDP reducer: gradients averaged over the ranks in buckets whose all-reduces
+ * overlap backward, and the broadcasts that keep the replicas equal (see dist.h).
+ *
+ * Per step: prepare marks every bucket empty; backward calls on_grad for each parameter as its
+ * gradient becomes final; on_grad copies the gradient into its bucket multiplied by 1 / world,
+ * and when the bucket is complete it starts the all-reduce of that bucket and of every later
+ * complete one, strictly in bucket order (every rank must start the same collectives in the same
+ * order). Between gradients it tests the requests in flight, which is what lets MPI move them
+ * forward while backward computes. finish starts whatever is left, waits for everything and
+ * copies the averages back into the gradients.
+ *
+ * Invariants: a bucket's all-reduce starts only when all of its gradients are in it; a parameter
+ * is counted once per step (a second gradient for it is an error, as in torch's reducer); the
+ * hook does nothing between finish and the next prepare.
+ */
+#include "dist/dist.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct slot {
+    ptc__entry *e;
+    int bucket;
+    size_t offset, bytes; /* within the bucket */
+    int ready;            /* its gradient is in the bucket this step */
+} slot;
+
+typedef struct bucket {
+    size_t first, count; /* slots[first .. first + count) */
+    size_t bytes;
+    float *buf;
+    size_t pending; /* gradients still to come this step */
+    ptc__creq *req; /* the all-reduce in flight, or NULL */
+    int started;
+} bucket;
+
+struct ptc__reducer {
+    ptc_comm *c;
+    ptc__model *m;
+    const ptc__backend_ops *ops;
+    ptc__be *be;
+    slot *slots;
+    size_t nslots;
+    int *slot_of; /* model entry index -> slot, or -1 */
+    bucket *buckets;
+    int nbuckets, next;
+    int active;
+    double scale; /* 1 / world */
+    unsigned char *bufs; /* buffers and counters, for the broadcast before each forward */
+    size_t bufs_bytes;
+    ptc__reducer_stats st;
+};
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int entry_index(const ptc__reducer *r, const ptc__entry *e)
+{
+    return (int)(e - ptc__model_entry(r->m, 0));
+}
+
+/* ---- broadcasting entries ---------------------------------------------------------------------- */
+
+static int entry_raw_bytes(ptc__reducer *r, const ptc__entry *e, size_t *bytes, uint64_t *layout,
+                           ptc_error *err)
+{
+    if (e->kind == PTC__ENTRY_COUNTER) {
+        *bytes = sizeof(int64_t);
+        *layout = 0;
+        return 0;
+    }
+    return r->ops->tensor_raw_size(r->be, e->value, bytes, layout, err);
+}
+
+/* Rank 0's values of the entries whose kind is in mask (bit per ptc__entry_kind) to every rank,
+ * in one broadcast through scratch (NULL: a temporary buffer of the right size). */
+static int bcast_entries(ptc__reducer *r, unsigned mask, unsigned char *scratch, ptc_error *err)
+{
+    size_t total = 0, n = ptc__model_nentries(r->m), b;
+    uint64_t layout;
+    int rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        ptc__entry *e = ptc__model_entry(r->m, i);
+        if (!(mask & (1u << e->kind)))
+            continue;
+        if ((rc = entry_raw_bytes(r, e, &b, &layout, err)) < 0)
+            return rc;
+        total += b;
+    }
+    unsigned char *buf = scratch ? scratch : ptc__malloc(total ? total : 1);
+    if (!buf)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory for a %zu-byte broadcast", total);
+    int root = r->c->rank == 0;
+    for (int pass = root ? 0 : 1; pass < 2 && rc == 0; pass++) {
+        if (pass == 1 && (rc = r->c->ops->bcast(r->c, buf, total, 0, err)) < 0)
+            break;
+        if (pass == 1 && root)
+            break; /* rank 0 keeps its own values */
+        size_t off = 0;
+        for (size_t i = 0; i < n && rc == 0; i++) {
+            ptc__entry *e = ptc__model_entry(r->m, i);
+            if (!(mask & (1u << e->kind)))
+                continue;
+            if ((rc = entry_raw_bytes(r, e, &b, &layout, err)) < 0)
+                break;
+            if (e->kind == PTC__ENTRY_COUNTER) {
+                if (pass == 0)
+                    memcpy(buf + off, e->counter, sizeof(int64_t));
+                else
+                    memcpy(e->counter, buf + off, sizeof(int64_t));
+            } else if (pass == 0) {
+                rc = r->ops->tensor_pack(r->be, e->value, buf + off, 1.0, err);
+            } else {
+                rc = r->ops->tensor_unpack(r->be, e->value, buf + off, err);
+            }
+            off += b;
+        }
+    }
+    if (!scratch)
+        ptc__free(buf);
+    return rc;
+}
+
+int ptc__reducer_sync_buffers(ptc__reducer *r, ptc_error *err)
+{
+    if (r->c->size == 1)
+        return 0;
+    return bcast_entries(r, 1u << PTC__ENTRY_BUFFER | 1u << PTC__ENTRY_COUNTER, r->bufs, err);
+}
+
+/* ---- the same model everywhere ------------------------------------------------------------------ */
+
+/* Every rank must hold the same entries laid out alike: otherwise the sums would mix unrelated
+ * numbers. Each rank hashes names, kinds and raw layouts; rank 0's hash is the reference. */
+static int check_alike(ptc__reducer *r, ptc_error *err)
+{
+    uint64_t h = ptc__fnv1a(PTC__FNV_START, r->ops->name, strlen(r->ops->name));
+    size_t n = ptc__model_nentries(r->m), b;
+    uint64_t layout;
+    int rc;
+    for (size_t i = 0; i < n; i++) {
+        const ptc__entry *e = ptc__model_entry(r->m, i);
+        if ((rc = entry_raw_bytes(r, e, &b, &layout, err)) < 0)
+            return rc;
+        const uint64_t words[3] = {(uint64_t)e->kind, (uint64_t)b, layout};
+        h = ptc__fnv1a(h, e->name, strlen(e->name) + 1);
+        h = ptc__fnv1a(h, words, sizeof words);
+    }
+    uint64_t *all = ptc__calloc((size_t)r->c->size, sizeof *all);
+    if (!all)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    rc = r->c->ops->allgather(r->c, &h, all, sizeof h, err);
+    for (int k = 1; rc == 0 && k < r->c->size; k++)
+        if (all[k] != all[0])
+            rc = ptc__err(err, PTC_EINVAL, "", -1,
+                          "rank %d holds the model differently from rank 0 (another architecture, "
+                          "backend or CPU layout): every rank must run the same ptc with the same "
+                          "--arch and --backend",
+                          k);
+    ptc__free(all);
+    return rc;
+}
+
+/* ---- buckets ------------------------------------------------------------------------------------ */
+
+/* torch's compute_bucket_assignment_by_size over the parameters in reverse order: a bucket takes
+ * parameters until its size reaches its cap; the first cap is first_bucket_bytes, then
+ * bucket_bytes. */
+static int make_buckets(ptc__reducer *r, const ptc__reducer_params *p, ptc_error *err)
+{
+    size_t n = ptc__model_nentries(r->m), np = ptc__model_nparams(r->m);
+    r->slots = ptc__calloc(np ? np : 1, sizeof *r->slots);
+    r->buckets = ptc__calloc(np ? np : 1, sizeof *r->buckets);
+    r->slot_of = ptc__malloc((n ? n : 1) * sizeof *r->slot_of);
+    if (!r->slots || !r->buckets || !r->slot_of)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    size_t cap = p->first_bucket_bytes;
+    bucket *bk = &r->buckets[0];
+    for (size_t i = 0; i < n; i++)
+        r->slot_of[i] = -1;
+    for (size_t i = n; i-- > 0;) {
+        ptc__entry *e = ptc__model_entry(r->m, i);
+        if (e->kind != PTC__ENTRY_PARAM)
+            continue;
+        size_t b;
+        uint64_t layout;
+        int rc = r->ops->tensor_raw_size(r->be, e->grad, &b, &layout, err);
+        if (rc < 0)
+            return rc;
+        slot *s = &r->slots[r->nslots];
+        *s = (slot){.e = e, .bucket = r->nbuckets, .offset = bk->bytes, .bytes = b};
+        r->slot_of[i] = (int)r->nslots;
+        if (bk->count == 0)
+            bk->first = r->nslots;
+        bk->count++;
+        bk->bytes += b;
+        r->nslots++;
+        if (bk->bytes >= cap) {
+            r->nbuckets++;
+            bk = &r->buckets[r->nbuckets];
+            cap = p->bucket_bytes;
+        }
+    }
+    if (bk->count)
+        r->nbuckets++;
+    for (int k = 0; k < r->nbuckets; k++) {
+        bucket *q = &r->buckets[k];
+        if (!(q->buf = ptc__malloc(q->bytes)))
+            return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory for a %zu-byte bucket",
+                            q->bytes);
+        memset(q->buf, 0, q->bytes);
+        r->st.bytes += q->bytes;
+    }
+    r->st.nbuckets = r->nbuckets;
+    return 0;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The buckets all-reduced one after another with nothing else running: the communication time a
+ * step would spend if none of it were hidden. One warm-up round, then the median of five. */
+static int calibrate(ptc__reducer *r, ptc_error *err)
+{
+    double t[5];
+    for (int round = -1; round < 5; round++) {
+        double t0 = now();
+        for (int k = 0; k < r->nbuckets; k++) {
+            int rc = r->c->ops->allreduce(r->c, r->buckets[k].buf, r->buckets[k].bytes / 4,
+                                          PTC__C_F32, PTC__C_SUM, err);
+            if (rc < 0)
+                return rc;
+        }
+        if (round >= 0)
+            t[round] = now() - t0;
+    }
+    qsort(t, 5, sizeof *t, cmp_double);
+    r->st.allreduce_seconds = t[2];
+    for (int k = 0; k < r->nbuckets; k++)
+        memset(r->buckets[k].buf, 0, r->buckets[k].bytes);
+    return 0;
+}
+
+/* ---- a step ------------------------------------------------------------------------------------- */
+
+/* Starts the all-reduce of every complete bucket from r->next on, in order. */
+static int launch_ready(ptc__reducer *r, ptc_error *err)
+{
+    while (r->next < r->nbuckets && r->buckets[r->next].pending == 0) {
+        bucket *q = &r->buckets[r->next];
+        int rc = r->c->ops->iallreduce(r->c, q->buf, q->bytes / 4, PTC__C_F32, PTC__C_SUM,
+                                       &q->req, err);
+        if (rc < 0)
+            return rc;
+        q->started = 1;
+        r->next++;
+    }
+    return 0;
+}
+
+/* Lets MPI move the collectives in flight forward. */
+static int progress(ptc__reducer *r, ptc_error *err)
+{
+    for (int k = 0; k < r->next; k++) {
+        bucket *q = &r->buckets[k];
+        int done;
+        if (q->req && !q->req->done) {
+            int rc = r->c->ops->test(r->c, q->req, &done, err);
+            if (rc < 0)
+                return rc;
+            if (!done)
+                break; /* later ones were started after it; MPI completes them in order anyway */
+        }
+    }
+    return 0;
+}
+
+static int on_grad(void *ctx, ptc__entry *e, ptc_error *err)
+{
+    ptc__reducer *r = ctx;
+    if (!r->active)
+        return 0;
+    int si = r->slot_of[entry_index(r, e)];
+    if (si < 0)
+        return ptc__err(err, PTC_EINVAL, "", -1, "reducer: %s is not a parameter", e->name);
+    slot *s = &r->slots[si];
+    if (s->ready)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "reducer: %s got a second gradient in one step", e->name);
+    bucket *q = &r->buckets[s->bucket];
+    double t0 = now();
+    int rc = r->ops->tensor_pack(r->be, e->grad, (unsigned char *)q->buf + s->offset, r->scale,
+                                 err);
+    r->st.pack_seconds += now() - t0;
+    if (rc < 0)
+        return rc;
+    s->ready = 1;
+    q->pending--;
+    if (q->pending == 0 && (rc = launch_ready(r, err)) < 0)
+        return rc;
+    return progress(r, err);
+}
+
+void ptc__reducer_prepare(ptc__reducer *r)
+{
+    for (size_t i = 0; i < r->nslots; i++)
+        r->slots[i].ready = 0;
+    for (int k = 0; k < r->nbuckets; k++) {
+        r->buckets[k].pending = r->buckets[k].count;
+        r->buckets[k].started = 0;
+    }
+    r->next = 0;
+    r->active = 1;
+}
+
+int ptc__reducer_finish(ptc__reducer *r, ptc_error *err)
+{
+    int rc = 0;
+    r->active = 0;
+    for (size_t i = 0; i < r->nslots && rc == 0; i++)
+        if (!r->slots[i].ready)
+            rc = ptc__err(err, PTC_EINVAL, "", -1,
+                          "reducer: %s got no gradient in this step's backward", r->slots[i].e->name);
+    /* Every request is waited for, also after an error, so that none is left in flight. */
+    double t0 = now();
+    for (int k = 0; k < r->nbuckets; k++) {
+        bucket *q = &r->buckets[k];
+        if (!q->req)
+            continue;
+        int wrc = r->c->ops->wait(r->c, q->req, err);
+        q->req = NULL;
+        if (rc == 0)
+            rc = wrc;
+    }
+    double t1 = now();
+    if (rc < 0)
+        return rc;
+    if (r->next != r->nbuckets)
+        return ptc__err(err, PTC_EINVAL, "", -1, "reducer: %d of %d buckets never started",
+                        r->nbuckets - r->next, r->nbuckets);
+    for (size_t i = 0; i < r->nslots && rc == 0; i++) {
+        slot *s = &r->slots[i];
+        rc = r->ops->tensor_unpack(r->be, s->e->grad,
+                                   (unsigned char *)r->buckets[s->bucket].buf + s->offset, err);
+    }
+    r->st.exposed_seconds += t1 - t0;
+    r->st.pack_seconds += now() - t1;
+    r->st.steps++;
+    return rc;
+}
+
+void ptc__reducer_get_stats(const ptc__reducer *r, ptc__reducer_stats *out) { *out = r->st; }
+
+/* ---- life --------------------------------------------------------------------------------------- */
+
+int ptc__reducer_new(ptc__reducer **out, ptc_comm *c, ptc__model *m, const ptc__reducer_params *p,
+                     ptc_error *err)
+{
+    *out = NULL;
+    if (!c || !m || !p || p->first_bucket_bytes == 0 || p->bucket_bytes == 0)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc__reducer_new: invalid arguments");
+    ptc__reducer *r = ptc__calloc(1, sizeof *r);
+    if (!r)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    r->c = c;
+    r->m = m;
+    r->ops = ptc__model_ops(m);
+    r->be = ptc__model_be(m);
+    r->scale = 1.0 / (double)c->size;
+    int rc = check_alike(r, err);
+    if (rc == 0)
+        rc = make_buckets(r, p, err);
+    /* scratch for the broadcast of buffers before each forward */
+    size_t n = ptc__model_nentries(m), b;
+    uint64_t layout;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const ptc__entry *e = ptc__model_entry(m, i);
+        if (e->kind != PTC__ENTRY_PARAM && (rc = entry_raw_bytes(r, e, &b, &layout, err)) == 0)
+            r->bufs_bytes += b;
+    }
+    if (rc == 0 && !(r->bufs = ptc__malloc(r->bufs_bytes ? r->bufs_bytes : 1)))
+        rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    if (rc == 0 && c->size > 1)
+        rc = bcast_entries(r, 1u << PTC__ENTRY_PARAM | 1u << PTC__ENTRY_BUFFER |
+                                  1u << PTC__ENTRY_COUNTER,
+                           NULL, err);
+    if (rc == 0 && c->size > 1)
+        rc = calibrate(r, err);
+    if (rc < 0) {
+        ptc__reducer_free(r);
+        return rc;
+    }
+    ptc__model_set_grad_hook(m, on_grad, r);
+    *out = r;
+    return 0;
+}
+
+void ptc__reducer_free(ptc__reducer *r)
+{
+    if (!r)
+        return;
+    ptc__model_set_grad_hook(r->m, NULL, NULL);
+    for (int k = 0; k < r->nbuckets; k++) {
+        if (r->buckets[k].req)
+            r->c->ops->wait(r->c, r->buckets[k].req, NULL);
+        ptc__free(r->buckets[k].buf);
+    }
+    ptc__free(r->buckets);
+    ptc__free(r->slots);
+    ptc__free(r->slot_of);
+    ptc__free(r->bufs);
+    ptc__free(r);
+}

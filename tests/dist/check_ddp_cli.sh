@@ -1,0 +1,6 @@
+#!/bin/sh
+# Checks multi-process `ptc train` under mpirun: output from rank 0 alone, sharded evaluation,
+# --nproc, a killed rank ending the job, resume after it, one rank failing alone, world-size
+# mismatches. The work is done by check_ddp_cli.py.
+# Exit status: 0 all held, 1 a failure, 77 skipped (no mpirun, no MPI in ptc, no Python 3).
+exec sh "$(dirname "$0")/../fixtures/run_python.sh" ../dist/check_ddp_cli.py "$@"

@@ -1,0 +1,333 @@
+/*
+ * test_dist.c - lib/dist under several processes: the MPI communicator's collectives, and the DDP
+ * reducer on ResNet-18 (parameters broadcast from rank 0, gradients averaged bit for bit, rank
+ * 0's buffers broadcast, a model laid out differently refused on every rank).
+ *
+ * Run by tests/dist/run.sh as `mpirun -np N test_dist [BACKENDS]` (N >= 2). Every rank checks and prints its
+ * count; the exit status is 1 on any rank's failure. Averaged gradients are compared with the
+ * mean computed here from every rank's own gradients (gathered): for two ranks the sum of two
+ * halves is exact, so the reducer must reproduce it bit for bit; for more ranks the reduction
+ * order is MPI's, so the bound is a few ulps.
+ */
+#include "config.h"
+
+#include "dist/dist.h"
+
+#include "check.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+static ptc_comm *comm;
+static int rank, world;
+
+/* ---- collectives ------------------------------------------------------------------------------ */
+
+static void test_collectives(void)
+{
+    ptc_error err;
+    float f[3] = {1.5f, (float)rank, -2.0f};
+    CHECK(comm->ops->allreduce(comm, f, 3, PTC__C_F32, PTC__C_SUM, &err) == 0);
+    CHECK(f[0] == 1.5f * (float)world);
+    CHECK(f[1] == (float)(world * (world - 1) / 2));
+    double dv[2] = {(double)rank, 1.0};
+    CHECK(ptc__comm_allreduce_avg(comm, dv, 2, PTC__C_F64, &err) == 0);
+    CHECK(dv[0] == (double)(world - 1) / 2.0 && dv[1] == 1.0);
+    int64_t iv[2] = {rank, -rank};
+    CHECK(comm->ops->allreduce(comm, iv, 2, PTC__C_I64, PTC__C_MAX, &err) == 0);
+    CHECK_INT(iv[0], world - 1);
+    CHECK_INT(iv[1], 0);
+    CHECK(comm->ops->allreduce(comm, iv, 1, PTC__C_BYTE, PTC__C_SUM, &err) == PTC_EINVAL);
+
+    char msg[16] = "";
+    if (rank == 0)
+        snprintf(msg, sizeof msg, "from rank 0");
+    CHECK(comm->ops->bcast(comm, msg, sizeof msg, 0, &err) == 0);
+    CHECK_STR(msg, "from rank 0");
+
+    int32_t mine = 100 + rank, *all = calloc((size_t)world, sizeof *all);
+    CHECK(comm->ops->allgather(comm, &mine, all, sizeof mine, &err) == 0);
+    for (int r = 0; r < world; r++)
+        CHECK_INT(all[r], 100 + r);
+    free(all);
+
+    /* non-blocking: started, tested until done, waited */
+    enum { N = 1 << 16 };
+    float *big = malloc(N * sizeof *big);
+    for (int i = 0; i < N; i++)
+        big[i] = (float)(i % 7) + (float)rank;
+    ptc__creq *req = NULL;
+    CHECK(comm->ops->iallreduce(comm, big, N, PTC__C_F32, PTC__C_SUM, &req, &err) == 0);
+    int done = 0, trc = 0;
+    while (!done && trc == 0)
+        trc = comm->ops->test(comm, req, &done, &err);
+    CHECK(trc == 0 && done);
+    CHECK(comm->ops->wait(comm, req, &err) == 0);
+    int bad = 0;
+    for (int i = 0; i < N; i++)
+        bad += big[i] != (float)world * (float)(i % 7) + (float)(world * (world - 1) / 2);
+    CHECK_INT(bad, 0);
+    free(big);
+    CHECK(comm->ops->barrier(comm, &err) == 0);
+}
+
+/* ---- the reducer -------------------------------------------------------------------------------- */
+
+typedef struct fixture {
+    const ptc__backend_ops *ops;
+    ptc__be *be;
+    ptc__model *m;
+} fixture;
+
+static int fixture_open(fixture *f, const char *backend, uint64_t seed, ptc_error *err)
+{
+    memset(f, 0, sizeof *f);
+    f->ops = ptc__backend_find(backend);
+    ptc__be_params bp = {PTC__BE_F32, 1};
+    if (!f->ops || f->ops->open(&f->be, &bp, err) < 0)
+        return -1;
+    ptc__model_params mp = {PTC__ARCH_RESNET18_CIFAR, 10, f->ops, f->be, seed};
+    return ptc__model_new(&f->m, &mp, err);
+}
+
+static void fixture_close(fixture *f)
+{
+    ptc__model_free(f->m);
+    if (f->be)
+        f->ops->close(f->be);
+}
+
+/* A batch that differs from rank to rank. */
+static void batch(float *x, int64_t *y, int n)
+{
+    uint64_t s = 0x9e3779b97f4a7c15ull * (uint64_t)(rank + 1);
+    for (int i = 0; i < n * 3 * 32 * 32; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        x[i] = (float)((double)(s >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+    }
+    for (int i = 0; i < n; i++)
+        y[i] = (rank * 3 + i) % 10;
+}
+
+static int fwd_bwd(fixture *f, const float *x, const int64_t *y, int n, ptc__reducer *r,
+                   ptc_error *err)
+{
+    float logits[4 * 10], dl[4 * 10];
+    double loss;
+    int rc = ptc__model_forward(f->m, x, n, 1, logits, err);
+    if (rc == 0)
+        rc = ptc__cross_entropy(logits, y, n, 10, &loss, dl, NULL, err);
+    if (rc == 0 && r)
+        ptc__reducer_prepare(r);
+    if (rc == 0)
+        rc = ptc__model_backward(f->m, dl, err);
+    if (rc == 0 && r)
+        rc = ptc__reducer_finish(r, err);
+    return rc;
+}
+
+static void test_reducer(const char *backend)
+{
+    ptc_error err;
+    fixture f;
+    /* Each rank initialises differently: the reducer must make rank 0's weights everyone's. */
+    if (fixture_open(&f, backend, 1000 + (uint64_t)rank, &err) < 0) {
+        CHECK(!"model");
+        fprintf(stderr, "rank %d: %s\n", rank, err.message);
+        fixture_close(&f);
+        return;
+    }
+    ptc__entry *w = ptc__model_find(f.m, "layer1.0.conv1.weight");
+    ptc__entry *rm = ptc__model_find(f.m, "bn1.running_mean");
+    ptc__entry *nbt = ptc__model_find(f.m, "bn1.num_batches_tracked");
+    float *wv = malloc((size_t)w->numel * sizeof *wv);
+    float *w0 = malloc((size_t)w->numel * sizeof *w0);
+    CHECK(ptc__model_read_entry(f.m, w, wv, &err) == 0);
+    memcpy(w0, wv, (size_t)w->numel * sizeof *w0);
+    CHECK(comm->ops->bcast(comm, w0, (size_t)w->numel * sizeof *w0, 0, &err) == 0);
+    CHECK(rank == 0 || memcmp(wv, w0, (size_t)w->numel * sizeof *wv) != 0); /* differ before */
+
+    ptc__reducer *r = NULL;
+    ptc__reducer_params rp = {1 << 20, 25u << 20};
+    CHECK(ptc__reducer_new(&r, comm, f.m, &rp, &err) == 0);
+    if (!r) {
+        fprintf(stderr, "rank %d: %s\n", rank, err.message);
+        goto out;
+    }
+    CHECK(ptc__model_read_entry(f.m, w, wv, &err) == 0);
+    CHECK(memcmp(wv, w0, (size_t)w->numel * sizeof *wv) == 0); /* rank 0's after */
+
+    /* Buckets: every parameter's bytes once; the first bucket closes at 1 MiB. */
+    ptc__reducer_stats st;
+    ptc__reducer_get_stats(r, &st);
+    size_t want = 0, nb;
+    uint64_t layout;
+    for (size_t i = 0; i < ptc__model_nentries(f.m); i++) {
+        ptc__entry *e = ptc__model_entry(f.m, i);
+        if (e->kind == PTC__ENTRY_PARAM && f.ops->tensor_raw_size(f.be, e->grad, &nb, &layout,
+                                                                  &err) == 0)
+            want += nb;
+    }
+    CHECK(st.bytes == want);
+    CHECK(st.nbuckets >= 2 && st.nbuckets <= 4);
+    CHECK(st.allreduce_seconds > 0);
+
+    /* Gradients: each rank's own (the reducer idle), gathered, averaged here; then the reducer's. */
+    enum { B = 4 };
+    float *x = malloc((size_t)B * 3 * 32 * 32 * sizeof *x);
+    int64_t y[B];
+    batch(x, y, B);
+    CHECK(fwd_bwd(&f, x, y, B, NULL, &err) == 0);
+    size_t nent = ptc__model_nentries(f.m);
+    size_t total = 0;
+    for (size_t i = 0; i < nent; i++)
+        if (ptc__model_entry(f.m, i)->kind == PTC__ENTRY_PARAM)
+            total += (size_t)ptc__model_entry(f.m, i)->numel;
+    float *own = malloc(total * sizeof *own), *gathered = malloc(total * (size_t)world * sizeof *own);
+    float *mean = malloc(total * sizeof *mean), *got = malloc(total * sizeof *got);
+    size_t off = 0;
+    for (size_t i = 0; i < nent; i++) {
+        ptc__entry *e = ptc__model_entry(f.m, i);
+        if (e->kind != PTC__ENTRY_PARAM)
+            continue;
+        CHECK(ptc__model_read_grad(f.m, e, own + off, &err) == 0);
+        off += (size_t)e->numel;
+    }
+    CHECK(comm->ops->allgather(comm, own, gathered, total * sizeof *own, &err) == 0);
+    const float inv = 1.0f / (float)world;
+    size_t differ = 0;
+    for (size_t k = 0; k < total; k++) {
+        float s = 0;
+        for (int q = 0; q < world; q++)
+            s += gathered[(size_t)q * total + k] * inv;
+        mean[k] = s;
+        differ += gathered[k] != gathered[total + k];
+    }
+    CHECK(differ > total / 2); /* the ranks' gradients really differ: averaging is visible */
+
+    CHECK(fwd_bwd(&f, x, y, B, r, &err) == 0); /* the same batch again, now reduced */
+    off = 0;
+    for (size_t i = 0; i < nent; i++) {
+        ptc__entry *e = ptc__model_entry(f.m, i);
+        if (e->kind != PTC__ENTRY_PARAM)
+            continue;
+        CHECK(ptc__model_read_grad(f.m, e, got + off, &err) == 0);
+        off += (size_t)e->numel;
+    }
+    double worst = 0;
+    size_t unequal = 0;
+    for (size_t k = 0; k < total; k++) {
+        double d = fabs((double)got[k] - (double)mean[k]);
+        double scale = fabs((double)mean[k]) > 1e-30 ? fabs((double)mean[k]) : 1e-30;
+        if (d / scale > worst)
+            worst = d / scale;
+        unequal += got[k] != mean[k];
+    }
+    if (world == 2)
+        CHECK_INT(unequal, 0);
+    else
+        CHECK(worst < 1e-5);
+    /* and every rank holds the same averages */
+    float *first = malloc(total * sizeof *first);
+    memcpy(first, got, total * sizeof *first);
+    CHECK(comm->ops->bcast(comm, first, total * sizeof *first, 0, &err) == 0);
+    CHECK(memcmp(first, got, total * sizeof *got) == 0);
+    if (rank == 0)
+        printf("reducer (%s, %d ranks): %zu gradients, %d buckets, %zu bytes; averaged == mean of "
+               "the ranks' gradients: %zu unequal, largest relative difference %.3g\n",
+               backend, world, total, st.nbuckets, st.bytes, unequal, worst);
+    free(first);
+
+    /* Buffers: each rank's running statistics moved by its own batch; rank 0's win. */
+    float *mine = malloc((size_t)rm->numel * sizeof *mine), *r0 = malloc((size_t)rm->numel * sizeof *r0);
+    CHECK(ptc__model_read_entry(f.m, rm, mine, &err) == 0);
+    memcpy(r0, mine, (size_t)rm->numel * sizeof *r0);
+    CHECK(comm->ops->bcast(comm, r0, (size_t)rm->numel * sizeof *r0, 0, &err) == 0);
+    CHECK(rank == 0 || memcmp(mine, r0, (size_t)rm->numel * sizeof *r0) != 0);
+    *nbt->counter = 1000 + rank;
+    CHECK(ptc__reducer_sync_buffers(r, &err) == 0);
+    CHECK(ptc__model_read_entry(f.m, rm, mine, &err) == 0);
+    CHECK(memcmp(mine, r0, (size_t)rm->numel * sizeof *r0) == 0);
+    CHECK_INT(*nbt->counter, 1000);
+    free(mine);
+    free(r0);
+
+    /* A step whose backward never ran is an error, and starts no collective. */
+    ptc__reducer_prepare(r);
+    CHECK_CODE(ptc__reducer_finish(r, &err), PTC_EINVAL, &err);
+    free(own);
+    free(gathered);
+    free(mean);
+    free(got);
+    free(x);
+out:
+    ptc__reducer_free(r);
+    free(wv);
+    free(w0);
+    fixture_close(&f);
+}
+
+/* Ranks whose models are laid out differently (another backend) are refused on every rank,
+ * before any gradient is summed, and none of them hangs. */
+static void test_mismatch(void)
+{
+    ptc_error err;
+    fixture f;
+    const char *backend = rank == 0 || !ptc__backend_find("dnnl") ? "ref" : "dnnl";
+    uint64_t seed = 7;
+    ptc__arch arch = rank == 0 || ptc__backend_find("dnnl") ? PTC__ARCH_RESNET18_CIFAR
+                                                             : PTC__ARCH_RESNET18;
+    f.ops = ptc__backend_find(backend);
+    ptc__be_params bp = {PTC__BE_F32, 1};
+    f.be = NULL;
+    f.m = NULL;
+    CHECK(f.ops->open(&f.be, &bp, &err) == 0);
+    ptc__model_params mp = {arch, 10, f.ops, f.be, seed};
+    CHECK(ptc__model_new(&f.m, &mp, &err) == 0);
+    ptc__reducer *r = NULL;
+    ptc__reducer_params rp = {1 << 20, 25u << 20};
+    int rc = ptc__reducer_new(&r, comm, f.m, &rp, &err);
+    CHECK_CODE(rc, PTC_EINVAL, &err);
+    CHECK(r == NULL);
+    if (rank == 0 && rc == PTC_EINVAL)
+        printf("mismatch refused: %s\n", err.message);
+    ptc__reducer_free(r);
+    fixture_close(&f);
+}
+
+/* argv[1]: the backends to test the reducer on, comma-separated (default: ref, and dnnl when
+ * built). */
+int main(int argc, char **argv)
+{
+    ptc_error err;
+    if (ptc_comm_open(&comm, "mpi", &err) < 0) {
+        fprintf(stderr, "test_dist: %s\n", err.message);
+        return 99;
+    }
+    rank = ptc_comm_rank(comm);
+    world = ptc_comm_size(comm);
+    if (world < 2) {
+        fprintf(stderr, "test_dist: run under mpirun -np 2 or more (world is %d)\n", world);
+        ptc_comm_close(comm);
+        return 99;
+    }
+    CHECK_STR(ptc_comm_kind(comm), "mpi");
+    test_collectives();
+    char list[64];
+    snprintf(list, sizeof list, "%s", argc > 1 ? argv[1] : ptc__backend_find("dnnl") ? "ref,dnnl" : "ref");
+    int tested = 0;
+    for (char *save = NULL, *b = strtok_r(list, ",", &save); b; b = strtok_r(NULL, ",", &save))
+        if (ptc__backend_find(b) && ++tested)
+            test_reducer(b);
+    if (!tested) /* a build without the fast backend: the oracle then */
+        test_reducer("ref");
+    test_mismatch();
+    /* the status of every rank: one failure anywhere fails the run on rank 0 too */
+    int64_t failures = check_failures;
+    comm->ops->allreduce(comm, &failures, 1, PTC__C_I64, PTC__C_SUM, &err);
+    char name[32];
+    snprintf(name, sizeof name, "test_dist rank %d/%d", rank, world);
+    int status = check_exit(name);
+    ptc_comm_close(comm);
+    return status || failures ? 1 : 0;
+}
