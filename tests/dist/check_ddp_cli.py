@@ -45,6 +45,8 @@ def check(cond, what):
 
 
 def mpirun_cmd():
+    if os.environ.get('MPIRUN_CMD'):  # from mpi_env.sh (check_ddp_cli.sh)
+        return os.environ['MPIRUN_CMD'].split()
     m = shutil.which('mpirun')
     if not m:
         return None
