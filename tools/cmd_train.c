@@ -137,6 +137,8 @@ static void train_usage(FILE *f)
             "  --bucket-cap-mb M        gradient bucket size for the all-reduce (25)\n"
             "  --no-broadcast-buffers   keep each rank's BatchNorm statistics (default: rank 0's\n"
             "                           are broadcast before every forward, as DDP does)\n"
+            "  --sync-bn                batch statistics over all processes' batches\n"
+            "                           (SyncBatchNorm; one process: no effect)\n"
             "  --seed N                 (0)           --no-shuffle    --no-augment\n"
             "  --eval-every N           (2; 0: only after the last epoch)\n"
             "  --init CKPT              start from a state dict (torchvision names)\n"
@@ -154,7 +156,7 @@ enum {
     O_DATASET = 256, O_DATA, O_ARCH, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_LR, O_MOMENTUM, O_WD,
     O_NESTEROV, O_SCHEDULE, O_SEED, O_NO_SHUFFLE, O_NO_AUGMENT, O_EVAL_EVERY, O_INIT, O_SAVE,
     O_CHECKPOINT, O_RESUME, O_METRICS, O_THREADS, O_BACKEND, O_PROGRESS, O_NO_PROGRESS,
-    O_MAX_SAMPLES, O_LR_SCALING, O_WEIGHTS, O_JSON, O_NPROC, O_BUCKET_MB, O_NO_BCAST_BUFFERS
+    O_MAX_SAMPLES, O_LR_SCALING, O_WEIGHTS, O_JSON, O_NPROC, O_BUCKET_MB, O_NO_BCAST_BUFFERS, O_SYNC_BN
 };
 
 /* ---- several processes --------------------------------------------------------------------------- */
@@ -230,6 +232,7 @@ int cmd_train(int argc, char **argv)
         {"nproc", required_argument, NULL, O_NPROC},
         {"bucket-cap-mb", required_argument, NULL, O_BUCKET_MB},
         {"no-broadcast-buffers", no_argument, NULL, O_NO_BCAST_BUFFERS},
+        {"sync-bn", no_argument, NULL, O_SYNC_BN},
         {"seed", required_argument, NULL, O_SEED},
         {"no-shuffle", no_argument, NULL, O_NO_SHUFFLE},
         {"no-augment", no_argument, NULL, O_NO_AUGMENT},
@@ -262,6 +265,7 @@ int cmd_train(int argc, char **argv)
         case O_NPROC: bad = parse_int(optarg, "--nproc", 1, 4096, &nproc); break;
         case O_BUCKET_MB: bad = parse_double(optarg, "--bucket-cap-mb", &p.bucket_cap_mb); break;
         case O_NO_BCAST_BUFFERS: p.no_broadcast_buffers = 1; break;
+        case O_SYNC_BN: p.sync_bn = 1; break;
         case O_ARCH:
             if (strcmp(optarg, "resnet18") != 0 && strcmp(optarg, "resnet18-cifar") != 0)
                 return cli_usage_error("unknown architecture '%s' (resnet18, resnet18-cifar)",

@@ -86,6 +86,8 @@ typedef struct ptc__backend_ops {
     int (*tensor_new)(ptc__be *be, ptc__bt **out, ptc__role role, const int dims[4],
                       ptc_error *err);
     void (*tensor_free)(ptc__be *be, ptc__bt *t); /* accepts NULL */
+    /* The logical shape [n][c][h][w] the tensor was made with. */
+    void (*tensor_dims)(const ptc__bt *t, int dims[4]);
     /* Plain layout in or out, elements of the backend's dtype. */
     int (*tensor_write)(ptc__be *be, ptc__bt *t, const void *plain, ptc_error *err);
     int (*tensor_read)(ptc__be *be, const ptc__bt *t, void *plain, ptc_error *err);

@@ -662,6 +662,8 @@ static int edge_reorder(ptc__be *be, int kind, const ptc__bt *t, void *plain, pt
     return rc;
 }
 
+static void dn_tensor_dims(const ptc__bt *t, int dims[4]) { memcpy(dims, t->dims, sizeof t->dims); }
+
 static int dn_tensor_write(ptc__be *be, ptc__bt *t, const void *plain, ptc_error *err)
 {
     TRY(nonnull(be, t, "tensor_write: t", err));
@@ -1943,6 +1945,7 @@ const ptc__backend_ops ptc__backend_dnnl = {
     .close = dn_close,
     .tensor_new = dn_tensor_new,
     .tensor_free = dn_tensor_free,
+    .tensor_dims = dn_tensor_dims,
     .tensor_write = dn_tensor_write,
     .tensor_read = dn_tensor_read,
     .tensor_fill = dn_tensor_fill,

@@ -276,6 +276,8 @@ static void ref_tensor_free(ptc__be *be, ptc__bt *t)
     ptc__free(t);
 }
 
+static void ref_tensor_dims(const ptc__bt *t, int dims[4]) { memcpy(dims, t->dims, sizeof t->dims); }
+
 static int ref_tensor_write(ptc__be *be, ptc__bt *t, const void *plain, ptc_error *err)
 {
     if (!t)
@@ -708,6 +710,7 @@ const ptc__backend_ops ptc__backend_ref = {
     .close = ref_close,
     .tensor_new = ref_tensor_new,
     .tensor_free = ref_tensor_free,
+    .tensor_dims = ref_tensor_dims,
     .tensor_write = ref_tensor_write,
     .tensor_read = ref_tensor_read,
     .tensor_fill = ref_tensor_fill,

@@ -106,6 +106,42 @@ void ptc__model_set_grad_hook(ptc__model *m, ptc__grad_hook fn, void *ctx);
 const ptc__backend_ops *ptc__model_ops(const ptc__model *m);
 ptc__be *ptc__model_be(const ptc__model *m);
 
+/* Synchronised batch normalization (SyncBatchNorm): with a sync callback set, every training
+ * forward normalises with the statistics of all ranks' batches together, and backward uses the
+ * global sums (lib/nn/syncbn.c). sync sums n doubles in place over the ranks (an all-reduce);
+ * NULL returns to per-rank statistics. Evaluation is unchanged (running statistics). */
+typedef int (*ptc__bn_sync)(void *ctx, double *buf, size_t n, ptc_error *err);
+void ptc__model_set_bn_sync(ptc__model *m, ptc__bn_sync fn, void *ctx);
+
+/* ---- synchronised batchnorm, for resnet.c (syncbn.c) ---- */
+typedef struct ptc__syncbn_scratch {
+    float *f[3];
+    size_t fcap;
+    double *d;
+    size_t dcap;
+} ptc__syncbn_scratch;
+void ptc__syncbn_scratch_free(ptc__syncbn_scratch *s);
+
+typedef struct ptc__syncbn_ctx {
+    const ptc__backend_ops *ops;
+    ptc__be *be;
+    ptc__bn_sync sync;
+    void *sync_ctx;
+    double eps, momentum;
+    ptc__syncbn_scratch *scratch;
+} ptc__syncbn_ctx;
+
+/* One layer's tensors: forward reads x, gamma, beta and writes y, save_mean, save_invstd and the
+ * running statistics; backward reads x, y (NULL unless relu was fused), dy, gamma, save_mean,
+ * save_invstd and writes dx, dgamma, dbeta. */
+typedef struct ptc__syncbn_layer {
+    const ptc__bt *x, *gamma, *beta, *dy;
+    ptc__bt *y, *save_mean, *save_invstd, *running_mean, *running_var, *dx, *dgamma, *dbeta;
+    int relu;
+} ptc__syncbn_layer;
+int ptc__syncbn_forward(const ptc__syncbn_ctx *k, const ptc__syncbn_layer *l, ptc_error *err);
+int ptc__syncbn_backward(const ptc__syncbn_ctx *k, const ptc__syncbn_layer *l, ptc_error *err);
+
 /* Mean cross-entropy of logits against labels, and its gradient (softmax - one_hot) / n in
  * dlogits (may be NULL). correct: number of rows whose first maximum is the label (may be NULL).
  * A label outside [0, classes) is PTC_EINVAL. */

@@ -82,6 +82,9 @@ struct ptc__model {
     int trained;   /* a training forward happened since the last backward */
     ptc__grad_hook hook;
     void *hook_ctx;
+    ptc__bn_sync bn_sync; /* synchronised batchnorm when set */
+    void *bn_sync_ctx;
+    ptc__syncbn_scratch syncbn;
 };
 
 int ptc__arch_from_name(const char *name)
@@ -337,6 +340,7 @@ void ptc__model_free(ptc__model *m)
         m->ops->tensor_free(m->be, m->e[i].momentum);
         ptc__free(m->e[i].counter);
     }
+    ptc__syncbn_scratch_free(&m->syncbn);
     ptc__free(m);
 }
 
@@ -483,6 +487,18 @@ static int get_set(ptc__model *m, int n, act_set **out, ptc_error *err)
 
 /* ---- forward and backward --------------------------------------------------------------------- */
 
+void ptc__model_set_bn_sync(ptc__model *m, ptc__bn_sync fn, void *ctx)
+{
+    m->bn_sync = fn;
+    m->bn_sync_ctx = fn ? ctx : NULL;
+}
+
+static ptc__syncbn_ctx syncbn_ctx(ptc__model *m)
+{
+    return (ptc__syncbn_ctx){m->ops, m->be, m->bn_sync, m->bn_sync_ctx, BN_EPS, BN_MOMENTUM,
+                             &m->syncbn};
+}
+
 static int bn_forward(ptc__model *m, ptc__op *op, const bn_l *b, const ptc__bt *x, ptc__bt *y,
                       ptc__bt *mean, ptc__bt *invstd, int train, int relu, ptc_error *err)
 {
@@ -490,8 +506,32 @@ static int bn_forward(ptc__model *m, ptc__op *op, const bn_l *b, const ptc__bt *
         return m->ops->bn_fwd_eval(m->be, op, x, b->w->value, b->b->value, b->rm->value,
                                    b->rv->value, y, relu, err);
     (*b->nbt->counter)++;
+    if (m->bn_sync) {
+        ptc__syncbn_ctx k = syncbn_ctx(m);
+        ptc__syncbn_layer l = {.x = x, .gamma = b->w->value, .beta = b->b->value, .y = y,
+                               .save_mean = mean, .save_invstd = invstd,
+                               .running_mean = b->rm->value, .running_var = b->rv->value,
+                               .relu = relu};
+        return ptc__syncbn_forward(&k, &l, err);
+    }
     return m->ops->bn_fwd_train(m->be, op, x, b->w->value, b->b->value, y, mean, invstd,
                                 b->rm->value, b->rv->value, BN_MOMENTUM, relu, err);
+}
+
+/* Backward of bn_forward in training mode (y: its output when relu was fused, else NULL). */
+static int bn_backward(ptc__model *m, ptc__op *op, const bn_l *b, const ptc__bt *x, ptc__bt *y,
+                       const ptc__bt *dy, ptc__bt *mean, ptc__bt *invstd, ptc__bt *dx,
+                       ptc_error *err)
+{
+    if (m->bn_sync) {
+        ptc__syncbn_ctx k = syncbn_ctx(m);
+        ptc__syncbn_layer l = {.x = x, .gamma = b->w->value, .dy = dy, .y = y,
+                               .save_mean = mean, .save_invstd = invstd, .dx = dx,
+                               .dgamma = b->w->grad, .dbeta = b->b->grad};
+        return ptc__syncbn_backward(&k, &l, err);
+    }
+    return m->ops->bn_bwd(m->be, op, x, y, dy, b->w->value, mean, invstd, dx, b->w->grad,
+                          b->b->grad, err);
 }
 
 int ptc__model_forward(ptc__model *m, const float *images, int n, int train, float *logits,
@@ -584,22 +624,22 @@ int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
         ptc__bt *gx = s->g_blk[b];
         /* relu(n2 + identity): the gradient of both addends is g_out masked by out > 0 */
         if ((rc = o->relu_bwd(be, a->out, s->g_blk[b + 1], a->g_n2, err)) ||
-            (rc = o->bn_bwd(be, a->b2, a->c2, NULL, a->g_n2, bl->bn2.w->value, a->m2, a->s2,
-                            a->g_c2, bl->bn2.w->grad, bl->bn2.b->grad, err)) ||
+            (rc = bn_backward(m, a->b2, &bl->bn2, a->c2, NULL, a->g_n2, a->m2, a->s2, a->g_c2,
+                              err)) ||
             (rc = ready(m, bl->bn2.b, bl->bn2.w, err)) ||
             (rc = o->conv_bwd_weight(be, a->p2, a->r1, a->g_c2, bl->conv2.w->grad, err)) ||
             (rc = ready(m, bl->conv2.w, NULL, err)) ||
             (rc = o->conv_bwd_data(be, a->p2, a->g_c2, bl->conv2.w->value, a->g_r1, err)) ||
-            (rc = o->bn_bwd(be, a->b1, a->c1, a->r1, a->g_r1, bl->bn1.w->value, a->m1, a->s1,
-                            a->g_c1, bl->bn1.w->grad, bl->bn1.b->grad, err)) ||
+            (rc = bn_backward(m, a->b1, &bl->bn1, a->c1, a->r1, a->g_r1, a->m1, a->s1, a->g_c1,
+                              err)) ||
             (rc = ready(m, bl->bn1.b, bl->bn1.w, err)) ||
             (rc = o->conv_bwd_weight(be, a->p1, x, a->g_c1, bl->conv1.w->grad, err)) ||
             (rc = ready(m, bl->conv1.w, NULL, err)) ||
             (rc = o->conv_bwd_data(be, a->p1, a->g_c1, bl->conv1.w->value, gx, err)))
             return rc;
         if (bl->has_ds) {
-            if ((rc = o->bn_bwd(be, a->bds, a->d, NULL, a->g_n2, bl->dsbn.w->value, a->mds, a->sds,
-                                a->g_d, bl->dsbn.w->grad, bl->dsbn.b->grad, err)) ||
+            if ((rc = bn_backward(m, a->bds, &bl->dsbn, a->d, NULL, a->g_n2, a->mds, a->sds,
+                                  a->g_d, err)) ||
                 (rc = ready(m, bl->dsbn.b, bl->dsbn.w, err)) ||
                 (rc = o->conv_bwd_weight(be, a->pds, x, a->g_d, bl->ds.w->grad, err)) ||
                 (rc = ready(m, bl->ds.w, NULL, err)) ||
@@ -614,8 +654,7 @@ int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
     if (s->ppool && (rc = o->maxpool_bwd(be, s->ppool, s->b1, s->p, s->g_p, s->g_b1, err)))
         return rc;
     const ptc__bt *g_b1 = s->ppool ? s->g_b1 : s->g_blk[0];
-    if ((rc = o->bn_bwd(be, s->pbn1, s->c1, s->b1, g_b1, m->bn1.w->value, s->m1, s->s1, s->g_c1,
-                        m->bn1.w->grad, m->bn1.b->grad, err)) ||
+    if ((rc = bn_backward(m, s->pbn1, &m->bn1, s->c1, s->b1, g_b1, s->m1, s->s1, s->g_c1, err)) ||
         (rc = ready(m, m->bn1.b, m->bn1.w, err)) ||
         (rc = o->conv_bwd_weight(be, s->pconv1, s->x, s->g_c1, m->conv1.w->grad, err)) ||
         (rc = ready(m, m->conv1.w, NULL, err)))

@@ -564,6 +564,7 @@ typedef struct ptc_train_params {
     double bucket_cap_mb;     /* 25; the first bucket is 1 MiB */
     int no_broadcast_buffers; /* 0: rank 0's BatchNorm buffers go to every rank before each
                                  forward (broadcast_buffers=True) */
+    int sync_bn;              /* SyncBatchNorm: training statistics over all ranks' batches */
     void (*log)(void *ctx, const char *line);
     void (*progress)(void *ctx, int epoch, int64_t done, int64_t total, double loss);
     void *ctx;

@@ -498,6 +498,13 @@ static int save_rank0(run *r, const char *path, int epoch, int64_t step, double 
     return rc;
 }
 
+/* The synchronised batchnorm's all-reduce (ptc__bn_sync). */
+static int sum_over_ranks(void *ctx, double *buf, size_t n, ptc_error *err)
+{
+    ptc_comm *c = ctx;
+    return c->ops->allreduce(c, buf, n, PTC__C_F64, PTC__C_SUM, err);
+}
+
 /* One optimizer step on a batch: forward, loss, backward with the reducer's all-reduces, SGD. */
 static int train_step(run *r, const ptc__batch *b, double lr, int64_t step, double *loss,
                       int64_t *correct, ptc_error *err)
@@ -557,6 +564,8 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     if (rc == 0 && world > 1) {
         ptc__reducer_params rp = {(size_t)1 << 20, (size_t)(p->bucket_cap_mb * 1048576.0)};
         rc = ptc__reducer_new(&r.reducer, r.rc.comm, r.model, &rp, err);
+        if (rc == 0 && p->sync_bn)
+            ptc__model_set_bn_sync(r.model, sum_over_ranks, r.rc.comm);
     }
     if (rc == 0 && p->metrics && rank == 0 &&
         !(r.metrics = fopen(p->metrics, start_epoch ? "a" : "w")))
@@ -576,8 +585,9 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     if (world > 1) {
         ptc__reducer_stats st;
         ptc__reducer_get_stats(r.reducer, &st);
-        snprintf(procs, sizeof procs, ", %d processes (%s, %d buckets of gradients, %.1f MiB)",
-                 world, ptc_comm_kind(r.rc.comm), st.nbuckets, (double)st.bytes / 1048576.0);
+        snprintf(procs, sizeof procs, ", %d processes (%s, %d buckets of gradients, %.1f MiB%s)",
+                 world, ptc_comm_kind(r.rc.comm), st.nbuckets, (double)st.bytes / 1048576.0,
+                 p->sync_bn ? ", synchronised batchnorm" : "");
     }
     say(p, "ptc train: %s on %s, %lld training and %lld test images, backend %s, batch %d%s, "
            "%d epoch(s)%s%s",

@@ -1,7 +1,8 @@
 /*
  * test_dist.c - lib/dist under several processes: the MPI communicator's collectives, and the DDP
  * reducer on ResNet-18 (parameters broadcast from rank 0, gradients averaged bit for bit, rank
- * 0's buffers broadcast, a model laid out differently refused on every rank).
+ * 0's buffers broadcast, a model laid out differently refused on every rank), and synchronised
+ * batchnorm (N ranks of B images compute what one process computes on N x B).
  *
  * Run by tests/dist/run.sh as `mpirun -np N test_dist [BACKENDS]` (N >= 2). Every rank checks and prints its
  * count; the exit status is 1 on any rank's failure. Averaged gradients are compared with the
@@ -267,6 +268,116 @@ out:
     fixture_close(&f);
 }
 
+/* ---- synchronised batchnorm ------------------------------------------------------------------- */
+
+static int sum_doubles(void *ctx, double *buf, size_t n, ptc_error *err)
+{
+    ptc_comm *c = ctx;
+    return c->ops->allreduce(c, buf, n, PTC__C_F64, PTC__C_SUM, err);
+}
+
+/* Max-norm relative difference of two float arrays. */
+static double reldiff(const float *a, const float *b, size_t n)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d = fmax(d, fabs((double)a[i] - (double)b[i]));
+        s = fmax(s, fabs((double)b[i]));
+    }
+    return d / (s > 0 ? s : 1);
+}
+
+/* N ranks of batch B with synchronised batchnorm compute what one process computes on all N x B
+ * images: logits (each rank's rows), running statistics, and the averaged gradients. Without
+ * synchronisation the logits differ (the control that shows the comparison can fail). */
+static void test_syncbn(const char *backend)
+{
+    enum { B = 4 };
+    ptc_error err;
+    fixture dist, one, ctl; /* synchronised, one process, per-rank statistics */
+    memset(&ctl, 0, sizeof ctl);
+    memset(&one, 0, sizeof one);
+    if (fixture_open(&dist, backend, 5, &err) < 0 || fixture_open(&one, backend, 5, &err) < 0 ||
+        fixture_open(&ctl, backend, 5, &err) < 0) {
+        CHECK(!"models");
+        fixture_close(&dist);
+        fixture_close(&one);
+        fixture_close(&ctl);
+        return;
+    }
+    const size_t img = 3 * 32 * 32;
+    float *x = malloc(B * img * sizeof *x), *all = malloc((size_t)world * B * img * sizeof *all);
+    int64_t y[B], *ally = malloc((size_t)world * B * sizeof *ally);
+    batch(x, y, B);
+    CHECK(comm->ops->allgather(comm, x, all, B * img * sizeof *x, &err) == 0);
+    CHECK(comm->ops->allgather(comm, y, ally, sizeof y, &err) == 0);
+    const int NB = world * B;
+    float *lg_one = malloc((size_t)NB * 10 * sizeof *lg_one), *dl_one = malloc((size_t)NB * 10 * 4);
+    float lg[B * 10], dl[B * 10], lg_plain[B * 10];
+    double loss;
+
+    /* control: plain DDP statistics (per rank) */
+    CHECK(ptc__model_forward(ctl.m, x, B, 1, lg_plain, &err) == 0);
+
+    ptc__reducer *r = NULL;
+    ptc__reducer_params rp = {1 << 20, 25u << 20};
+    CHECK(ptc__reducer_new(&r, comm, dist.m, &rp, &err) == 0);
+    if (!r)
+        goto out;
+    ptc__model_set_bn_sync(dist.m, sum_doubles, comm);
+    CHECK(ptc__model_forward(dist.m, x, B, 1, lg, &err) == 0);
+    CHECK(ptc__cross_entropy(lg, y, B, 10, &loss, dl, NULL, &err) == 0);
+    ptc__reducer_prepare(r);
+    CHECK(ptc__model_backward(dist.m, dl, &err) == 0);
+    CHECK(ptc__reducer_finish(r, &err) == 0);
+
+    CHECK(ptc__model_forward(one.m, all, NB, 1, lg_one, &err) == 0);
+    CHECK(ptc__cross_entropy(lg_one, ally, NB, 10, &loss, dl_one, NULL, &err) == 0);
+    CHECK(ptc__model_backward(one.m, dl_one, &err) == 0);
+
+    double d_logits = reldiff(lg, lg_one + (size_t)rank * B * 10, B * 10);
+    double d_plain = reldiff(lg_plain, lg_one + (size_t)rank * B * 10, B * 10);
+    CHECK(d_logits < 1e-4);
+    CHECK(d_plain > 1e-2);
+    double d_grad = 0, d_stat = 0;
+    for (size_t i = 0; i < ptc__model_nentries(one.m); i++) {
+        ptc__entry *a = ptc__model_entry(dist.m, i), *b = ptc__model_entry(one.m, i);
+        if (a->kind == PTC__ENTRY_COUNTER) {
+            CHECK_INT(*a->counter, *b->counter);
+            continue;
+        }
+        float *va = malloc((size_t)a->numel * sizeof *va), *vb = malloc((size_t)a->numel * sizeof *vb);
+        if (a->kind == PTC__ENTRY_PARAM) {
+            CHECK(ptc__model_read_grad(dist.m, a, va, &err) == 0);
+            CHECK(ptc__model_read_grad(one.m, b, vb, &err) == 0);
+            d_grad = fmax(d_grad, reldiff(va, vb, (size_t)a->numel));
+        } else {
+            CHECK(ptc__model_read_entry(dist.m, a, va, &err) == 0);
+            CHECK(ptc__model_read_entry(one.m, b, vb, &err) == 0);
+            d_stat = fmax(d_stat, reldiff(va, vb, (size_t)a->numel));
+        }
+        free(va);
+        free(vb);
+    }
+    CHECK(d_grad < 1e-3);
+    CHECK(d_stat < 1e-4);
+    if (rank == 0)
+        printf("syncbn (%s, %d ranks x %d images) vs one process on %d images: logits %.3g, "
+               "gradients %.3g, running statistics %.3g (relative, max over tensors); per-rank "
+               "statistics instead: logits %.3g\n",
+               backend, world, B, NB, d_logits, d_grad, d_stat, d_plain);
+out:
+    ptc__reducer_free(r);
+    free(x);
+    free(all);
+    free(ally);
+    free(lg_one);
+    free(dl_one);
+    fixture_close(&dist);
+    fixture_close(&one);
+    fixture_close(&ctl);
+}
+
 /* Ranks whose models are laid out differently (another backend) are refused on every rank,
  * before any gradient is summed, and none of them hangs. */
 static void test_mismatch(void)
@@ -317,10 +428,14 @@ int main(int argc, char **argv)
     snprintf(list, sizeof list, "%s", argc > 1 ? argv[1] : ptc__backend_find("dnnl") ? "ref,dnnl" : "ref");
     int tested = 0;
     for (char *save = NULL, *b = strtok_r(list, ",", &save); b; b = strtok_r(NULL, ",", &save))
-        if (ptc__backend_find(b) && ++tested)
+        if (ptc__backend_find(b) && ++tested) {
             test_reducer(b);
-    if (!tested) /* a build without the fast backend: the oracle then */
+            test_syncbn(b);
+        }
+    if (!tested) { /* a build without the fast backend: the oracle then */
         test_reducer("ref");
+        test_syncbn("ref");
+    }
     test_mismatch();
     /* the status of every rank: one failure anywhere fails the run on rank 0 too */
     int64_t failures = check_failures;
