@@ -94,6 +94,7 @@ int ptc__comm_single_open(ptc_comm **out, ptc_error *err)
     c->ops = &single_ops;
     c->rank = 0;
     c->size = 1;
+    c->local_size = 1;
     *out = c;
     return 0;
 }

@@ -66,6 +66,7 @@ typedef struct ptc__comm_ops {
 struct ptc_comm {
     const ptc__comm_ops *ops;
     int rank, size;
+    int local_size; /* ranks on this machine (MPI_COMM_TYPE_SHARED), this one included */
     void *impl;
 };
 

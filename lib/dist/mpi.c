@@ -229,6 +229,13 @@ int ptc__comm_mpi_open(ptc_comm **out, ptc_error *err)
         mrc = MPI_Comm_rank(im->comm, &c->rank);
     if (mrc == MPI_SUCCESS)
         mrc = MPI_Comm_size(im->comm, &c->size);
+    MPI_Comm local = MPI_COMM_NULL;
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_split_type(im->comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Comm_size(local, &c->local_size);
+    if (local != MPI_COMM_NULL)
+        MPI_Comm_free(&local);
     if (mrc != MPI_SUCCESS) {
         int rc = mpi_fail(err, mrc, "MPI_Comm_dup", __LINE__, -1);
         if (im->owns_init)

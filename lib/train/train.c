@@ -27,6 +27,7 @@
 #include "dist/dist.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
@@ -132,6 +133,18 @@ typedef struct run {
     FILE *metrics;
     float *logits, *dlogits;
 } run;
+
+/* --threads 0 with several ranks on one machine: the CPUs this process may use shared among
+ * them, so that N ranks do not each start a thread per core (a rank bound to one core gets 1). */
+static int threads_per_rank(int threads, const ptc_comm *comm)
+{
+    if (threads > 0 || !comm || comm->local_size <= 1)
+        return threads;
+    cpu_set_t set;
+    int ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    int t = ncpu / comm->local_size;
+    return t > 0 ? t : 1;
+}
 
 static int open_backend(const char *name, int threads, const ptc__backend_ops **ops, ptc__be **be,
                         ptc_error *err)
@@ -551,7 +564,8 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     const int world = r.rc.world, rank = r.rc.rank;
     rc = load_data(&r.rc, &r.data, err);
     if (rc == 0)
-        rc = open_backend(p->backend, p->threads, &r.ops, &r.be, err);
+        rc = open_backend(p->backend, threads_per_rank(p->threads, p->comm), &r.ops, &r.be,
+                          err);
     ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, p->seed};
     if (rc == 0)
         rc = ptc__model_new(&r.model, &mp, err);

@@ -276,6 +276,24 @@ static int sum_doubles(void *ctx, double *buf, size_t n, ptc_error *err)
     return c->ops->allreduce(c, buf, n, PTC__C_F64, PTC__C_SUM, err);
 }
 
+/* Every rank alone: the synchronised path with nothing to synchronise. */
+static int sum_alone(void *ctx, double *buf, size_t n, ptc_error *err)
+{
+    (void)ctx, (void)buf, (void)n, (void)err;
+    return 0;
+}
+
+/* Tensor-wise (Frobenius) relative difference ||a - b|| / ||b||. */
+static double nrel(const float *a, const float *b, size_t n)
+{
+    double d = 0, s = 0;
+    for (size_t i = 0; i < n; i++) {
+        d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]);
+        s += (double)b[i] * b[i];
+    }
+    return sqrt(d) / (s > 0 ? sqrt(s) : 1);
+}
+
 /* Max-norm relative difference of two float arrays. */
 static double reldiff(const float *a, const float *b, size_t n)
 {
@@ -288,8 +306,12 @@ static double reldiff(const float *a, const float *b, size_t n)
 }
 
 /* N ranks of batch B with synchronised batchnorm compute what one process computes on all N x B
- * images: logits (each rank's rows), running statistics, and the averaged gradients. Without
- * synchronisation the logits differ (the control that shows the comparison can fail). */
+ * images: logits (each rank's rows), running statistics, and the averaged gradients. The one
+ * process runs the same batchnorm arithmetic (the synchronised path with nothing to synchronise),
+ * so that only the split over ranks differs; that path itself is compared with the backend's own
+ * batchnorm on ref (both accumulate in double; dnnl's float sums would add their own rounding,
+ * which small random batches amplify to ~1e-2 in some gradients). Without synchronisation the
+ * logits differ (the control that shows the comparison can fail). */
 static void test_syncbn(const char *backend)
 {
     enum { B = 4 };
@@ -331,6 +353,7 @@ static void test_syncbn(const char *backend)
     CHECK(ptc__model_backward(dist.m, dl, &err) == 0);
     CHECK(ptc__reducer_finish(r, &err) == 0);
 
+    ptc__model_set_bn_sync(one.m, sum_alone, NULL);
     CHECK(ptc__model_forward(one.m, all, NB, 1, lg_one, &err) == 0);
     CHECK(ptc__cross_entropy(lg_one, ally, NB, 10, &loss, dl_one, NULL, &err) == 0);
     CHECK(ptc__model_backward(one.m, dl_one, &err) == 0);
@@ -350,7 +373,10 @@ static void test_syncbn(const char *backend)
         if (a->kind == PTC__ENTRY_PARAM) {
             CHECK(ptc__model_read_grad(dist.m, a, va, &err) == 0);
             CHECK(ptc__model_read_grad(one.m, b, vb, &err) == 0);
-            d_grad = fmax(d_grad, reldiff(va, vb, (size_t)a->numel));
+            double dg = nrel(va, vb, (size_t)a->numel);
+            if (dg >= 1e-3 && rank == 0)
+                printf("syncbn (%s): gradient of %s differs by %.3g\n", backend, a->name, dg);
+            d_grad = fmax(d_grad, dg);
         } else {
             CHECK(ptc__model_read_entry(dist.m, a, va, &err) == 0);
             CHECK(ptc__model_read_entry(one.m, b, vb, &err) == 0);
@@ -359,13 +385,46 @@ static void test_syncbn(const char *backend)
         free(va);
         free(vb);
     }
-    CHECK(d_grad < 1e-3);
+    CHECK(d_grad < 1e-4);
     CHECK(d_stat < 1e-4);
+    /* the synchronised path alone against the backend's batchnorm (ctl, plain statistics, on the
+     * N x B images) */
+    double d_native = 0;
+    if (strcmp(backend, "ref") == 0) {
+        ptc__model_backward(ctl.m, lg_plain, &err); /* clear the control's training forward */
+        for (size_t i = 0; i < ptc__model_nentries(ctl.m); i++) { /* ctl's counters back to 0 */
+            ptc__entry *c = ptc__model_entry(ctl.m, i);
+            if (c->kind == PTC__ENTRY_COUNTER)
+                *c->counter = 0;
+        }
+        float *lg_nat = malloc((size_t)NB * 10 * sizeof *lg_nat);
+        CHECK(ptc__model_forward(ctl.m, all, NB, 1, lg_nat, &err) == 0);
+        CHECK(ptc__cross_entropy(lg_nat, ally, NB, 10, &loss, dl_one, NULL, &err) == 0);
+        CHECK(ptc__model_backward(ctl.m, dl_one, &err) == 0);
+        d_native = reldiff(lg_nat, lg_one, (size_t)NB * 10);
+        for (size_t i = 0; i < ptc__model_nentries(ctl.m); i++) {
+            ptc__entry *a = ptc__model_entry(ctl.m, i), *b = ptc__model_entry(one.m, i);
+            if (a->kind != PTC__ENTRY_PARAM)
+                continue;
+            float *va = malloc((size_t)a->numel * sizeof *va), *vb = malloc((size_t)a->numel * sizeof *vb);
+            CHECK(ptc__model_read_grad(ctl.m, a, va, &err) == 0);
+            CHECK(ptc__model_read_grad(one.m, b, vb, &err) == 0);
+            d_native = fmax(d_native, nrel(va, vb, (size_t)a->numel));
+            free(va);
+            free(vb);
+        }
+        CHECK(d_native < 1e-4);
+        free(lg_nat);
+    }
+    char native[96] = "";
+    if (strcmp(backend, "ref") == 0)
+        snprintf(native, sizeof native,
+                 "; the synchronised arithmetic against ref's own batchnorm: %.3g", d_native);
     if (rank == 0)
         printf("syncbn (%s, %d ranks x %d images) vs one process on %d images: logits %.3g, "
-               "gradients %.3g, running statistics %.3g (relative, max over tensors); per-rank "
-               "statistics instead: logits %.3g\n",
-               backend, world, B, NB, d_logits, d_grad, d_stat, d_plain);
+               "gradients %.3g (tensor-wise), running statistics %.3g (relative, max over tensors); per-rank "
+               "statistics instead: logits %.3g%s\n",
+               backend, world, B, NB, d_logits, d_grad, d_stat, d_plain, native);
 out:
     ptc__reducer_free(r);
     free(x);
