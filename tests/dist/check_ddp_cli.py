@@ -14,10 +14,13 @@ On a small dataset written here in CIFAR-10's binary format:
   4. a failure on one rank only (rank 0 cannot write its metrics file) ends the whole job with a
      message naming the rank, instead of leaving rank 1 waiting in a collective;
   5. resuming with another number of processes is refused with a message (on one rank and on two);
-     `--nproc` under mpirun is a usage error.
+     `--nproc` under mpirun is a usage error;
+  6. `--lr-scaling sqrt` on 2 ranks trains at lr x sqrt(2).
 
 Exit 0 when all hold, 1 otherwise, 77 when mpirun is missing or ptc was built without MPI.
 """
+import json
+import math
 import os
 import shutil
 import signal
@@ -224,6 +227,17 @@ def main():
               'two processes refuse a 1-process checkpoint (exit %d, %.1f s)' % (rc, secs))
         rc, out, _ = run(mpi + ['-np', '1', PTC] + train_args(data, c, ['--nproc', '2']))
         check(rc != 0 and 'leave it out' in out, '--nproc under mpirun is refused')
+
+        # 6. --lr-scaling: the rate for 2 processes
+        lrs = os.path.join(tmp, 'lrs')
+        os.makedirs(lrs)
+        rc, out, _ = run(mpi + ['-np', '2', PTC] + train_args(data, lrs, [
+            '--lr-scaling', 'sqrt', '--max-steps', '2', '--lr', '0.01']))
+        epochs = [json.loads(l) for l in open(os.path.join(lrs, 'metrics.jsonl'))
+                  if '"epoch"' in l and '"event": "epoch"' in l] if rc == 0 else []
+        lr = epochs[0]['lr'] if epochs else None
+        check(lr is not None and abs(lr - 0.01 * math.sqrt(2)) < 1e-9,
+              '--lr-scaling sqrt on 2 ranks trains at %s (0.01 x sqrt(2))' % lr)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print('ddp cli: %d failure(s)' % len(failures))
