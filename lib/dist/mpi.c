@@ -79,14 +79,23 @@ static int fits(size_t count, ptc_error *err)
                           count, INT_MAX);
 }
 
+/* MPI's names for a reduction of count elements of t. */
+static int reduction(size_t count, ptc__cdtype t, ptc__cop op, MPI_Datatype *dt, MPI_Op *mop,
+                     ptc_error *err)
+{
+    int rc = mpi_type(t, dt, err);
+    if (rc == 0)
+        rc = mpi_op(t, op, mop, err);
+    return rc < 0 ? rc : fits(count, err);
+}
+
 static int m_allreduce(ptc_comm *c, void *buf, size_t count, ptc__cdtype t, ptc__cop op,
                        ptc_error *err)
 {
     MPI_Datatype dt = MPI_BYTE;
     MPI_Op mop = MPI_SUM;
-    int rc;
-    if ((rc = mpi_type(t, &dt, err)) < 0 || (rc = mpi_op(t, op, &mop, err)) < 0 ||
-        (rc = fits(count, err)) < 0)
+    int rc = reduction(count, t, op, &dt, &mop, err);
+    if (rc < 0)
         return rc;
     MPI_TRY(c, MPI_Allreduce(MPI_IN_PLACE, buf, (int)count, dt, mop, comm_of(c)));
     return 0;
@@ -97,10 +106,9 @@ static int m_iallreduce(ptc_comm *c, void *buf, size_t count, ptc__cdtype t, ptc
 {
     MPI_Datatype dt = MPI_BYTE;
     MPI_Op mop = MPI_SUM;
-    int rc;
     *out = NULL;
-    if ((rc = mpi_type(t, &dt, err)) < 0 || (rc = mpi_op(t, op, &mop, err)) < 0 ||
-        (rc = fits(count, err)) < 0)
+    int rc = reduction(count, t, op, &dt, &mop, err);
+    if (rc < 0)
         return rc;
     mpi_req *r = ptc__calloc(1, sizeof *r);
     if (!r)

@@ -59,15 +59,25 @@ static int vec_read(const ptc__syncbn_ctx *k, const ptc__bt *t, float *v, ptc_er
     return k->ops->tensor_read(k->be, t, v, err);
 }
 
-int ptc__syncbn_forward(const ptc__syncbn_ctx *k, const ptc__syncbn_layer *l, ptc_error *err)
+/* x's shape, and scratch for it: three activations (or 6 vectors of C), 4C + 1 doubles. */
+static int prepare(const ptc__syncbn_ctx *k, const ptc__bt *x, size_t *N, size_t *C, size_t *HW,
+                   ptc_error *err)
 {
     int dims[4];
-    k->ops->tensor_dims(l->x, dims);
-    const size_t N = (size_t)dims[0], C = (size_t)dims[1], HW = (size_t)dims[2] * (size_t)dims[3];
-    const size_t n = N * C * HW;
+    k->ops->tensor_dims(x, dims);
+    *N = (size_t)dims[0];
+    *C = (size_t)dims[1];
+    *HW = (size_t)dims[2] * (size_t)dims[3];
+    size_t n = *N * *C * *HW;
+    return grow(k->scratch, n > 6 * *C ? n : 6 * *C, 4 * *C + 1, err);
+}
+
+int ptc__syncbn_forward(const ptc__syncbn_ctx *k, const ptc__syncbn_layer *l, ptc_error *err)
+{
     /* f[0]: x then y; f[1]: 6 vectors of C (gamma, beta, mean, invstd, running mean and var);
      * d: 2C + 1 sums, then mean and invstd in double */
-    int rc = grow(k->scratch, n > 6 * C ? n : 6 * C, 4 * C + 1, err);
+    size_t N, C, HW;
+    int rc = prepare(k, l->x, &N, &C, &HW, err);
     if (rc < 0)
         return rc;
     float *x = k->scratch->f[0], *v = k->scratch->f[1];
@@ -131,13 +141,11 @@ int ptc__syncbn_forward(const ptc__syncbn_ctx *k, const ptc__syncbn_layer *l, pt
 
 int ptc__syncbn_backward(const ptc__syncbn_ctx *k, const ptc__syncbn_layer *l, ptc_error *err)
 {
-    int dims[4];
-    k->ops->tensor_dims(l->x, dims);
-    const size_t N = (size_t)dims[0], C = (size_t)dims[1], HW = (size_t)dims[2] * (size_t)dims[3];
-    const size_t n = N * C * HW;
-    int rc = grow(k->scratch, n > 6 * C ? n : 6 * C, 4 * C + 1, err);
+    size_t N, C, HW;
+    int rc = prepare(k, l->x, &N, &C, &HW, err);
     if (rc < 0)
         return rc;
+    const size_t n = N * C * HW;
     float *x = k->scratch->f[0], *g = k->scratch->f[1], *y = k->scratch->f[2];
     double *sums = k->scratch->d, *local = sums + 2 * C + 1;
     if ((rc = k->ops->tensor_read(k->be, l->x, x, err)) < 0 ||

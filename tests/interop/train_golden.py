@@ -101,6 +101,16 @@ def write_cifar(folder, rng):
     return images, labels
 
 
+def loads_strictly(state_dict):
+    """Whether torchvision's resnet18(num_classes=10) loads state_dict with strict keys."""
+    try:
+        torchvision.models.resnet18(num_classes=10).load_state_dict(state_dict, strict=True)
+        return True
+    except Exception as ex:  # noqa: BLE001
+        print(ex)
+        return False
+
+
 def normalise(images):
     x = torch.from_numpy(images).float() / 255.0
     mean = torch.tensor(MEAN, dtype=torch.float32).view(1, 3, 1, 1)
@@ -249,13 +259,7 @@ def golden_train(tmp, init_sd, x, y, backend):
     for k in want:
         if k.endswith('num_batches_tracked'):
             check(int(final[k]) == int(want[k]) == STEPS, '%s: %s = %s' % (backend, k, final[k]))
-    fresh = torchvision.models.resnet18(num_classes=10)
-    try:
-        fresh.load_state_dict(final, strict=True)
-        loaded = True
-    except Exception as ex:  # noqa: BLE001
-        loaded = False
-        print(ex)
+    loaded = loads_strictly(final)
     check(loaded, '%s: torchvision does not load the saved state dict strictly' % backend)
     print('%s: each of %d SGD steps from the same state: worst relative error %.1e (bound 1e-3; '
           'momentum buffers included); %d free-running steps: %.1e (torch 1 thread against 2: '
