@@ -608,7 +608,8 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
         ptc__arch_name(r.rc.arch), r.rc.format == PTC__DATA_CIFAR10 ? "CIFAR-10" : "Fashion-MNIST",
         (long long)d->train.n, (long long)d->test.n, r.ops->name, p->batch_size,
         world > 1 ? " per process" : "", p->epochs, procs, start_epoch ? " (resumed)" : "");
-    double t_warm = 0, lr = r.rc.lr;
+    /* throughput: training time after the warm-up steps, evaluations and saves left out */
+    double t_warm = 0, t_other = 0, lr = r.rc.lr;
     int64_t warm_images = 0, images = 0;
     bool stop = false;
     for (int epoch = start_epoch; epoch < p->epochs && !stop && rc == 0; epoch++) {
@@ -670,6 +671,7 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
                seen ? (double)right / (double)seen : 0, lr, secs > 0 ? (double)seen / secs : 0,
                secs);
         bool last = epoch + 1 == p->epochs || stop;
+        double t_aside = now();
         if ((p->eval_every > 0 && (epoch + 1) % p->eval_every == 0) || last) {
             int64_t count;
             if ((rc = evaluate(r.model, d, p->batch_size, r.rc.comm, &res->test_accuracy,
@@ -686,10 +688,13 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
         if (p->checkpoint &&
             (rc = save_rank0(&r, p->checkpoint, epoch + 1, step, lr, 1, err)) < 0)
             break;
+        if (t_warm > 0)
+            t_other += now() - t_aside;
     }
     res->steps = step;
-    if (t_warm > 0 && images > warm_images)
-        res->train_images_per_sec = (double)(images - warm_images) * world / (now() - t_warm);
+    double t_train = now() - t_warm - t_other;
+    if (t_warm > 0 && images > warm_images && t_train > 0)
+        res->train_images_per_sec = (double)(images - warm_images) * world / t_train;
     double copy_ms = 0; /* per step: gradients into buckets and the averages back */
     if (r.reducer) {
         ptc__reducer_stats st;
