@@ -305,6 +305,37 @@ static double reldiff(const float *a, const float *b, size_t n)
     return d / (s > 0 ? s : 1);
 }
 
+/* The worst difference between x's and y's entries of one kind: gradients of parameters
+ * tensor-wise (nrel; each over 1e-3 is named), buffers in the max-norm (reldiff). */
+static double worst_difference(ptc__model *x, ptc__model *y, ptc__entry_kind kind,
+                               const char *backend)
+{
+    ptc_error err;
+    double worst = 0;
+    for (size_t i = 0; i < ptc__model_nentries(x); i++) {
+        ptc__entry *a = ptc__model_entry(x, i), *b = ptc__model_entry(y, i);
+        if (a->kind != kind)
+            continue;
+        float *va = malloc((size_t)a->numel * sizeof *va), *vb = malloc((size_t)a->numel * sizeof *vb);
+        double d;
+        if (kind == PTC__ENTRY_PARAM) {
+            CHECK(ptc__model_read_grad(x, a, va, &err) == 0);
+            CHECK(ptc__model_read_grad(y, b, vb, &err) == 0);
+            d = nrel(va, vb, (size_t)a->numel);
+            if (d >= 1e-3 && rank == 0)
+                printf("syncbn (%s): gradient of %s differs by %.3g\n", backend, a->name, d);
+        } else {
+            CHECK(ptc__model_read_entry(x, a, va, &err) == 0);
+            CHECK(ptc__model_read_entry(y, b, vb, &err) == 0);
+            d = reldiff(va, vb, (size_t)a->numel);
+        }
+        worst = fmax(worst, d);
+        free(va);
+        free(vb);
+    }
+    return worst;
+}
+
 /* N ranks of batch B with synchronised batchnorm compute what one process computes on all N x B
  * images: logits (each rank's rows), running statistics, and the averaged gradients. The one
  * process runs the same batchnorm arithmetic (the synchronised path with nothing to synchronise),
@@ -362,28 +393,12 @@ static void test_syncbn(const char *backend)
     double d_plain = reldiff(lg_plain, lg_one + (size_t)rank * B * 10, B * 10);
     CHECK(d_logits < 1e-4);
     CHECK(d_plain > 1e-2);
-    double d_grad = 0, d_stat = 0;
+    double d_grad = worst_difference(dist.m, one.m, PTC__ENTRY_PARAM, backend);
+    double d_stat = worst_difference(dist.m, one.m, PTC__ENTRY_BUFFER, backend);
     for (size_t i = 0; i < ptc__model_nentries(one.m); i++) {
         ptc__entry *a = ptc__model_entry(dist.m, i), *b = ptc__model_entry(one.m, i);
-        if (a->kind == PTC__ENTRY_COUNTER) {
+        if (a->kind == PTC__ENTRY_COUNTER)
             CHECK_INT(*a->counter, *b->counter);
-            continue;
-        }
-        float *va = malloc((size_t)a->numel * sizeof *va), *vb = malloc((size_t)a->numel * sizeof *vb);
-        if (a->kind == PTC__ENTRY_PARAM) {
-            CHECK(ptc__model_read_grad(dist.m, a, va, &err) == 0);
-            CHECK(ptc__model_read_grad(one.m, b, vb, &err) == 0);
-            double dg = nrel(va, vb, (size_t)a->numel);
-            if (dg >= 1e-3 && rank == 0)
-                printf("syncbn (%s): gradient of %s differs by %.3g\n", backend, a->name, dg);
-            d_grad = fmax(d_grad, dg);
-        } else {
-            CHECK(ptc__model_read_entry(dist.m, a, va, &err) == 0);
-            CHECK(ptc__model_read_entry(one.m, b, vb, &err) == 0);
-            d_stat = fmax(d_stat, reldiff(va, vb, (size_t)a->numel));
-        }
-        free(va);
-        free(vb);
     }
     CHECK(d_grad < 1e-4);
     CHECK(d_stat < 1e-4);
@@ -401,18 +416,8 @@ static void test_syncbn(const char *backend)
         CHECK(ptc__model_forward(ctl.m, all, NB, 1, lg_nat, &err) == 0);
         CHECK(ptc__cross_entropy(lg_nat, ally, NB, 10, &loss, dl_one, NULL, &err) == 0);
         CHECK(ptc__model_backward(ctl.m, dl_one, &err) == 0);
-        d_native = reldiff(lg_nat, lg_one, (size_t)NB * 10);
-        for (size_t i = 0; i < ptc__model_nentries(ctl.m); i++) {
-            ptc__entry *a = ptc__model_entry(ctl.m, i), *b = ptc__model_entry(one.m, i);
-            if (a->kind != PTC__ENTRY_PARAM)
-                continue;
-            float *va = malloc((size_t)a->numel * sizeof *va), *vb = malloc((size_t)a->numel * sizeof *vb);
-            CHECK(ptc__model_read_grad(ctl.m, a, va, &err) == 0);
-            CHECK(ptc__model_read_grad(one.m, b, vb, &err) == 0);
-            d_native = fmax(d_native, nrel(va, vb, (size_t)a->numel));
-            free(va);
-            free(vb);
-        }
+        d_native = fmax(reldiff(lg_nat, lg_one, (size_t)NB * 10),
+                        worst_difference(ctl.m, one.m, PTC__ENTRY_PARAM, backend));
         CHECK(d_native < 1e-4);
         free(lg_nat);
     }
