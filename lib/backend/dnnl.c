@@ -24,24 +24,23 @@
  * (reorders, add) from a small per-instance cache keyed by operation, role and shape.
  *
  * Versions. Every write to a tensor gives it a new version from the instance's clock (never
- * reused). A plan remembers the versions it produced its workspaces for: bn_bwd uses the fused
- * relu workspace of bn_fwd_train only while y is still that version, maxpool_bwd reuses the argmax
- * only while x and y are, and a reordered input is reused while its source has not changed.
+ * reused). A plan remembers the versions it produced its workspaces for: maxpool_bwd reuses the
+ * argmax only while x and y are, and a reordered input is reused while its source has not changed.
  * Otherwise the op recomputes what it needs, so results never depend on call order.
  *
- * Numerics are PyTorch's (backend.h). oneDNN's batchnorm neither updates the running statistics
- * nor returns 1/sqrt(var + eps): it returns the biased batch variance, kept in the plan; this file
- * derives save_invstd and updates running_mean and running_var (with the unbiased variance
- * n / (n - 1)) in double, as torch does. SGD is torch's sequence of fused multiply-adds in float.
- * relu (alone, after add, and on a batchnorm channel whose input held a NaN) keeps NaN as torch
- * does, so a diverged step shows. Known differences, in non-finite inputs only: maxpool and the
- * fused relu of bn_fwd_eval turn NaN into a finite value. Convolutions are direct (as torch's
+ * Numerics are PyTorch's (backend.h). Batchnorm is this file's own code (see "batch
+ * normalization": oneDNN's float statistics are too coarse for the ReLU that follows), with
+ * statistics and gradient sums in double as torch's. SGD is torch's sequence of fused
+ * multiply-adds in float. relu (alone, after add, and after a batchnorm) keeps NaN as torch does,
+ * so a diverged step shows. Known difference, in non-finite inputs only: maxpool turns NaN into a
+ * finite value. Convolutions are direct (as torch's
  * oneDNN path is) unless PTC_DNNL_WINOGRAD=1 lets 3x3 stride-1 ones use Winograd F(4x4, 3x3):
  * 1.4x to 1.7x faster training steps on this machine, rounding errors a little larger (see dnnl.h).
  *
  * Threads. Debian's libdnnl uses the OpenMP runtime (libgomp): params.threads is applied with
  * omp_set_num_threads on the calling thread before each op (found with dlsym when this file is
- * not compiled with -fopenmp). With -fopenmp the loops of this file run on the same threads.
+ * not compiled with -fopenmp). The build compiles it with -fopenmp, so the loops of this file
+ * (batchnorm, SGD, relu, the dense-layer gathers) run on the same threads.
  */
 #include "backend/dnnl.h"
 
@@ -63,7 +62,8 @@
 #define PTC_DNNL_X86 1
 #endif
 
-#define PC_MAX 64 /* entries of the per-instance primitive cache */
+#define PC_MAX 64   /* entries of the per-instance primitive cache */
+#define BN_RANGES 4 /* image ranges per channel block in a batchnorm reduction */
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
@@ -173,16 +173,12 @@ typedef struct conv_part {
     uint64_t dw_stamp; /* the version of the dw this plan last wrote (its other taps are 0) */
 } conv_part;
 
+
 typedef struct bn_part {
     int dims[4];
     double eps;
-    dnnl_memory_desc_t md, smd;        /* data layout, statistics [c] */
-    dprim ftrain[2], feval[2], bwd[2]; /* [relu fused] */
-    dmem var;    /* biased batch variance of the last bn_fwd_train (or from save_invstd) */
-    dmem ws;     /* relu workspace of the last bn_fwd_train with relu */
-    dmem mask;   /* dy masked by y > 0 when the workspace does not belong to y */
-    dmem dg, db; /* dgamma, dbeta when the caller passes NULL */
-    uint64_t var_stamp, ws_stamp; /* versions of save_invstd and y they belong to */
+    int ranges;  /* image ranges of a reduction: min(N, BN_RANGES) */
+    double *buf; /* [C][ranges][2] partial sums, then [5][C] per-channel constants */
 } bn_part;
 
 typedef struct pool_part {
@@ -1068,17 +1064,7 @@ static void dn_plan_free(ptc__be *be, ptc__op *op)
     if (op->kind == PLAN_CONV) {
         conv_free(&op->u.conv);
     } else if (op->kind == PLAN_BN) {
-        bn_part *b = &op->u.bn;
-        for (int i = 0; i < 2; i++) {
-            dprim_free(&b->bwd[i]);
-            dprim_free(&b->ftrain[i]);
-            dprim_free(&b->feval[i]);
-        }
-        dmem_free(&b->var);
-        dmem_free(&b->ws);
-        dmem_free(&b->mask);
-        dmem_free(&b->dg);
-        dmem_free(&b->db);
+        ptc__free(op->u.bn.buf);
     } else if (op->kind == PLAN_POOL) {
         pool_part *pp = &op->u.pool;
         dprim_free(&pp->bwd);
@@ -1341,7 +1327,254 @@ static int dn_conv_bwd_weight(ptc__be *be, ptc__op *op, const ptc__bt *x, const 
     return finish(be, err);
 }
 
-/* ---- batch normalization --------------------------------------------------------------------- */
+/* ---- batch normalization ----------------------------------------------------------------------
+ * Written here, not with oneDNN's primitive: oneDNN 2.6 sums the statistics in float, which puts
+ * errors of a few 1e-6 into the normalised output (3.7e-6 absolute, measured on channels of 2048
+ * values with means up to 3), ten to fifty times what torch's double sums leave. A ReLU follows
+ * most batchnorms, and an output that lies within that error of zero gets the other mask: the
+ * element's gradient then enters its channel's bias gradient, and through it every gradient below,
+ * or not. One such element moved the gradients of ResNet-18's first layers by 1e-2 (relative) in
+ * a second training step, while the same step from the same state in torch float32 stayed within
+ * 2e-6 of a float64 oracle; a run then leaves torch's trajectory from its second step on.
+ *
+ * So the statistics and the gradient sums are accumulated in double, in two passes (the mean,
+ * then the squared deviations from it), and each output is computed in double and rounded once:
+ * the formulas of the ref backend (ref_kernels.h) and of torch's CPU kernels, whose accumulation
+ * type for float is double. The two backends then differ only in the order of their sums.
+ *
+ * Layout: an activation is nChwBc (B = the tensor's block) or nchw, and element (n, c, p) of both
+ * is at ((n CB + c / B) HW + p) B + c % B, with B = 1 and CB = C for nchw. A reduction is split
+ * into items of one channel block and a fixed range of images; the partial sums are combined in
+ * item order, so results do not depend on the number of threads. */
+
+
+enum { BN_SUM, BN_SSD, BN_GRAD };  /* what a reduction sums */
+enum { BN_MEAN, BN_INVSTD, BN_GAMMA, BN_SHIFT, BN_PROJ }; /* rows of the per-channel constants */
+
+/* One pass of a batchnorm over an activation: its buffers and the per-channel constants. */
+typedef struct bn_pass {
+    int N, CB, B, ranges;
+    int64_t HW;
+    const float *x, *y, *dy; /* y: the forward output whose mask applies to dy (NULL: none) */
+    float *out;              /* y (normalise) or dx */
+    int relu;
+    const double *k;         /* [5][C]: mean, invstd, gamma, then beta or the mean gradient, proj */
+    double *part;            /* [C][ranges][2] */
+} bn_pass;
+
+static void bn_range(const bn_pass *q, int r, int *n0, int *n1)
+{
+    *n0 = (int)((int64_t)q->N * r / q->ranges);
+    *n1 = (int)((int64_t)q->N * (r + 1) / q->ranges);
+}
+
+/* Partial sums of channel block cb over range r, in double: BN_SUM x; BN_SSD (x - mean)^2;
+ * BN_GRAD d and (x - mean) d with d = dy masked by y <= 0. */
+static void bn_reduce_scalar(const bn_pass *q, int what, int cb, int r)
+{
+    const int B = q->B, C = q->CB * B;
+    const double *mean = q->k + BN_MEAN * C + cb * B;
+    double a[16] = {0}, s[16] = {0};
+    int n0, n1;
+    bn_range(q, r, &n0, &n1);
+    for (int n = n0; n < n1; n++) {
+        const int64_t o = ((int64_t)n * q->CB + cb) * q->HW * B;
+        for (int64_t i = 0; i < q->HW * B; i++) {
+            const int l = (int)(i % B);
+            const double x = q->x[o + i];
+            if (what == BN_SUM) {
+                a[l] += x;
+            } else if (what == BN_SSD) {
+                double d = x - mean[l];
+                a[l] += d * d;
+            } else {
+                double d = q->y && q->y[o + i] <= 0 ? 0.0 : (double)q->dy[o + i];
+                a[l] += d;
+                s[l] += (x - mean[l]) * d;
+            }
+        }
+    }
+    for (int l = 0; l < B; l++) {
+        double *p = q->part + (((int64_t)cb * B + l) * q->ranges + r) * 2;
+        p[0] = a[l];
+        p[1] = s[l];
+    }
+}
+
+/* Image n of channel block cb: the normalised output, or dx. */
+static void bn_map_scalar(const bn_pass *q, int grad, int cb, int n)
+{
+    const int B = q->B, C = q->CB * B;
+    const double *k = q->k;
+    const int64_t o = ((int64_t)n * q->CB + cb) * q->HW * B;
+    for (int64_t i = 0; i < q->HW * B; i++) {
+        const int c = cb * B + (int)(i % B);
+        const double xc = (double)q->x[o + i] - k[BN_MEAN * C + c];
+        if (!grad) {
+            float v = (float)(xc * k[BN_INVSTD * C + c] * k[BN_GAMMA * C + c] + k[BN_SHIFT * C + c]);
+            q->out[o + i] = q->relu && v < 0 ? 0.0f : v;
+        } else {
+            double d = q->y && q->y[o + i] <= 0 ? 0.0 : (double)q->dy[o + i];
+            q->out[o + i] = (float)((d - k[BN_SHIFT * C + c] - xc * k[BN_PROJ * C + c]) *
+                                    k[BN_INVSTD * C + c] * k[BN_GAMMA * C + c]);
+        }
+    }
+}
+
+#ifdef PTC_DNNL_X86
+/* The same for B = 16 with AVX-512: each position of a channel block is 16 floats, two vectors of
+ * 8 doubles; two positions at a time on separate accumulators, added in a fixed order. */
+__attribute__((target("avx512f"))) static void bn_reduce16(const bn_pass *q, int what, int cb,
+                                                          int r)
+{
+    const int C = q->CB * 16;
+    const double *mean = q->k + BN_MEAN * C + cb * 16;
+    const __m512d m0 = _mm512_loadu_pd(mean), m1 = _mm512_loadu_pd(mean + 8);
+    const __m256 zero = _mm256_setzero_ps();
+    __m512d a[2][2], s[2][2];
+    for (int j = 0; j < 2; j++)
+        a[j][0] = a[j][1] = s[j][0] = s[j][1] = _mm512_setzero_pd();
+    int n0, n1;
+    bn_range(q, r, &n0, &n1);
+    for (int n = n0; n < n1; n++) {
+        const int64_t o = ((int64_t)n * q->CB + cb) * q->HW * 16;
+        for (int64_t p = 0; p < q->HW; p++) {
+            const int j = (int)(p & 1);
+            const float *xp = q->x + o + p * 16;
+            __m512d x0 = _mm512_cvtps_pd(_mm256_loadu_ps(xp)),
+                    x1 = _mm512_cvtps_pd(_mm256_loadu_ps(xp + 8));
+            if (what == BN_SUM) {
+                a[j][0] = _mm512_add_pd(a[j][0], x0);
+                a[j][1] = _mm512_add_pd(a[j][1], x1);
+                continue;
+            }
+            x0 = _mm512_sub_pd(x0, m0);
+            x1 = _mm512_sub_pd(x1, m1);
+            if (what == BN_SSD) {
+                a[j][0] = _mm512_add_pd(a[j][0], _mm512_mul_pd(x0, x0));
+                a[j][1] = _mm512_add_pd(a[j][1], _mm512_mul_pd(x1, x1));
+                continue;
+            }
+            __m256 d0 = _mm256_loadu_ps(q->dy + o + p * 16), d1 = _mm256_loadu_ps(q->dy + o + p * 16 + 8);
+            if (q->y) { /* y <= 0 drops the gradient; a NaN y lets it through */
+                d0 = _mm256_and_ps(d0, _mm256_cmp_ps(_mm256_loadu_ps(q->y + o + p * 16), zero, _CMP_NLE_UQ));
+                d1 = _mm256_and_ps(d1, _mm256_cmp_ps(_mm256_loadu_ps(q->y + o + p * 16 + 8), zero, _CMP_NLE_UQ));
+            }
+            const __m512d e0 = _mm512_cvtps_pd(d0), e1 = _mm512_cvtps_pd(d1);
+            a[j][0] = _mm512_add_pd(a[j][0], e0);
+            a[j][1] = _mm512_add_pd(a[j][1], e1);
+            s[j][0] = _mm512_add_pd(s[j][0], _mm512_mul_pd(x0, e0));
+            s[j][1] = _mm512_add_pd(s[j][1], _mm512_mul_pd(x1, e1));
+        }
+    }
+    double av[16], sv[16];
+    _mm512_storeu_pd(av, _mm512_add_pd(a[0][0], a[1][0]));
+    _mm512_storeu_pd(av + 8, _mm512_add_pd(a[0][1], a[1][1]));
+    _mm512_storeu_pd(sv, _mm512_add_pd(s[0][0], s[1][0]));
+    _mm512_storeu_pd(sv + 8, _mm512_add_pd(s[0][1], s[1][1]));
+    for (int l = 0; l < 16; l++) {
+        double *pp = q->part + (((int64_t)cb * 16 + l) * q->ranges + r) * 2;
+        pp[0] = av[l];
+        pp[1] = sv[l];
+    }
+}
+
+__attribute__((target("avx512f"))) static void bn_map16(const bn_pass *q, int grad, int cb, int n)
+{
+    const int C = q->CB * 16;
+    const double *k = q->k;
+    __m512d K[5][2];
+    for (int row = 0; row < 5; row++)
+        for (int h = 0; h < 2; h++)
+            K[row][h] = _mm512_loadu_pd(k + row * C + cb * 16 + h * 8);
+    const __m256 zero = _mm256_setzero_ps();
+    const int64_t o = ((int64_t)n * q->CB + cb) * q->HW * 16;
+    for (int64_t p = 0; p < q->HW; p++) {
+        for (int h = 0; h < 2; h++) {
+            const int64_t e = o + p * 16 + h * 8;
+            const __m512d xc = _mm512_sub_pd(_mm512_cvtps_pd(_mm256_loadu_ps(q->x + e)), K[BN_MEAN][h]);
+            __m256 v;
+            if (!grad) {
+                v = _mm512_cvtpd_ps(_mm512_add_pd(
+                    _mm512_mul_pd(_mm512_mul_pd(xc, K[BN_INVSTD][h]), K[BN_GAMMA][h]), K[BN_SHIFT][h]));
+                if (q->relu) /* v < 0 becomes 0; -0.0 and NaN pass, as torch's relu */
+                    v = _mm256_blendv_ps(v, zero, _mm256_cmp_ps(v, zero, _CMP_LT_OQ));
+            } else {
+                __m256 d = _mm256_loadu_ps(q->dy + e);
+                if (q->y)
+                    d = _mm256_and_ps(d, _mm256_cmp_ps(_mm256_loadu_ps(q->y + e), zero, _CMP_NLE_UQ));
+                __m512d t = _mm512_sub_pd(_mm512_sub_pd(_mm512_cvtps_pd(d), K[BN_SHIFT][h]),
+                                          _mm512_mul_pd(xc, K[BN_PROJ][h]));
+                v = _mm512_cvtpd_ps(_mm512_mul_pd(_mm512_mul_pd(t, K[BN_INVSTD][h]), K[BN_GAMMA][h]));
+            }
+            _mm256_storeu_ps(q->out + e, v);
+        }
+    }
+}
+#endif
+
+static int bn_wide(const bn_pass *q)
+{
+#ifdef PTC_DNNL_X86
+    return q->B == 16 && __builtin_cpu_supports("avx512f");
+#else
+    (void)q;
+    return 0;
+#endif
+}
+
+/* Runs a reduction over every (channel block, range) item and combines the partial sums of
+ * channel c into sum[c] and dot[c] (dot may be NULL), in range order. */
+static void bn_reduce(const ptc__be *be, const bn_pass *q, int what, double *sum, double *dot)
+{
+    const int items = q->CB * q->ranges, wide = bn_wide(q);
+    (void)be;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static) if (items > 1)
+#endif
+    for (int it = 0; it < items; it++) {
+#ifdef PTC_DNNL_X86
+        if (wide) {
+            bn_reduce16(q, what, it / q->ranges, it % q->ranges);
+            continue;
+        }
+#endif
+        bn_reduce_scalar(q, what, it / q->ranges, it % q->ranges);
+    }
+    (void)wide;
+    const int C = q->CB * q->B;
+    for (int c = 0; c < C; c++) {
+        const double *p = q->part + (int64_t)c * q->ranges * 2;
+        double a = 0, s = 0;
+        for (int r = 0; r < q->ranges; r++) {
+            a += p[2 * r];
+            s += p[2 * r + 1];
+        }
+        sum[c] = a;
+        if (dot)
+            dot[c] = s;
+    }
+}
+
+/* The elementwise pass over every (channel block, image) item: output or dx. */
+static void bn_map(const ptc__be *be, const bn_pass *q, int grad)
+{
+    const int items = q->CB * q->N, wide = bn_wide(q);
+    (void)be;
+#ifdef _OPENMP
+#pragma omp parallel for num_threads(nthreads(be)) schedule(static) if (items > 1)
+#endif
+    for (int it = 0; it < items; it++) {
+#ifdef PTC_DNNL_X86
+        if (wide) {
+            bn_map16(q, grad, it % q->CB, it / q->CB);
+            continue;
+        }
+#endif
+        bn_map_scalar(q, grad, it % q->CB, it / q->CB);
+    }
+    (void)wide;
+}
 
 static int dn_bn_plan(ptc__be *be, ptc__op **out, const int dims[4], double eps, ptc_error *err)
 {
@@ -1356,46 +1589,12 @@ static int dn_bn_plan(ptc__be *be, ptc__op **out, const int dims[4], double eps,
     bn_part *b = &op->u.bn;
     memcpy(b->dims, dims, sizeof b->dims);
     b->eps = eps;
-    int rc = layout_md(be, &b->md, PTC__ROLE_ACT, dims, 0, NULL, err);
-    if (rc == 0)
-        rc = layout_md(be, &b->smd, PTC__ROLE_VEC, (const int[4]){1, dims[1], 1, 1}, 0, NULL, err);
-    if (rc == 0)
-        rc = dmem_new(be, &b->var, &b->smd, err);
-    if (rc < 0) {
-        dn_plan_free(be, op);
-        return rc;
+    b->ranges = dims[0] < BN_RANGES ? dims[0] : BN_RANGES;
+    if (!(b->buf = ptc__malloc((size_t)dims[1] * ((size_t)b->ranges * 2 + 5) * sizeof(double)))) {
+        ptc__free(op);
+        return ptc__err(err, PTC_ENOMEM, "", -1, "dnnl: out of memory");
     }
     *out = op;
-    return 0;
-}
-
-/* The primitives of a bn plan, made on first use. which: 0 train, 1 eval, 2 backward. */
-static int bn_prim(ptc__be *be, bn_part *b, int which, int relu, dprim **out, ptc_error *err)
-{
-    dprim *d = which == 0 ? &b->ftrain[relu] : which == 1 ? &b->feval[relu] : &b->bwd[relu];
-    *out = d;
-    if (d->p)
-        return 0;
-    unsigned flags = dnnl_use_scale | dnnl_use_shift | (relu ? dnnl_fuse_norm_relu : 0u);
-    dnnl_batch_normalization_desc_t bd;
-    if (which == 0) {
-        DN(dnnl_batch_normalization_forward_desc_init, &bd, dnnl_forward_training, &b->md,
-           (float)b->eps, flags);
-        TRY(dprim_make(be, d, &bd, NULL, NULL, err));
-        if (relu && !b->ws.mem)
-            TRY(dmem_new(be, &b->ws,
-                         dnnl_primitive_desc_query_md(d->pd, dnnl_query_workspace_md, 0), err));
-    } else if (which == 1) {
-        DN(dnnl_batch_normalization_forward_desc_init, &bd, dnnl_forward_inference, &b->md,
-           (float)b->eps, flags | dnnl_use_global_stats);
-        TRY(dprim_make(be, d, &bd, NULL, NULL, err));
-    } else {
-        dprim *hint;
-        TRY(bn_prim(be, b, 0, relu, &hint, err));
-        DN(dnnl_batch_normalization_backward_desc_init, &bd, dnnl_backward, &b->md, &b->md,
-           (float)b->eps, flags);
-        TRY(dprim_make(be, d, &bd, NULL, hint->pd, err));
-    }
     return 0;
 }
 
@@ -1413,15 +1612,19 @@ static int vec_check(const ptc__be *be, const ptc__bt *t, int c, const char *wha
     return expect(be, t, PTC__ROLE_VEC, 1, c, 1, 1, what, err);
 }
 
-/* Sets channel c of an activation tensor (nChwBc or nchw) to v. */
-static void fill_channel(ptc__bt *t, int c, float v)
+/* The pass over x with the plan's buffers; k rows are filled by the caller. */
+static bn_pass bn_pass_of(const bn_part *b, const ptc__bt *x, float *out)
 {
-    const int N = t->dims[0], C = t->dims[1], B = t->blk;
-    const int64_t HW = (int64_t)t->dims[2] * t->dims[3];
-    for (int n = 0; n < N; n++)
-        for (int64_t p = 0; p < HW; p++)
-            t->m.data[B ? (((int64_t)n * (C / B) + c / B) * HW + p) * B + c % B
-                        : ((int64_t)n * C + c) * HW + p] = v;
+    const int B = x->blk ? x->blk : 1, C = b->dims[1];
+    return (bn_pass){.N = b->dims[0],
+                     .CB = C / B,
+                     .B = B,
+                     .ranges = b->ranges,
+                     .HW = (int64_t)b->dims[2] * b->dims[3],
+                     .x = x->m.data,
+                     .out = out,
+                     .k = b->buf + (size_t)C * b->ranges * 2,
+                     .part = b->buf};
 }
 
 static int dn_bn_fwd_train(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *gamma,
@@ -1443,37 +1646,31 @@ static int dn_bn_fwd_train(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc
     if (M < 2) /* torch: "Expected more than 1 value per channel when training" */
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "dnnl: bn_fwd_train needs more than 1 value per channel");
-    relu = relu != 0;
-    set_threads(be);
-    dprim *d;
-    TRY(bn_prim(be, b, 0, relu, &d, err));
-    dnnl_exec_arg_t a[7] = {{DNNL_ARG_SRC, x->m.mem},          {DNNL_ARG_DST, y->m.mem},
-                            {DNNL_ARG_MEAN, save_mean->m.mem}, {DNNL_ARG_VARIANCE, b->var.mem},
-                            {DNNL_ARG_SCALE, gamma->m.mem},    {DNNL_ARG_SHIFT, beta->m.mem},
-                            {DNNL_ARG_WORKSPACE, b->ws.mem}};
-    TRY(run(be, d->p, relu ? 7 : 6, a, err));
-    TRY(finish(be, err));
-    /* torch (batch_norm_cpu_update_stats_template): invstd = 1 / sqrt(var + eps), and
-     * r = momentum * stat + (1 - momentum) * r with the unbiased variance, in double. */
-    const float *mean = save_mean->m.data, *var = b->var.data;
-    float *invstd = save_invstd->m.data, *rm = running_mean->m.data, *rv = running_var->m.data;
-    const double unbias = (double)M / (double)(M - 1);
+    bn_pass q = bn_pass_of(b, x, y->m.data);
+    q.relu = relu != 0;
+    double *k = (double *)q.k, *mean = k + BN_MEAN * C, *invstd = k + BN_INVSTD * C;
+    bn_reduce(be, &q, BN_SUM, mean, NULL);
+    for (int c = 0; c < C; c++)
+        mean[c] /= (double)M;
+    bn_reduce(be, &q, BN_SSD, invstd, NULL); /* the sums of squared deviations, for now */
+    float *rm = running_mean->m.data, *rv = running_var->m.data;
     for (int c = 0; c < C; c++) {
-        invstd[c] = (float)(1.0 / sqrt((double)var[c] + b->eps));
-        rm[c] = (float)(momentum * mean[c] + (1.0 - momentum) * rm[c]);
-        rv[c] = (float)(momentum * (var[c] * unbias) + (1.0 - momentum) * rv[c]);
-        /* A NaN or infinity in x makes torch's whole channel NaN (also through its relu, which
-         * keeps NaN); oneDNN's fused relu would have turned it into zeros. */
-        if (!isfinite(mean[c]) || isnan(var[c]))
-            fill_channel(y, c, NAN);
+        const double ssd = invstd[c];
+        invstd[c] = 1.0 / sqrt(ssd / (double)M + b->eps);
+        k[BN_GAMMA * C + c] = gamma->m.data[c];
+        k[BN_SHIFT * C + c] = beta->m.data[c];
+        save_mean->m.data[c] = (float)mean[c];
+        save_invstd->m.data[c] = (float)invstd[c];
+        /* torch: momentum x + (1 - momentum) r in double, with the unbiased variance */
+        rm[c] = (float)(momentum * mean[c] + (1.0 - momentum) * (double)rm[c]);
+        rv[c] = (float)(momentum * (ssd / (double)(M - 1)) + (1.0 - momentum) * (double)rv[c]);
     }
+    bn_map(be, &q, 0);
     touch(be, y);
     touch(be, save_mean);
     touch(be, save_invstd);
     touch(be, running_mean);
     touch(be, running_var);
-    b->var_stamp = save_invstd->version;
-    b->ws_stamp = relu ? y->version : 0;
     return 0;
 }
 
@@ -1489,21 +1686,23 @@ static int dn_bn_fwd_eval(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc_
     TRY(vec_check(be, beta, C, "bn_fwd_eval: beta", err));
     TRY(vec_check(be, running_mean, C, "bn_fwd_eval: running_mean", err));
     TRY(vec_check(be, running_var, C, "bn_fwd_eval: running_var", err));
-    set_threads(be);
-    dprim *d;
-    TRY(bn_prim(be, b, 1, relu != 0, &d, err));
-    dnnl_exec_arg_t a[6] = {{DNNL_ARG_SRC, x->m.mem},
-                            {DNNL_ARG_DST, y->m.mem},
-                            {DNNL_ARG_MEAN, running_mean->m.mem},
-                            {DNNL_ARG_VARIANCE, running_var->m.mem},
-                            {DNNL_ARG_SCALE, gamma->m.mem},
-                            {DNNL_ARG_SHIFT, beta->m.mem}};
-    TRY(run(be, d->p, 6, a, err));
-    TRY(finish(be, err));
+    bn_pass q = bn_pass_of(b, x, y->m.data);
+    q.relu = relu != 0;
+    double *k = (double *)q.k;
+    for (int c = 0; c < C; c++) {
+        k[BN_MEAN * C + c] = running_mean->m.data[c];
+        k[BN_INVSTD * C + c] = 1.0 / sqrt((double)running_var->m.data[c] + b->eps);
+        k[BN_GAMMA * C + c] = gamma->m.data[c];
+        k[BN_SHIFT * C + c] = beta->m.data[c];
+    }
+    bn_map(be, &q, 0);
     touch(be, y);
     return 0;
 }
 
+/* torch's batch_norm_backward in training mode, with d = dy masked by y <= 0 when y is given:
+ *     dbeta = sum(d), dgamma = sum(d (x - mean)) invstd,
+ *     dx = (d - sum(d) / M - (x - mean) sum(d (x - mean)) invstd^2 / M) invstd gamma. */
 static int dn_bn_bwd(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *y,
                      const ptc__bt *dy, const ptc__bt *gamma, const ptc__bt *save_mean,
                      const ptc__bt *save_invstd, ptc__bt *dx, ptc__bt *dgamma, ptc__bt *dbeta,
@@ -1523,43 +1722,27 @@ static int dn_bn_bwd(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *
         TRY(vec_check(be, dgamma, C, "bn_bwd: dgamma", err));
     if (dbeta)
         TRY(vec_check(be, dbeta, C, "bn_bwd: dbeta", err));
-    set_threads(be);
-    if (save_invstd->version != b->var_stamp) { /* statistics not from this plan: var from invstd */
-        for (int c = 0; c < C; c++) {
-            double is = save_invstd->m.data[c];
-            b->var.data[c] = (float)(1.0 / (is * is) - b->eps);
-        }
-        b->var_stamp = save_invstd->version;
+    const int64_t M = (int64_t)b->dims[0] * b->dims[2] * b->dims[3];
+    bn_pass q = bn_pass_of(b, x, dx->m.data);
+    q.y = y ? y->m.data : NULL;
+    q.dy = dy->m.data;
+    double *k = (double *)q.k, *sum = k + BN_SHIFT * C, *dot = k + BN_PROJ * C;
+    for (int c = 0; c < C; c++) {
+        k[BN_MEAN * C + c] = save_mean->m.data[c];
+        k[BN_INVSTD * C + c] = save_invstd->m.data[c];
+        k[BN_GAMMA * C + c] = gamma->m.data[c];
     }
-    if ((!dgamma || !dbeta) && !b->dg.mem) {
-        TRY(dmem_new(be, &b->dg, &b->smd, err));
-        TRY(dmem_new(be, &b->db, &b->smd, err));
+    bn_reduce(be, &q, BN_GRAD, sum, dot);
+    for (int c = 0; c < C; c++) {
+        const double is = k[BN_INVSTD * C + c];
+        if (dbeta)
+            dbeta->m.data[c] = (float)sum[c];
+        if (dgamma)
+            dgamma->m.data[c] = (float)(dot[c] * is);
+        sum[c] /= (double)M;              /* the mean gradient */
+        dot[c] = dot[c] * is * is / (double)M; /* the projection on x - mean */
     }
-    /* With relu fused: the forward's workspace while y is unchanged, else dy masked by y > 0. */
-    const int fused = y && b->ws_stamp != 0 && b->ws_stamp == y->version;
-    dnnl_memory_t ddst = dy->m.mem;
-    if (y && !fused) {
-        if (!b->mask.mem)
-            TRY(dmem_new(be, &b->mask, &b->md, err));
-        relu_mask(be, y->m.data, dy->m.data, b->mask.data, (int64_t)(y->m.nbytes / sizeof(float)));
-        ddst = b->mask.mem;
-    }
-    dprim *d;
-    TRY(bn_prim(be, b, 2, fused, &d, err));
-    /* oneDNN 2.6 counts SHIFT among the inputs of a backward made with use_shift, though beta
-     * does not enter any gradient: it gets gamma, read by nobody. */
-    dnnl_exec_arg_t a[10] = {{DNNL_ARG_SRC, x->m.mem},
-                             {DNNL_ARG_MEAN, save_mean->m.mem},
-                             {DNNL_ARG_VARIANCE, b->var.mem},
-                             {DNNL_ARG_DIFF_DST, ddst},
-                             {DNNL_ARG_SCALE, gamma->m.mem},
-                             {DNNL_ARG_SHIFT, gamma->m.mem},
-                             {DNNL_ARG_DIFF_SRC, dx->m.mem},
-                             {DNNL_ARG_DIFF_SCALE, dgamma ? dgamma->m.mem : b->dg.mem},
-                             {DNNL_ARG_DIFF_SHIFT, dbeta ? dbeta->m.mem : b->db.mem},
-                             {DNNL_ARG_WORKSPACE, b->ws.mem}};
-    TRY(run(be, d->p, fused ? 10 : 9, a, err));
-    TRY(finish(be, err));
+    bn_map(be, &q, 1);
     touch(be, dx);
     if (dgamma)
         touch(be, dgamma);
