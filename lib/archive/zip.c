@@ -35,13 +35,17 @@
  * Beyond the rules archive.h lists, these are rejected too, each a place where readers differ:
  * a non-ASCII name without flag bit 11 (Python decodes it as cp437), C1 control characters and
  * empty path components in names, extra areas that are not a whole number of (id, length, data)
- * fields, a zip64 extra field longer than its 0xFFFFFFFF fields call for, zip64 sizes in only one
- * of the two headers of a record without descriptor, anything but the contiguous sequence
- * central directory, zip64 end record (44-byte body), locator, end record, a zip record
- * signature inside the archive comment, classic sentinels without zip64 records, central
- * directory encryption (flag bit 13), and deflate data that ends before or after its compressed
- * size. With a descriptor, the local CRC and sizes may also equal the real values, and the sizes
- * may be 0xFFFFFFFF beside a local zip64 field (Python's zipfile writes that when streaming).
+ * fields, a zip64 extra field longer than its 0xFFFFFFFF fields call for, a local header with one
+ * 0xFFFFFFFF size whose readings differ (some readers take both sizes from the zip64 field, some
+ * only the sentinel's), anything but the contiguous sequence central directory, zip64 end record
+ * (44-byte body), locator, end record, a zip record signature inside the archive comment,
+ * classic sentinels without zip64 records, central directory encryption (flag bit 13), and
+ * deflate data that ends before or after its compressed size. Local and central sizes are
+ * compared by the values they resolve to, so zip64 sizes in only one of the two headers are
+ * accepted when equal (Python's zipfile writes them into the local header alone with
+ * force_zip64). With a descriptor, the local CRC and sizes may also equal the real values, and
+ * the sizes may be 0xFFFFFFFF beside a local zip64 field (Python's zipfile writes that when
+ * streaming).
  *
  * What torch 2.6 checks (PTC_ERR_STRICTER marks every refusal it would not make): torch reads the
  * archive with miniz 3.0.2, built without CRC checks. When it opens the archive miniz finds the
@@ -970,17 +974,16 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
     e->data_offset = data;
 
     if (!(flags & FLAG_DESCRIPTOR)) {
-        /* Sizes in the local header: equal to the central ones, field by field. A 32-bit field
-         * is the sentinel in both headers or in neither; the local zip64 field then holds both
-         * sizes, size first. */
-        if ((usize == U32_SENTINEL) != !!(sent & SENT_SIZE) ||
-            (csize == U32_SENTINEL) != !!(sent & SENT_COMP_SIZE))
-            return rec_stricter(err, true, PTC_EFORMAT, e,
-                                "local header at 0x%llx and the central directory differ in "
-                                "using zip64 sizes",
-                                (unsigned long long)at);
-        uint64_t lu = usize, lc = csize;
-        if (usize == U32_SENTINEL || csize == U32_SENTINEL) {
+        /* Sizes in the local header, compared with the central ones by value: whether either
+         * header spells them as zip64 changes no reading (Python's zipfile writes zip64 sizes
+         * into the local header alone for members of unknown size). A 0xFFFFFFFF field takes
+         * its value from the local zip64 field, which holds both sizes, size first: readers
+         * that follow the format take both from there (lu, lc), others take only the sentinel
+         * fields from it, in order (ku, kc). With one sentinel these readings can differ, and
+         * each must give the central values. */
+        bool lz_u = usize == U32_SENTINEL, lz_c = csize == U32_SENTINEL;
+        uint64_t lu = usize, lc = csize, ku = usize, kc = csize;
+        if (lz_u || lz_c) {
             if (!local_zip64 || x.zip64_len < 16)
                 return rec_stricter(err, true, PTC_EFORMAT, e,
                                     "local header at 0x%llx has a 0xFFFFFFFF size but no zip64 "
@@ -988,13 +991,26 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
                                     (unsigned long long)at);
             lu = ptc__le64(x.zip64);
             lc = ptc__le64(x.zip64 + 8);
+            ku = lz_u ? lu : usize;
+            kc = !lz_c ? csize : lz_u ? lc : lu;
         }
+        bool cz = (sent & (SENT_SIZE | SENT_COMP_SIZE)) != 0;
         if (crc != e->crc32 || lu != e->size || lc != e->comp_size)
             return rec_stricter(err, true, PTC_EFORMAT, e,
-                                "local header (crc 0x%08x, %llu/%llu bytes) disagrees with the "
-                                "central directory (crc 0x%08x, %llu/%llu bytes)",
-                                crc, (unsigned long long)lc, (unsigned long long)lu, e->crc32,
-                                (unsigned long long)e->comp_size, (unsigned long long)e->size);
+                                "local header at 0x%llx (crc 0x%08x, %llu/%llu bytes%s) disagrees "
+                                "with the central directory (crc 0x%08x, %llu/%llu bytes%s)",
+                                (unsigned long long)at, crc, (unsigned long long)lc,
+                                (unsigned long long)lu, lz_u || lz_c ? " from its zip64 field" : "",
+                                e->crc32, (unsigned long long)e->comp_size,
+                                (unsigned long long)e->size, cz ? " with zip64 sizes" : "");
+        if (ku != lu || kc != lc)
+            return rec_stricter(err, true, PTC_EFORMAT, e,
+                                "local header at 0x%llx reads as %llu/%llu bytes or as %llu/%llu: "
+                                "one size is 0xFFFFFFFF, the other not, and readers take the "
+                                "zip64 field differently",
+                                (unsigned long long)at, (unsigned long long)lc,
+                                (unsigned long long)lu, (unsigned long long)kc,
+                                (unsigned long long)ku);
         e->end_offset = data_end;
         return 0;
     }
@@ -1207,8 +1223,9 @@ static bool mz_same(uint64_t theirs, uint64_t ours, bool sentinel)
 
 /* Opens the archive with minizip and requires the same entries, in the same order, with the same
  * names, sizes, methods, flags, CRCs, central positions and data offsets. Where a local header
- * lies beyond 4 GiB, a minizip that ignores zip64 fields cannot find it (see mz_same); for those
- * entries the data offset is compared only when minizip does find the header. */
+ * lies beyond 4 GiB, a minizip that ignores zip64 fields cannot find it (see mz_same), and where
+ * it kept a size's sentinel it refuses a plain local size; for those entries the data offset is
+ * compared only when minizip does accept the header. */
 static int cross_check(ptc__zip *z, const central_aux *aux, ptc_error *err)
 {
     mz_io io;
@@ -1265,10 +1282,16 @@ static int cross_check(ptc__zip *z, const central_aux *aux, ptc_error *err)
             rc = disagree(err, e, "minizip finds this entry elsewhere in the central directory");
             goto done;
         }
+        /* A minizip that kept a size's sentinel (see mz_same) compares the local size with the
+         * sentinel when there is no descriptor, and so rejects plain local sizes beside zip64
+         * central ones, which read_local found equal by value. */
+        bool mz_kept = !(e->flags & FLAG_DESCRIPTOR) &&
+                       (((sent & SENT_COMP_SIZE) && info.compressed_size == U32_SENTINEL) ||
+                        ((sent & SENT_SIZE) && info.uncompressed_size == U32_SENTINEL));
         int method = 0, level = 0;
         /* Opening in raw mode reads the local header (as minizip checks it) without inflating. */
         if (unzOpenCurrentFile2(uf, &method, &level, 1) != UNZ_OK) {
-            if (sent & SENT_OFFSET) {
+            if ((sent & SENT_OFFSET) || mz_kept) {
                 mrc = unzGoToNextFile(uf);
                 continue;
             }
