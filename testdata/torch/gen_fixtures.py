@@ -8,7 +8,9 @@ writes into testdata/torch/v<major>.<minor>/ beside this script:
     torch.save output: a big-endian copy (2.x only), a deflate-compressed re-zip and a file written
     through io.BytesIO;
   * manifest.json, computed by loading every written file back with torch.load (weights_only=True
-    where the running torch can, see "loaded_with") and listing its tensors.
+    where the running torch can, see "loaded_with") and listing its tensors;
+  * last, the big files of PACKED replaced by NAME.gz, their SHA-256 recorded in
+    testdata/torch/packed.sha256 (make check unpacks and checks them: see unpack.sh).
 
 What ptc must reproduce from the manifest (tests/fixtures/check_manifests.py compares them):
 
@@ -36,6 +38,7 @@ import argparse
 import array
 import collections
 import ctypes
+import gzip
 import hashlib
 import io
 import json
@@ -397,7 +400,7 @@ def fx_resnet18(run):
     model = torchvision.models.resnet18(num_classes=10)
     # Every floating tensor is overwritten with a short repeating pattern BEFORE the state dict is
     # taken: random weights do not compress, and these files are 44.8 MB each; with a period of 251
-    # elements git's zlib stores each file in a few hundred KB. The pattern keeps running_var
+    # elements each packs to about 240 KB (PACKED: the tree holds them gzipped). The pattern keeps running_var
     # positive so the state dict still makes sense for inference.
     with torch.no_grad():
         for name, t in list(model.named_parameters()) + list(model.named_buffers()):
@@ -886,6 +889,42 @@ def write_manifest(run):
         f.write(dump_manifest(doc))
 
 
+# The files kept gzipped in the tree (44.8 MB each, a few hundred KB packed); make check unpacks them
+# into the build tree (unpack.sh) and checks each against packed.sha256.
+PACKED = ("resnet18.pth", "resnet18_ddp.pth")
+
+
+def pack(out, names):
+    """Replaces each file out/NAME by out/NAME.gz (level 9, no name, time 0: the same bytes on every
+    run) and records its SHA-256 in packed.sha256 beside out, as `HASH  <folder>/NAME` (sha256sum's
+    format), where the lines of this folder are replaced and those of other folders kept."""
+    out = os.path.abspath(out)
+    sub = os.path.basename(out)
+    sums_path = os.path.join(os.path.dirname(out), "packed.sha256")
+    sums = {}
+    if os.path.exists(sums_path):
+        with open(sums_path, encoding="utf-8") as f:
+            for line in f:
+                h, n = line.split()
+                if not n.startswith(sub + "/"):
+                    sums[n] = h
+    for name in names:
+        p = os.path.join(out, name)
+        if not os.path.exists(p):
+            continue
+        with open(p, "rb") as f:
+            data = f.read()
+        packed = gzip.compress(data, compresslevel=9, mtime=0)
+        with open(p + ".gz", "wb") as f:
+            f.write(packed)
+        os.remove(p)
+        sums[sub + "/" + name] = hashlib.sha256(data).hexdigest()
+        print("  packed %s: %d -> %d bytes" % (name, len(data), len(packed)))
+    with open(sums_path, "w", encoding="utf-8") as f:
+        for n in sorted(sums):
+            f.write("%s  %s\n" % (sums[n], n))
+
+
 def dump_manifest(doc):
     """JSON with one tensor per line: readable, and diffs stay small."""
     def j(v):
@@ -925,7 +964,7 @@ def main():
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     for f in os.listdir(args.out):  # regenerate from scratch: drop files of an earlier run
-        if f.endswith((".pt", ".pth", ".json", ".little", ".big")):
+        if f.endswith((".pt", ".pth", ".json", ".little", ".big", ".gz")):
             os.remove(os.path.join(args.out, f))
     torch.set_num_threads(1)
     torch.manual_seed(0)
@@ -938,6 +977,7 @@ def main():
     write_manifest(run)
     total = sum(os.path.getsize(run.path(n)) for n in run.files)
     print("%d files, %d bytes" % (len(run.files), total))
+    pack(args.out, [n for n in PACKED if n in run.files])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 #!/bin/sh
 # replay.sh - run the fuzz targets, built as replay programs, over their seed corpus and over every
-# file in testdata/ (fixtures and hostile files alike), and fail if any input crashes a target.
+# file in testdata/ (fixtures and hostile files alike) and over the packed fixtures that make check
+# unpacks into the build tree (testdata/torch/unpack.sh), and fail if any input crashes a target.
 #
 # Run by make check (which sets top_srcdir and top_builddir to absolute paths), or by hand from the
 # build tree:  top_srcdir=/path/to/src top_builddir=. sh tests/fuzz/replay.sh
@@ -38,6 +39,13 @@ for target in archive pickle load; do
             echo "skip: $dir does not exist"
         fi
     done
+    # In a build tree of its own, the unpacked files are the plain files there (the rest are
+    # links to the source tree, replayed above); in the source tree they are under testdata/.
+    if [ "$(cd "$top_builddir" && pwd)" != "$(cd "$top_srcdir" && pwd)" ]; then
+        for f in "$top_builddir"/testdata/torch/v*/*; do
+            if [ -f "$f" ] && [ ! -L "$f" ]; then set -- "$@" "$f"; fi
+        done
+    fi
     if [ $# -eq 0 ]; then
         echo "skip: fuzz_$target has no inputs"
         continue

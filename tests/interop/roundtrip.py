@@ -39,7 +39,9 @@ warnings.filterwarnings("ignore")
 def fixtures():
     out = []
     for sub in ("torch/v2.6", "torch/v1.13", "vectors"):
-        d = os.path.join(ic.SRCDIR, "testdata", sub)
+        # The torch folders as make check lays them out, with the packed files unpacked
+        # (testdata/torch/unpack.sh).
+        d = os.path.join(ic.BUILDDIR if sub.startswith("torch/") else ic.SRCDIR, "testdata", sub)
         for p in sorted(glob.glob(os.path.join(d, "*"))):
             if p.endswith((".pt", ".pth")):
                 out.append((sub.replace("torch/", "") + "/" + os.path.basename(p), p))

@@ -33,7 +33,8 @@ import torch.nn.functional as F  # noqa: E402
 import torchvision  # noqa: E402
 
 warnings.filterwarnings("ignore")
-V26 = os.path.join(ic.SRCDIR, "testdata", "torch", "v2.6")
+# As make check lays it out in the build tree, with the resnet18 files unpacked (testdata/torch/unpack.sh).
+V26 = os.path.join(ic.BUILDDIR, "testdata", "torch", "v2.6")
 
 failures = []
 

@@ -19,7 +19,9 @@
 
 #include "check.h"
 
-static char top[4096], tmpdir[4200];
+/* top: the source tree; build: the build tree, where make check lays out testdata/torch with the
+ * packed fixtures unpacked (testdata/torch/unpack.sh). */
+static char top[4096], build[4096], tmpdir[4200];
 
 static unsigned char *slurp(const char *path, size_t *len)
 {
@@ -207,7 +209,7 @@ static void test_fixtures(void)
     static const char *const dirs[] = {"testdata/torch/v2.6", "testdata/torch/v1.13"};
     for (size_t k = 0; k < 2; k++) {
         char dir[4400];
-        snprintf(dir, sizeof dir, "%s/%s", top, dirs[k]);
+        snprintf(dir, sizeof dir, "%s/%s", build, dirs[k]);
         DIR *d = opendir(dir);
         CHECK(d != NULL);
         if (!d)
@@ -298,6 +300,8 @@ int main(void)
 {
     const char *t = getenv("top_srcdir");
     snprintf(top, sizeof top, "%s", t ? t : ".");
+    const char *b = getenv("top_builddir");
+    snprintf(build, sizeof build, "%s", b ? b : top);
     snprintf(tmpdir, sizeof tmpdir, "/tmp/ptc-test-save-XXXXXX");
     if (!mkdtemp(tmpdir))
         return 99;

@@ -3,8 +3,9 @@
  * under it (lib/base/afile.c).
  *
  * The main check is byte identity with torch: every zip that torch 2.6's torch.save wrote among
- * the fixtures (testdata/vectors and testdata/torch/v2.6, found through the environment variable
- * top_srcdir that make check sets) is read record by record with the ptc reader and written again
+ * the fixtures (testdata/vectors under top_srcdir, and testdata/torch/v2.6 under top_builddir,
+ * where make check lays it out with the resnet18 files unpacked; both environment variables are
+ * set by make check) is read record by record with the ptc reader and written again
  * through ptc__zipw with the same prefix and record order, once with whole records (ptc__zipw_add)
  * and once streamed in uneven pieces (begin/write/end); both outputs must equal the original byte
  * for byte. The serialization id record is copied like any other, so nothing differs. Skipped:
@@ -58,6 +59,12 @@ static const char *srcdir(void)
 {
     const char *d = getenv("top_srcdir");
     return d && d[0] ? d : ".";
+}
+
+static const char *builddir(void)
+{
+    const char *d = getenv("top_builddir");
+    return d && d[0] ? d : srcdir();
 }
 
 static double now(void)
@@ -286,7 +293,7 @@ static void test_rewrite_fixtures(void)
     }
 
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/testdata/torch/v2.6", srcdir());
+    snprintf(dir, sizeof dir, "%s/testdata/torch/v2.6", builddir());
     DIR *d = opendir(dir);
     CHECK(d != NULL);
     if (!d)
@@ -699,7 +706,7 @@ static void test_alloc_failures(void)
 static void test_timing(void)
 {
     char src[1024], dst[1100];
-    snprintf(src, sizeof src, "%s/testdata/torch/v2.6/resnet18.pth", srcdir());
+    snprintf(src, sizeof src, "%s/testdata/torch/v2.6/resnet18.pth", builddir());
     snprintf(dst, sizeof dst, "%s/timing.pt", g_tmp);
     size_t len;
     uint8_t *b = slurp(src, &len);

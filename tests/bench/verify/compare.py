@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """compare.py - the work behind tests/bench/verify/run.sh (see README.md beside this).
 
-    compare.py run --srcdir DIR --work DIR [--ptc EXE --ptc-libpath DIRS] [--repeat R]
+    compare.py run --srcdir DIR [--builddir DIR] --work DIR [--ptc EXE --ptc-libpath DIRS] [--repeat R]
                    [--timeout S] [--mem-mb M] [--peers LIST] [--left-out LIST] [--out FILE]
                    [--tsv FILE]
     compare.py worker PEER LISTFILE START SKIP TIMEOUT MEM_MB
@@ -397,8 +397,10 @@ def peer_versions(peers):
     return out
 
 
-def build_files(srcdir):
-    """[(path, set, expected)], set 'hostile' or 'benign'; expected ok|unsafe|malformed|? ."""
+def build_files(srcdir, builddir):
+    """[(path, set, expected)], set 'hostile' or 'benign'; expected ok|unsafe|malformed|? .
+    The torch folders are read from builddir, where testdata/torch/unpack.sh lays them out with
+    the packed files unpacked."""
     files = []
     notes = []
     hdir = os.path.join(srcdir, "testdata", "hostile")
@@ -416,7 +418,7 @@ def build_files(srcdir):
         notes.append("%d files are not in the manifest (left out of the verdict counts): %s"
                      % (len(unknown), ", ".join(unknown[:5])))
     for sub in ("testdata/torch/v2.6", "testdata/torch/v1.13", "testdata/vectors"):
-        d = os.path.join(srcdir, sub)
+        d = os.path.join(builddir if sub.startswith("testdata/torch/") else srcdir, sub)
         if not os.path.isdir(d):
             notes.append("%s is missing" % sub)
             continue
@@ -435,6 +437,7 @@ def main_run(args):
     import argparse
     ap = argparse.ArgumentParser(prog="compare.py run")
     ap.add_argument("--srcdir", required=True)
+    ap.add_argument("--builddir", default="", help="where testdata/torch is laid out (default: --srcdir)")
     ap.add_argument("--work", required=True)
     ap.add_argument("--ptc", default="")
     ap.add_argument("--ptc-libpath", default="")
@@ -453,7 +456,7 @@ def main_run(args):
         if p not in PEERS:
             sys.exit("compare.py: unknown peer %r (known: %s)" % (p, ", ".join(PEERS)))
 
-    files, notes = build_files(a.srcdir)
+    files, notes = build_files(a.srcdir, a.builddir or a.srcdir)
     paths = [f[0] for f in files]
     n = len(paths)
     listfile = os.path.join(a.work, "files.txt")

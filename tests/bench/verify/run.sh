@@ -155,13 +155,16 @@ else
     echo "run.sh: \`$ptc verify\` is not built: only the peers are measured" >&2
 fi
 
+# The torch-written fixtures as make check lays them out (the resnet18 files are packed in the tree).
+sh "$top_srcdir/testdata/torch/unpack.sh" "$top_srcdir/testdata/torch" "$top_builddir/testdata/torch"
+
 base=${BENCH_TMPDIR:-${TMPDIR:-/tmp}}
 tmp=$(mktemp -d "$base/ptc-bench-verify.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
 # shellcheck disable=SC2086
-"$py" "$here/compare.py" run --srcdir "$top_srcdir" --work "$tmp" \
+"$py" "$here/compare.py" run --srcdir "$top_srcdir" --builddir "$top_builddir" --work "$tmp" \
     --ptc "$ptc_exe" --ptc-libpath "$ptc_libpath" --repeat "$repeat" --timeout "$timeout" \
     --mem-mb "$mem_mb" --peers "$(echo $peers | tr ' ' ',')" --left-out "$left_out" \
     --out "${BENCH_OUT:-}" --tsv "${BENCH_TSV:-}" || {
