@@ -126,6 +126,47 @@ static ptc__gid builtin_id(const char *module, const char *name, ptc_dtype *dtyp
     return G_NONE;
 }
 
+/* The same lists as builtin_id, walked in order; builtin_id stays a direct lookup because it runs
+ * for every GLOBAL of every file. tests/interop/check_corpus_torch.py checks that the two agree
+ * (each name listed here is allowed, and each of torch's names allowed is listed). */
+int ptc__policy_each_builtin(int (*fn)(void *ud, const char *module, const char *name, bool strict),
+                             void *ud)
+{
+    int rc;
+#define EACH(module, name, strict)                                                                 \
+    do {                                                                                           \
+        if ((rc = fn(ud, module, name, strict)) != 0)                                              \
+            return rc;                                                                             \
+    } while (0)
+    for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
+        EACH(fixed[i].module, fixed[i].name, fixed[i].strict);
+    for (int i = 0; i < PTC_DTYPE_COUNT; i++)
+        EACH("torch", ptc__dtype_info_of((ptc_dtype)i)->name, true);
+    for (int i = 0; i < PTC_DTYPE_COUNT; i++) {
+        const char *storage = ptc__dtype_info_of((ptc_dtype)i)->storage_name;
+        if (storage)
+            EACH("torch", storage, true);
+    }
+    for (size_t i = 0; i < sizeof tensor_classes / sizeof *tensor_classes; i++)
+        EACH("torch", tensor_classes[i], false);
+    for (size_t i = 0; i < sizeof qschemes / sizeof *qschemes; i++)
+        EACH("torch", qschemes[i], false);
+    ptc_dtype dt;
+    for (size_t i = 0; i < sizeof cuda_storages / sizeof *cuda_storages; i++)
+        if (ptc__dtype_from_storage_name(cuda_storages[i], &dt) == 0)
+            EACH("torch.cuda", cuda_storages[i], true);
+    for (size_t i = 0; i < sizeof tensor_classes / sizeof *tensor_classes; i++)
+        EACH("torch.cuda", tensor_classes[i], false);
+    for (size_t i = 0; i < sizeof tensor_classes / sizeof *tensor_classes; i++) {
+        if (strcmp(tensor_classes[i], "BoolTensor") == 0)
+            continue;
+        EACH("torch.sparse", tensor_classes[i], false);
+        EACH("torch.cuda.sparse", tensor_classes[i], false);
+    }
+#undef EACH
+    return 0;
+}
+
 int ptc__policy_lookup(const ptc_policy *p, const char *module, const char *name, ptc__gid *id,
                        ptc_dtype *dtype, const char *member, int64_t offset, ptc_error *err)
 {

@@ -34,6 +34,12 @@ typedef enum ptc__gid {
 int ptc__policy_lookup(const ptc_policy *p, const char *module, const char *name, ptc__gid *id,
                        ptc_dtype *dtype, const char *member, int64_t offset, ptc_error *err);
 bool ptc__module_blocked(const char *module);
+/* Calls fn once for every "module"."name" the default policy allows by itself (its built-in
+ * allowlist, after the Python 2 mapping), with strict telling whether the strict policy keeps it,
+ * in a fixed order; stops at and returns the first non-zero value fn returns, else 0. For tests
+ * that compare the allowlist with torch's (tests/interop/allowlist_dump.c). */
+int ptc__policy_each_builtin(int (*fn)(void *ud, const char *module, const char *name, bool strict),
+                             void *ud);
 
 /* Scans one pickle for references outside the policy before it runs (fail closed). */
 int ptc__pth_prescan(const ptc_policy *p, const uint8_t *data, size_t len, const char *member,

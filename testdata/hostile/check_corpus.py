@@ -91,27 +91,32 @@ def torch_child(path, wfd):
 args_verbose = False
 
 
+def torch_answer(path):
+    """What torch.load(path, weights_only=True, map_location='cpu') does, in a forked child:
+    'loaded' or 'refused: TYPE: MESSAGE' (or 'child died (status N)')."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        torch_child(path, w)
+    os.close(w)
+    chunks = []
+    while True:
+        b = os.read(r, 65536)
+        if not b:
+            break
+        chunks.append(b)
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    return b''.join(chunks).decode('utf-8', 'replace') or 'child died (status %d)' % status
+
+
 def check_torch(man, files_dir, write=None):
     import torch  # noqa: F401 - imported before forking so each child starts warm
     rows = []
     answers = {}
     for e in man['files']:
-        path = os.path.join(files_dir, e['file'])
-        r, w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            torch_child(path, w)
-        os.close(w)
-        chunks = []
-        while True:
-            b = os.read(r, 65536)
-            if not b:
-                break
-            chunks.append(b)
-        os.close(r)
-        _, status = os.waitpid(pid, 0)
-        msg = b''.join(chunks).decode('utf-8', 'replace') or 'child died (status %d)' % status
+        msg = torch_answer(os.path.join(files_dir, e['file']))
         if args_verbose:
             print('  %-48s %s' % (e['file'], msg[:150]))
         torch_ok = msg == 'loaded'

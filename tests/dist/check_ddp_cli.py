@@ -6,7 +6,7 @@ On a small dataset written here in CIFAR-10's binary format:
      processes; every evaluation counts each of the 100 test images once (sharded without
      padding); the metrics summary says world 2; the training checkpoint records world 2;
   2. `ptc train --nproc 2` (ptc starts mpirun itself) reaches the same weights bit for bit
-     (`ptc diff` finds no difference);
+     (`ptc diff --rtol 0 --atol 0` finds no difference);
   3. a rank killed with SIGKILL in the middle of epoch 2 ends the whole job within 30 s with a
      non-zero exit and a message naming the rank, and leaves no process behind; `--resume` from
      the last checkpoint on 2 ranks then reaches the same final weights as the uninterrupted run,
@@ -99,7 +99,9 @@ def run(cmd, timeout=600):
 
 
 def same_weights(a, b):
-    rc, out, _ = run([PTC, 'diff', a, b])
+    """Bit for bit: zero tolerance (ptc diff's defaults would pass values that merely agree
+    within rtol 1e-5, atol 1e-8)."""
+    rc, out, _ = run([PTC, 'diff', '--rtol', '0', '--atol', '0', a, b])
     if rc != 0:
         print(out[-1500:])
     return rc == 0

@@ -11,8 +11,10 @@
 # Outside make check set top_srcdir and top_builddir (default: the tree this script lives in) and
 # FUZZ_CC (clang), e.g. FUZZ_CC=clang-14.
 #
-# Exits 77 (skipped) when there is no clang with libFuzzer (FUZZ_CC empty) or `make fuzz` cannot
-# build the libFuzzer binaries. Each target fuzzes a copy of its seed corpus in a temporary
+# Exits 77 (skipped) only when there is no clang at all (FUZZ_CC empty; make check registers this
+# script only where configure found clang's libFuzzer, so there it never skips). When `make fuzz`
+# cannot build the libFuzzer binaries, that is a failure (exit 1): a target that no longer builds
+# must not pass as skipped. Each target fuzzes a copy of its seed corpus in a temporary
 # directory, so the source tree is never written. Any crash, leak, timeout (-timeout=5 seconds per
 # input) or out-of-memory (-rss_limit_mb=2048) fails the run; the temporary directory is then kept
 # and the failing input's path printed with the fuzzer's report. Reproduce with
@@ -47,9 +49,9 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 if ! ${MAKE:-make} -C "$top_builddir" fuzz FUZZ_CC="$FUZZ_CC" >"$tmp/build.log" 2>&1; then
-    echo "SKIP: 'make -C $top_builddir fuzz' with FUZZ_CC=$FUZZ_CC failed; its last lines:"
+    echo "FAIL: 'make -C $top_builddir fuzz' with FUZZ_CC=$FUZZ_CC failed; its last lines:"
     tail -n 20 "$tmp/build.log"
-    exit 77
+    exit 1
 fi
 
 # The load target sees both a container and pickles, so it gets both dictionaries.

@@ -16,11 +16,15 @@ computes the same with torch and compares:
    CIFAR-10 constants and for others.
 6. RandomCrop(32, padding=4) + RandomHorizontalFlip + ToTensor + Normalize through torchvision's
    own functional ops on PIL images (pad, crop, hflip, to_tensor, normalize), for random images and
-   a spread of crops, both flips, bit for bit. Skipped (with a note) when torchvision or PIL is
-   missing.
+   a spread of crops, both flips, bit for bit.
 
-Exit status: 0 all equal, 1 a difference, 77 skipped (torch is not importable), 99 cannot run
-(sampler_dump missing or failing). Takes a few seconds.
+torchvision, PIL and numpy are required, like torch: without one of them the comparisons of 5 and 6
+could not be made with torchvision's own code, and the script fails (exit 1) rather than pass on
+what it could still compare.
+
+Exit status: 0 all equal, 1 a difference or a missing torchvision, PIL or numpy, 77 torch is not
+importable (tests/interop/run.sh counts that as a failure too), 99 cannot run (sampler_dump missing
+or failing). Takes a few seconds.
 
 Usage: check_sampler.py [--sampler-dump PATH]   (default $top_builddir/tests/interop/sampler_dump)
 """
@@ -180,13 +184,8 @@ def check_draws(dump, rep):
 
 def torch_normalize(torch, x, mean, std):
     """torchvision.transforms.functional.normalize on a float tensor [3, H, W]."""
-    try:
-        import torchvision.transforms.functional as F
-        return F.normalize(x, mean, std)
-    except ImportError:
-        m = torch.as_tensor(mean, dtype=x.dtype).view(-1, 1, 1)
-        s = torch.as_tensor(std, dtype=x.dtype).view(-1, 1, 1)
-        return x.sub(m).div(s)
+    import torchvision.transforms.functional as F
+    return F.normalize(x, mean, std)
 
 
 def check_normalize(torch, dump, rep):
@@ -203,13 +202,9 @@ def check_normalize(torch, dump, rep):
 
 
 def check_augment(torch, dump, rep):
-    try:
-        import numpy as np
-        import torchvision.transforms.functional as F
-        from PIL import Image
-    except ImportError as e:
-        print("note: the crop and flip are not compared with torchvision: %s" % e)
-        return
+    import numpy as np
+    import torchvision.transforms.functional as F
+    from PIL import Image
     rng = np.random.default_rng(5)
     crops = [(0, 0), (8, 8), (0, 8), (8, 0), (4, 4), (1, 7), (3, 2), (6, 5)]
     for k in range(6):
@@ -238,6 +233,14 @@ def main():
                                                            "interop", "sampler_dump"))
     args = ap.parse_args()
     torch = interop_common.require_torch()
+    try:
+        import numpy  # noqa: F401
+        import torchvision.transforms.functional  # noqa: F401
+        from PIL import Image  # noqa: F401
+    except ImportError as e:
+        print("FAIL: normalize, crop and flip are compared with torchvision's own ops on PIL images, "
+              "and %s cannot import one of torchvision, PIL, numpy: %s" % (sys.executable, e))
+        return 1
     if not os.access(args.sampler_dump, os.X_OK):
         print("ERROR: %s is not built (make check builds it)" % args.sampler_dump)
         return 99

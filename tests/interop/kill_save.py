@@ -2,18 +2,27 @@
 
 Two checkpoints are written once by torch in a temporary folder: A (about 200 MB) and B (about
 100 MB, other numbers). ptc writes each three times, uninterrupted, under the name ckpt.pth in a
-folder of its own: the reference outputs, whose SHA-256 are kept, which must load in torch, and
-whose median write time sets the range of the kill delays; no other file may remain there.
+folder of its own: the reference outputs, whose SHA-256 are kept, which must load in torch; no other
+file may remain there. While they run, the folder is watched, which gives each write's duration and
+the window in which its temporary file exists and is incomplete (from its creation until it holds
+every byte; the fsync and the rename follow), measured from the start of the process.
 
 Then, in trial after trial, ptc (`ptc convert SRC ckpt.pth`, or `save_tool copy` while convert is
 not built) writes whichever of A and B the file ckpt.pth does not hold at the moment, over it, and
-is killed with SIGKILL (its whole process group) after a random delay between 0 and 90% of the
-time an uninterrupted write takes (process start included), so that most kills land while it
-writes. After each trial:
+is killed with SIGKILL (its whole process group) after a delay. Four trials in five aim at the
+window of the temporary file: the delay is drawn across the window as currently estimated, and the
+estimate adapts to where the kills land (a kill that came before the temporary file existed moves
+its start later; one that came after the file was complete, after the rename or after the exit moves
+its end earlier). Every fifth trial draws its delay across the whole write (0 to 110% of its duration), so
+that the other moments (before the temporary file, after the rename, after the exit) are hit too.
+After each trial:
   - ckpt.pth exists and its SHA-256 is that of the old file or of the new one; a run that finished
     before the kill must have left the new one;
   - every other file in the folder is a temporary file named .ckpt.pth.ptc-*; those are counted
-    and removed by this test; a run that finished leaves none.
+    and removed by this test; a run that finished leaves none. A temporary file shorter than the
+    new file, or of its size with other bytes, is incomplete: the kill landed mid-write.
+At least 40% of the trials (20 of 50) must have been killed while the temporary file existed and
+was incomplete, or the test fails: otherwise it would say little about kills during a write.
 At the end ckpt.pth must load with torch.load(weights_only=True, mmap=True).
 
 KILL_SAVE_TRIALS (default 50) and KILL_SAVE_SEED (default 20250101) change the run. It takes 30 to
@@ -71,6 +80,59 @@ def writer_argv(w, src, dst):
     return [w.save_tool, "copy", src, dst]
 
 
+def temps_in(folder):
+    return [f for f in os.listdir(folder) if TEMP_RE.match(f)]
+
+
+def watched_write(argv, folder, out):
+    """Runs one uninterrupted write to out, watching folder for its temporary file. Returns
+    (returncode, stderr, duration, first, last): first is the time (from the start) at which the
+    temporary file was first seen, last the time at which it was first seen holding all the bytes of
+    the result (the fsync and the rename come after), or last seen at all; None when it never was."""
+    t0 = time.monotonic()
+    p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    seen = []  # (time, size)
+    while p.poll() is None:
+        for f in temps_in(folder):
+            try:
+                seen.append((time.monotonic() - t0, os.path.getsize(os.path.join(folder, f))))
+            except OSError:  # renamed meanwhile
+                pass
+        time.sleep(0.002)
+    duration = time.monotonic() - t0
+    err = p.communicate()[1].decode("utf-8", "replace").strip()
+    if not seen:
+        return p.returncode, err, duration, None, None
+    size = os.path.getsize(out) if p.returncode == 0 else -1
+    full = [t for t, n in seen if n >= size]
+    return p.returncode, err, duration, seen[0][0], full[0] if full else seen[-1][0]
+
+
+class Window:
+    """Where, from the start of a write, its temporary file exists and is incomplete: measured on
+    the uninterrupted writes, then moved by the outcome of each aimed kill."""
+
+    def __init__(self, duration, first, last):
+        self.duration = duration
+        if first is None:  # never seen: the watch was too slow; start from the whole write
+            first, last = 0.0, duration
+        self.initial = (first, last)
+        self.lo, self.hi = first, last
+
+    def draw(self, rng):
+        return rng.uniform(self.lo, self.hi)
+
+    def landed(self, delay, outcome):
+        if outcome == "early":  # before the temporary file: the window starts later
+            self.lo += 0.5 * max(0.0, delay - self.lo)
+        elif outcome in ("late", "complete", "finished"):  # after the last byte: it ends earlier
+            self.hi -= 0.5 * max(0.0, self.hi - delay)
+        elif outcome == "incomplete":
+            self.lo, self.hi = min(self.lo, delay), max(self.hi, delay)
+        if self.hi - self.lo < 0.02 * self.duration:  # collapsed on noise: measure afresh
+            self.lo, self.hi = self.initial
+
+
 def main():
     ic.standin_banner()
     w = ic.Writer()
@@ -92,20 +154,22 @@ def main():
         os.makedirs(work)
         target = os.path.join(work, NAME)
 
-        # Reference outputs, written without interruption: their hash and their write time.
-        ref, dur = {}, {}
+        # Reference outputs, written without interruption: their hash, their write time and the
+        # window of their temporary file.
+        ref, dur, window = {}, {}, {}
         for tag, (src, obj) in srcs.items():
             d = os.path.join(tmp, "ref_" + tag)
             os.makedirs(d)
             out = os.path.join(d, NAME)
-            times = []
+            times, firsts, lasts = [], [], []
             for _ in range(3):  # over the previous copy, as in the trials
-                t0 = time.monotonic()
-                r = subprocess.run(writer_argv(w, src, out), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                times.append(time.monotonic() - t0)
-                if r.returncode != 0:
-                    print("FAIL: the uninterrupted write of %s exited %d: %s" % (
-                        tag, r.returncode, r.stderr.decode("utf-8", "replace").strip()))
+                rc, err, t, first, last = watched_write(writer_argv(w, src, out), d, out)
+                times.append(t)
+                if first is not None:
+                    firsts.append(first)
+                    lasts.append(last)
+                if rc != 0:
+                    print("FAIL: the uninterrupted write of %s exited %d: %s" % (tag, rc, err))
                     return 1
             left = sorted(f for f in os.listdir(d) if f != NAME)
             if left:
@@ -119,15 +183,20 @@ def main():
             del loaded
             ref[tag] = (sha256(out), os.path.getsize(out))
             dur[tag] = statistics.median(times)
-            print("reference %s: %d bytes, written in %.2f s (median of 3), loads equal to the source" % (
-                tag, ref[tag][1], dur[tag]))
+            window[tag] = Window(dur[tag], statistics.median(firsts) if firsts else None,
+                                 statistics.median(lasts) if lasts else None)
+            print("reference %s: %d bytes, written in %.2f s (median of 3), loads equal to the source; "
+                  "temporary file seen incomplete from %.3f s to %.3f s" % (
+                      tag, ref[tag][1], dur[tag], window[tag].lo, window[tag].hi))
 
         shutil.copyfile(os.path.join(tmp, "ref_B", NAME), target)
         current = "B"
         counts = {"old": 0, "new": 0, "finished": 0, "temps": 0}
+        landed = {"early": 0, "incomplete": 0, "complete": 0, "late": 0, "finished": 0}
         for trial in range(1, ntrials + 1):
             new = "A" if current == "B" else "B"
-            delay = rng.uniform(0, 0.9 * dur[new])
+            aimed = trial % 5 != 0
+            delay = window[new].draw(rng) if aimed else rng.uniform(0, 1.1 * dur[new])
             p = subprocess.Popen(writer_argv(w, srcs[new][0], target), stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, start_new_session=True)
             time.sleep(delay)
@@ -146,13 +215,21 @@ def main():
                 problems.append("%s: the writer exited %d before the kill: %s" % (what, rc, err))
 
             others = sorted(f for f in os.listdir(work) if f != NAME)
+            incomplete = complete = False
             for f in others:
                 if TEMP_RE.match(f):
                     counts["temps"] += 1
                     if finished and rc == 0:
                         problems.append("%s: a finished write left the temporary file %s" % (what, f))
                     p_ = os.path.join(work, f)
-                    shutil.rmtree(p_) if os.path.isdir(p_) else os.unlink(p_)
+                    if os.path.isdir(p_):
+                        shutil.rmtree(p_)
+                        continue
+                    if (os.path.getsize(p_) == ref[new][1] and sha256(p_) == ref[new][0]):
+                        complete = True  # killed after the last byte, before the rename
+                    else:
+                        incomplete = True
+                    os.unlink(p_)
                 else:
                     problems.append("%s: unexpected file %s (not a .%s.ptc-* temporary name)" % (
                         what, f, NAME))
@@ -173,6 +250,17 @@ def main():
             if finished and rc == 0 and state != "new":
                 problems.append("%s: the write finished, yet the file is the old one" % what)
             counts["finished" if finished else state] += 1
+            if finished:
+                outcome = "finished"
+            elif incomplete:
+                outcome = "incomplete"
+            elif complete:
+                outcome = "complete"
+            else:
+                outcome = "early" if state == "old" else "late"
+            landed[outcome] += 1
+            if aimed:
+                window[new].landed(delay, outcome)
             if state == "new":
                 current = new
 
@@ -190,6 +278,19 @@ def main():
               "new one was in place %d, finished before the kill %d; %d temporary files left by killed "
               "runs, removed" % (ntrials, seed, elapsed, counts["old"], counts["new"], counts["finished"],
                                  counts["temps"]))
+        need = (2 * ntrials + 4) // 5  # 40%, rounded up: 20 of 50
+        print("kills that landed while the temporary file existed and was incomplete: %d of %d "
+              "(at least %d required); before it existed %d, with it complete %d, after the rename %d, "
+              "after the exit %d" % (landed["incomplete"], ntrials, need, landed["early"],
+                                     landed["complete"], landed["late"], landed["finished"]))
+        for tag in sorted(window):
+            print("  window of %s: %.3f s to %.3f s at the end (measured %.3f s to %.3f s, write %.3f s)"
+                  % (tag, window[tag].lo, window[tag].hi, window[tag].initial[0],
+                     window[tag].initial[1], dur[tag]))
+        if landed["incomplete"] < need:
+            problems.append("only %d of %d kills landed while the temporary file existed and was "
+                            "incomplete; at least %d must, or the test says little about a kill "
+                            "during a write" % (landed["incomplete"], ntrials, need))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     for p in problems:
