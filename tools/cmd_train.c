@@ -145,6 +145,7 @@ static void train_usage(FILE *f)
             "  --save PATH              the final state dict (default: cifar10_resnet18_ddp.pth,\n"
             "                           or fashion_mnist_resnet18.pth)\n"
             "  --checkpoint PATH        a full training checkpoint after every epoch\n"
+            "  --checkpoint-all-ranks   every process also writes its own, to PATH.rank<r>\n"
             "  --resume PATH            continue from such a checkpoint\n"
             "  --metrics PATH           JSON lines: every epoch, evaluation, and a summary\n"
             "  --max-samples N          use only the first N images of each split\n"
@@ -156,7 +157,8 @@ enum {
     O_DATASET = 256, O_DATA, O_ARCH, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_LR, O_MOMENTUM, O_WD,
     O_NESTEROV, O_SCHEDULE, O_SEED, O_NO_SHUFFLE, O_NO_AUGMENT, O_EVAL_EVERY, O_INIT, O_SAVE,
     O_CHECKPOINT, O_RESUME, O_METRICS, O_THREADS, O_BACKEND, O_PROGRESS, O_NO_PROGRESS,
-    O_MAX_SAMPLES, O_LR_SCALING, O_WEIGHTS, O_JSON, O_NPROC, O_BUCKET_MB, O_NO_BCAST_BUFFERS, O_SYNC_BN
+    O_MAX_SAMPLES, O_LR_SCALING, O_WEIGHTS, O_JSON, O_NPROC, O_BUCKET_MB, O_NO_BCAST_BUFFERS, O_SYNC_BN,
+    O_CKPT_ALL_RANKS
 };
 
 /* ---- several processes --------------------------------------------------------------------------- */
@@ -240,6 +242,7 @@ int cmd_train(int argc, char **argv)
         {"init", required_argument, NULL, O_INIT},
         {"save", required_argument, NULL, O_SAVE},
         {"checkpoint", required_argument, NULL, O_CHECKPOINT},
+        {"checkpoint-all-ranks", no_argument, NULL, O_CKPT_ALL_RANKS},
         {"resume", required_argument, NULL, O_RESUME},
         {"metrics", required_argument, NULL, O_METRICS},
         {"max-samples", required_argument, NULL, O_MAX_SAMPLES},
@@ -298,6 +301,7 @@ int cmd_train(int argc, char **argv)
         case O_INIT: p.init = optarg; break;
         case O_SAVE: p.save = optarg; break;
         case O_CHECKPOINT: p.checkpoint = optarg; break;
+        case O_CKPT_ALL_RANKS: p.checkpoint_all_ranks = 1; break;
         case O_RESUME: p.resume = optarg; break;
         case O_METRICS: p.metrics = optarg; break;
         case O_MAX_SAMPLES: bad = parse_int(optarg, "--max-samples", 1, INT64_MAX, &p.max_samples); break;

@@ -568,6 +568,10 @@ typedef struct ptc_train_params {
     void (*log)(void *ctx, const char *line);
     void (*progress)(void *ctx, int epoch, int64_t done, int64_t total, double loss);
     void *ctx;
+    /* With checkpoint and several processes: every rank also writes its own training checkpoint,
+     * to checkpoint with ".rank<r>" appended (r = 0, 1, ...), for checking that the ranks hold the
+     * same parameters and momentum buffers. 0: rank 0 alone writes checkpoint. */
+    int checkpoint_all_ranks;
 } ptc_train_params;
 
 typedef struct ptc_train_result {

@@ -508,6 +508,12 @@ static int save_rank0(run *r, const char *path, int epoch, int64_t step, double 
     int rc = r->rc.comm ? r->rc.comm->ops->barrier(r->rc.comm, err) : 0;
     if (rc == 0 && r->rc.rank == 0)
         rc = save_file(r->model, &r->rc, path, epoch, step, lr, full, err);
+    if (rc == 0 && full && r->p->checkpoint_all_ranks && r->rc.world > 1) {
+        char own[4096];
+        if (snprintf(own, sizeof own, "%s.rank%d", path, r->rc.rank) >= (int)sizeof own)
+            return ptc__err(err, PTC_EINVAL, "", -1, "checkpoint path too long: %s", path);
+        rc = save_file(r->model, &r->rc, own, epoch, step, lr, full, err);
+    }
     return rc;
 }
 
