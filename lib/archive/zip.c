@@ -1021,10 +1021,11 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
     if (!deferred_ok(crc, e->crc32, false) || !deferred_ok(csize, e->comp_size, local_zip64) ||
         !deferred_ok(usize, e->size, local_zip64))
         return rec_stricter(err, true, PTC_EFORMAT, e,
-                            "local header (crc 0x%08x, %u/%u bytes) disagrees with the central "
-                            "directory (crc 0x%08x, %llu/%llu bytes)",
-                            crc, csize, usize, e->crc32, (unsigned long long)e->comp_size,
-                            (unsigned long long)e->size);
+                            "local header at 0x%llx (crc 0x%08x, %u/%u bytes, with a data "
+                            "descriptor) disagrees with the central directory (crc 0x%08x, "
+                            "%llu/%llu bytes)",
+                            (unsigned long long)at, crc, csize, usize, e->crc32,
+                            (unsigned long long)e->comp_size, (unsigned long long)e->size);
     /* The descriptor: crc32 and both sizes, u64 sizes when the local header has a zip64 field,
      * optionally preceded by its signature. */
     size_t body = local_zip64 ? 20u : 12u;
