@@ -20,17 +20,17 @@ random images and the same torchvision resnet18(num_classes=10) initialisation (
 The update error of a state dict w against the oracle's o, both reached from the start s, is
     ||(w - s) - (o - s)|| / ||o - s||
 over every floating entry of the state dict together (parameters and running statistics).
-ptc passes a comparison when its error is at most 2 x the floor + 1e-5. A case where torch32 (at
-the recipe's thread count) is itself more than 1e-2 from the oracle is chaotic: float32's
-rounding alone sends it elsewhere, so it says nothing; it is left out, and said so.
+ptc passes a comparison when its error is at most 2 x the floor (below) + 1e-5. A case where
+torch32 (at the recipe's thread count) is itself more than 1e-2 from the oracle is chaotic:
+float32's rounding alone sends it elsewhere, so it says nothing; it is left out, and said so.
 
 Free-running: ptc's state after N steps from the initialisation against the oracle's N steps.
-The floor is torch float32's own error, the largest over the thread counts torch runs with.
 Step by step: ptc's step K, taken in its free run, from its state after K - 1 steps (the
 checkpoint, momentum buffers included) against one oracle step from that same state, momentum
-buffers compared the same way; the floor is the largest of the float32 runs' errors. A free run
-catches what a program carries from step to step; the steps of a free run, each judged from the
-state the run itself reached, show where an error entered.
+buffers compared the same way. The floor of both is torch float32's own error, the median of
+its errors at the thread counts of THREADS, or float32 storage's error where that is larger.
+A free run catches what a program carries from step to step; the steps of a free run, each
+judged from the state the run itself reached, show where an error entered.
 
 Why the floor is not one torch32 run. A ReLU that follows a batchnorm masks by the sign of its
 input, and an input within the rounding error of zero gets one mask in float32 and the other in
@@ -40,7 +40,10 @@ and so does the oracle after a step whose state differs from its own by a float3
 exact dynamics themselves jump there. Whether a given float32 run lands on the oracle's side is
 chance: on 2 ranks x batch 8, lr 0.05, torch DDP in float32 ends 2 steps 1.6e-5, 6.3e-4, 1.6e-3
 and 1.6e-3 from the oracle with 1, 2, 3 and 4 threads per rank, the arithmetic otherwise the same.
-One sample of that spread is no yardstick; its largest member is.
+One sample of that spread is no yardstick (the one at the recipe's thread count is printed
+first); its median is torch float32's own error. And no float32 implementation is held below
+what float32 storage alone costs: on 2 ranks x batch 16, lr 0.01, after 3 steps, the
+float32-storage run ends 1.0e-4 from the oracle where torch's median is 4.0e-5.
 """
 import os
 import shutil
@@ -317,20 +320,18 @@ THREADS = (1, 2, 3, 4)
 
 def peer_errors(results, want, start, measure, threads):
     """The reference runs' errors, as printed beside ptc's: torch32 at the recipe's thread count,
-    the largest over THREADS, float32 storage."""
+    the median over THREADS, float32 storage; and torch32 at each of THREADS."""
     per = [measure(results['32-%d' % n], want, start) for n in THREADS]
-    return [('torch32', per[THREADS.index(threads)]), ('torch32-any-threads', max(per)),
-            ('f32-storage', measure(results['i32'], want, start))]
+    mid = sorted(per)
+    median = (mid[(len(mid) - 1) // 2] + mid[len(mid) // 2]) / 2
+    return [('torch32', per[THREADS.index(threads)]), ('torch32-median', median),
+            ('f32-storage', measure(results['i32'], want, start))], per
 
 
-def FREE_FLOOR(peers):
-    """A free run's floor: torch float32's own error, over the thread counts it runs with."""
-    return peers[1][1]
-
-
-def STEP_FLOOR(peers):
-    """One step's floor: the largest of the float32 runs' errors (see the top comment)."""
-    return max(e for _, e in peers)
+def FLOOR(peers):
+    """The floor of a comparison: torch float32's own error (the median over the thread counts
+    it runs with), or float32 storage's where that is larger (see the top comment)."""
+    return max(peers[1][1], peers[2][1])
 
 
 def bound(t32):
@@ -355,12 +356,15 @@ class Verdicts:
             print('FAIL:', what)
         return cond
 
-    def judge(self, what, peers, got, floor, extra=''):
+    def judge(self, what, peers, got, floor, extra='', threads=None):
         """One comparison: ptc's error got against 2 x floor + SLACK. peers: [(name, error)] of the
-        reference runs, torch32 first, printed beside ptc's. A case where torch32 is chaotic is
-        left out."""
+        reference runs, torch32 first, printed beside ptc's (threads: torch32's error at each of
+        THREADS, printed after them). A case where torch32 is chaotic is left out."""
         t32 = peers[0][1]
         figures = '  '.join('%s %.2e' % p for p in peers) + '  ptc %.2e' % got
+        if threads:
+            extra = ' (torch32 at %s threads: %s)%s' % (
+                ', '.join(map(str, THREADS)), ' '.join('%.1e' % e for e in threads), extra)
         if t32 > CHAOTIC:
             self.left_out.append(what)
             print('  %-52s %s  left out: torch32 > %g (chaotic)%s'
@@ -396,7 +400,7 @@ def golden_case(ptc, tmp, case, backends, v, per_step=True, keep=None):
             except RuntimeError as ex:
                 v.check(False, '%s, %s: ptc train --max-steps %d: %s' % (case.name, b, k, ex))
     # torch32 runs with 2 threads in one process and 1 per rank; the same float32 computation at
-    # every other thread count of THREADS sums in other orders (see FREE_FLOOR).
+    # every other thread count of THREADS sums in other orders (see FLOOR).
     t = 2 if case.world == 1 else 1
     kinds = (('64', torch.float64, t), ('i32', IDEAL32, t)) + tuple(
         ('32-%d' % n, torch.float32, n) for n in THREADS)
@@ -423,10 +427,10 @@ def golden_case(ptc, tmp, case, backends, v, per_step=True, keep=None):
             w = runs[b][n][0]
             v.check(counters_equal(w, o), '%s, %s: num_batches_tracked after %d steps' %
                     (case.name, b, n))
-            peers = peer_errors({key: got[('free' + key, n)]['model'] for key in keys}, o, init,
-                                update_error, t)
+            peers, per = peer_errors({key: got[('free' + key, n)]['model'] for key in keys}, o,
+                                     init, update_error, t)
             v.judge('%s, %s: %d free steps' % (case.name, b, n), peers, update_error(w, o, init),
-                    FREE_FLOOR(peers))
+                    FLOOR(peers), threads=per)
         if keep is not None and last in runs[b]:
             keep[b] = runs[b][last][0]
         if not per_step:
@@ -446,21 +450,17 @@ def golden_case(ptc, tmp, case, backends, v, per_step=True, keep=None):
             v.check(ck.get('step') == k and counters_equal(ck['model_state_dict'], o['model']),
                     '%s, %s: checkpoint of step %d says step %s, counters equal torch\'s'
                     % (case.name, b, k, ck.get('step')))
-            # One step's floor is the larger of torch32's error and float32 storage's: a single
-            # step either meets a ReLU input within rounding of zero or not, and torch32 may
-            # round such an input the right way by chance where exact arithmetic on float32
-            # values cannot (free_run's top comment).
-            peers = peer_errors({key: r['model'] for key, r in res.items()}, o['model'], start,
-                                update_error, t)
-            mom = peer_errors({key: r['momentum'] for key, r in res.items()}, o['momentum'],
-                              mstart, list_error, t)
+            peers, _ = peer_errors({key: r['model'] for key, r in res.items()}, o['model'], start,
+                                   update_error, t)
+            mom, _ = peer_errors({key: r['momentum'] for key, r in res.items()}, o['momentum'],
+                                 mstart, list_error, t)
             got_m = list_error(ptc_momenta(ck), o['momentum'], mstart)
             v.judge('%s, %s: step %d from ptc\'s state' % (case.name, b, k), peers,
-                    update_error(ck['model_state_dict'], o['model'], start), STEP_FLOOR(peers),
+                    update_error(ck['model_state_dict'], o['model'], start), FLOOR(peers),
                     '; momentum: %s, ptc %.1e' % (', '.join('%s %.1e' % m for m in mom), got_m))
             if mom[0][1] <= CHAOTIC:
-                v.check(got_m <= bound(STEP_FLOOR(mom)), '%s, %s: step %d: momentum buffers %.2e '
-                        '> 2 x %.2e + %g' % (case.name, b, k, got_m, STEP_FLOOR(mom), SLACK))
+                v.check(got_m <= bound(FLOOR(mom)), '%s, %s: step %d: momentum buffers %.2e '
+                        '> 2 x %.2e + %g' % (case.name, b, k, got_m, FLOOR(mom), SLACK))
     shutil.rmtree(os.path.join(tmp, 'cifar'))
 
 
