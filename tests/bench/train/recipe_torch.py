@@ -30,13 +30,19 @@ The data as ptc presents it (lib/data/data.h, idx.c, dataset.c, augment.c, loade
     torch.randperm(n) from a generator seeded seed + epoch. ptc's own permutation and crop draws
     come from its SplitMix64 streams and cannot be reproduced here; the policy (a fixed seed,
     reshuffled every epoch) is the same.
+--seed S seeds everything random: the model's initialisation (torch.manual_seed(S)), each
+epoch's permutation (S + epoch) and the crop and flip draws ((S + 1) * 1000003 + epoch), as
+ptc's --seed seeds its initialisation and streams. --max-samples N keeps the first N images of
+each split, as ptc's does (with N >= 10000 the test split stays whole).
 Batches are built with whole-tensor indexing in the main thread (no DataLoader, no PIL): a few
 milliseconds against a step of hundreds, counted in the throughput as ptc's loader thread is.
 
 --json prints one JSON line at the end: train_images_per_sec (the images of the steps after the
 first 10, over their training time; evaluation is not counted), eval_images_per_sec (the last
 evaluation: batches made and run, forward + loss), test_accuracy, test_loss, epoch_seconds (the
-training part of each epoch), steps, peak_rss_mib (resource.getrusage, this process).
+training part of each epoch), steps, seed, train_samples and test_samples (the split sizes after
+--max-samples), evals (epoch, test_accuracy, test_loss, images of every evaluation), peak_rss_mib
+(resource.getrusage, this process).
 
 --mode throughput times --steps training steps (after --warmup of them) and --infer-batches
 eval-mode forwards (after 3) on fixed random data of --batch-size, with no data pipeline at all:
@@ -249,7 +255,8 @@ def run_recipe(a):
         if (a.eval_every > 0 and (epoch + 1) % a.eval_every == 0) or last:
             acc, tl, ips, count = evaluate(m, te_images, te_labels, lut, a.batch_size)
             res.update(test_accuracy=acc, test_loss=tl, eval_images_per_sec=ips)
-            evals.append({"epoch": epoch + 1, "test_accuracy": acc, "test_loss": tl})
+            evals.append({"epoch": epoch + 1, "test_accuracy": acc, "test_loss": tl,
+                          "images": count})
             say(f"epoch {epoch + 1}: test accuracy {100.0 * acc:.2f}% ({count} images), test loss "
                 f"{tl:.4f}, {ips:.0f} images/s")
         if stop:
@@ -258,7 +265,8 @@ def run_recipe(a):
     say(f"training: {step} steps, {tips:.1f} images/s after warm-up")
     if a.json:
         res.update(mode="recipe", arch=a.arch, threads=torch.get_num_threads(),
-                   batch_size=a.batch_size, epochs=len(epoch_seconds), steps=step,
+                   batch_size=a.batch_size, epochs=len(epoch_seconds), steps=step, seed=a.seed,
+                   train_samples=len(tr_labels), test_samples=len(te_labels),
                    train_images_per_sec=tips, epoch_seconds=epoch_seconds, evals=evals,
                    mean=mean, std=std, peak_rss_mib=peak_rss_mib(), torch=torch.__version__)
         print(json.dumps(res))

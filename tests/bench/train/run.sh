@@ -1,12 +1,16 @@
 #!/bin/sh
 # run.sh - `ptc train` against PyTorch 2.6 running the same recipe (recipe_torch.py beside this):
 # training and inference images/s, their fraction of the fp32 GEMM ceiling, peak memory, and the
-# test accuracy of the full Fashion-MNIST recipe, ptc and torch alternating in the same run. See
-# README.md beside this. Never run by make check.
+# test accuracy of the full Fashion-MNIST recipe, ptc and torch alternating in the same run, and
+# the accuracy parity of the two over several seeds. See README.md beside this. Never run by make
+# check.
 #
 #   tests/bench/train/run.sh [throughput]   training/inference images/s, GEMM fraction, memory
 #   tests/bench/train/run.sh recipe         full Fashion-MNIST runs of BENCH_EPOCHS epochs each
 #   tests/bench/train/run.sh all            both
+#   tests/bench/train/run.sh parity         BENCH_SEEDS seeds of each on a training subset: mean
+#                                           and sd of the test accuracies, difference of the means
+#                                           against its standard error (target: within 3 SE)
 #   (top_builddir=BUILD to use another build tree; it defaults to this tree)
 #
 # Environment: TORCH_PYTHON (default python3) must import torch and torchvision; BENCH_REPEAT
@@ -17,11 +21,14 @@
 # (default 0: all) a prefix of each split for the recipe runs, to try the script; BENCH_DATA (default
 # /usr/share/datasets/fashion-mnist); BENCH_IDLE_WAIT (default 0) seconds to wait, before each
 # measurement, for the rest of the machine to go idle; BENCH_OPS_ARGS (default "--stat min --min-ms 100") extra
-# options of bench_ops; BENCH_TMPDIR (default $TMPDIR or /tmp) holds the logs, kept when
-# BENCH_KEEP=1; BENCH_OUT, if set, receives the Markdown tables; PTC names a ptc to use instead of
-# the build tree's. Exit status 0 when every measurement ran, whatever the numbers: the targets
-# (training >= 1.2x, inference >= 1.3x, accuracy within 0.5 percentage points) are reported, never
-# asserted.
+# options of bench_ops; parity: BENCH_SEEDS (default "0 1 2 3 4") the seeds, each run by both,
+# BENCH_PARITY_SAMPLES (default 12000) the prefix of each split (the test split, 10,000 images,
+# stays whole from 10000 on), BENCH_PARITY_EPOCHS (default 3); BENCH_TMPDIR (default $TMPDIR or /tmp) holds
+# the logs, kept when BENCH_KEEP=1; BENCH_OUT, if set, receives the Markdown tables (parity mode
+# writes them to a new file under BENCH_TMPDIR when it is not set, and prints its path); PTC names
+# a ptc to use instead of the build tree's. Exit status 0 when every measurement ran, whatever the
+# numbers: the targets (training >= 1.2x, inference >= 1.3x, accuracy within 0.5 percentage
+# points, parity within 3 standard errors) are reported, never asserted.
 #
 # On a machine shared with other work run it under `nice` and expect noise: two OpenMP threads on
 # two cores stall whenever anything else runs. Every measurement prints how many CPUs the rest of
@@ -42,6 +49,9 @@ recipe_repeat=${BENCH_RECIPE_REPEAT:-1}
 recipe_samples=${BENCH_RECIPE_SAMPLES:-0}
 idle_wait=${BENCH_IDLE_WAIT:-0}
 data=${BENCH_DATA:-/usr/share/datasets/fashion-mnist}
+seeds=${BENCH_SEEDS:-0 1 2 3 4}
+parity_samples=${BENCH_PARITY_SAMPLES:-12000}
+parity_epochs=${BENCH_PARITY_EPOCHS:-3}
 ops_args=${BENCH_OPS_ARGS:---stat min --min-ms 100}
 ptc=${PTC:-$top_builddir/tools/ptc}
 bench_ops=$top_builddir/tests/bench/train/bench_ops
@@ -49,14 +59,16 @@ recipe="$here/recipe_torch.py"
 mode=${1:-throughput}
 
 case $mode in
-throughput | recipe | all) ;;
-*) echo "usage: run.sh [throughput|recipe|all]" >&2; exit 2 ;;
+throughput | recipe | all | parity) ;;
+*) echo "usage: run.sh [throughput|recipe|all|parity]" >&2; exit 2 ;;
 esac
-for v in "$repeat" "$steps" "$threads" "$batch" "$recipe_repeat" "$recipe_samples" "$idle_wait" $epochs_list; do
+for v in "$repeat" "$steps" "$threads" "$batch" "$recipe_repeat" "$recipe_samples" "$idle_wait" \
+    "$parity_samples" "$parity_epochs" $epochs_list $seeds; do
     case $v in
     '' | *[!0-9]*)
         echo "run.sh: BENCH_REPEAT, BENCH_STEPS, BENCH_THREADS, BENCH_BATCH, BENCH_RECIPE_REPEAT," \
-            "BENCH_RECIPE_SAMPLES, BENCH_IDLE_WAIT and BENCH_EPOCHS must be numbers" >&2
+            "BENCH_RECIPE_SAMPLES, BENCH_IDLE_WAIT, BENCH_EPOCHS, BENCH_SEEDS," \
+            "BENCH_PARITY_SAMPLES and BENCH_PARITY_EPOCHS must be numbers" >&2
         exit 2
         ;;
     esac
@@ -64,6 +76,20 @@ done
 if [ "$repeat" -lt 1 ] || [ "$steps" -lt 20 ] || [ "$threads" -lt 1 ] || [ "$batch" -lt 1 ]; then
     echo "run.sh: BENCH_REPEAT, BENCH_THREADS and BENCH_BATCH must be at least 1, BENCH_STEPS 20" >&2
     exit 2
+fi
+if [ "$mode" = parity ]; then
+    if [ "$parity_samples" -lt 1 ] || [ "$parity_epochs" -lt 1 ] || [ -z "$seeds" ]; then
+        echo "run.sh: BENCH_PARITY_SAMPLES and BENCH_PARITY_EPOCHS must be at least 1," \
+            "BENCH_SEEDS not empty" >&2
+        exit 2
+    fi
+    # As decimal numbers (no leading zeros for either program to read as octal). A seed given twice
+    # would count one run twice and shrink the standard deviation.
+    seeds=$(echo "$seeds" | awk '{ for (i = 1; i <= NF; i++) printf "%s%d", (i > 1 ? " " : ""), $i }')
+    if echo "$seeds" | awk '{ for (i = 1; i <= NF; i++) if (seen[$i + 0]++) d = 1 } END { exit !d }'; then
+        echo "run.sh: BENCH_SEEDS has a seed twice: $seeds" >&2
+        exit 2
+    fi
 fi
 case $arch in
 resnet18) stem=tv ;;
@@ -78,13 +104,18 @@ if ! "$ptc" train --help >/dev/null 2>&1; then
     echo "run.sh: $ptc cannot run \`ptc train\` (build the tree, or set PTC)" >&2
     exit 1
 fi
-if [ "$mode" != recipe ] && [ ! -x "$bench_ops" ]; then
+if { [ "$mode" = throughput ] || [ "$mode" = all ]; } && [ ! -x "$bench_ops" ]; then
     echo "run.sh: $bench_ops is not built (it needs oneDNN): no GEMM ceiling" >&2
     exit 1
 fi
 
 base=${BENCH_TMPDIR:-${TMPDIR:-/tmp}}
 tmp=$(mktemp -d "$base/ptc-bench-train.XXXXXX") || exit 1
+out=${BENCH_OUT:-}
+if [ "$mode" = parity ] && [ -z "$out" ]; then
+    # Parity takes long enough that its figures should outlive the terminal.
+    out=$(mktemp "$base/ptc-bench-parity.XXXXXX") || exit 1
+fi
 if [ "${BENCH_KEEP:-0}" = 1 ]; then
     trap 'echo "logs kept in $tmp"' EXIT
 else
@@ -177,7 +208,7 @@ echo "arch $arch, batch $batch, $threads threads, data $data; $(nproc 2>/dev/nul
 "$py" "$recipe" --mode flops --arch "$arch" --json >"$tmp/flops.json" || exit 1
 failed=0
 
-if [ "$mode" != recipe ]; then
+if [ "$mode" = throughput ] || [ "$mode" = all ]; then
     # The throughput runs: one epoch of exactly BENCH_STEPS full batches (the prefix of
     # steps x batch images of each split), then the evaluation of as many test images.
     n=$((steps * batch))
@@ -206,7 +237,7 @@ if [ "$mode" != recipe ]; then
     done
 fi
 
-if [ "$mode" != throughput ]; then
+if [ "$mode" = recipe ] || [ "$mode" = all ]; then
     echo
     echo "== recipe: full Fashion-MNIST, epochs: $epochs_list; seed 0, evaluation every 2 epochs" \
         "and after the last"
@@ -232,12 +263,52 @@ if [ "$mode" != throughput ]; then
     done
 fi
 
+if [ "$mode" = parity ]; then
+    # final_accuracy KIND PATH: "test accuracy A% (T test images, S steps)" of a finished run, from
+    # ptc's metrics (its summary and last evaluation) or the torch recipe's JSON line.
+    final_accuracy() {
+        "$py" - "$1" "$2" <<'PYEOF'
+import json, sys
+kind, path = sys.argv[1:3]
+try:
+    rows = [json.loads(l) for l in open(path) if l.strip().startswith("{")]
+    if kind == "ptc":
+        s = [r for r in rows if r.get("event") == "summary"][-1]
+        n = [r for r in rows if r.get("event") == "eval"][-1]["images"]
+    else:
+        s = rows[-1]
+        n = s["test_samples"]
+    print("test accuracy %.2f%% (%d test images, %d steps)" % (100 * s["test_accuracy"], n, s["steps"]))
+except (OSError, ValueError, IndexError, KeyError):
+    print("no result")
+PYEOF
+    }
+    wall() { tail -n 1 "$tmp/$1.time" 2>/dev/null | cut -d ' ' -f 2; }
+    echo
+    echo "== parity: seeds $seeds, each run by ptc then torch; the first $parity_samples images of" \
+        "each split (all 10,000 test images from 10000 on), $parity_epochs epoch(s)," \
+        "evaluation every 2 epochs and after the last"
+    for sd in $seeds; do
+        ptc_train "par.$sd.ptc" --epochs "$parity_epochs" --max-samples "$parity_samples" \
+            --seed "$sd" || failed=1
+        printf '  [seed %s] ptc train: %s, %s s (others %s CPU)\n' "$sd" \
+            "$(final_accuracy ptc "$tmp/par.$sd.ptc.metrics")" "$(wall "par.$sd.ptc")" \
+            "$(cat "$tmp/par.$sd.ptc.other")"
+        torch_recipe "par.$sd.torch" --epochs "$parity_epochs" --max-samples "$parity_samples" \
+            --seed "$sd" || failed=1
+        printf '  [seed %s] torch recipe: %s, %s s (others %s CPU)\n' "$sd" \
+            "$(final_accuracy torch "$tmp/par.$sd.torch.out")" "$(wall "par.$sd.torch")" \
+            "$(cat "$tmp/par.$sd.torch.other")"
+    done
+fi
+
 # ---- the tables ----------------------------------------------------------------------------------
 "$py" - "$tmp" "$mode" "$repeat" "$steps" "$batch" "$recipe_repeat" "$epochs_list" \
-    "$recipe_samples" "${BENCH_OUT:-}" <<'EOF' || failed=1
-import json, os, statistics, sys
+    "$recipe_samples" "$out" "$seeds" "$parity_samples" "$parity_epochs" <<'EOF' || failed=1
+import json, math, os, statistics, sys
 
 tmp, mode, repeat, steps, batch, recipe_repeat, epochs_list, samples, out = sys.argv[1:10]
+seeds, parity_samples, parity_epochs = sys.argv[10].split(), sys.argv[11], sys.argv[12]
 repeat, steps, batch, recipe_repeat = int(repeat), int(steps), int(batch), int(recipe_repeat)
 WARMUP = 10
 flops = json.load(open(os.path.join(tmp, "flops.json")))
@@ -309,7 +380,7 @@ def ptc_train_ips(events):
     return summ[0]["train_images_per_sec"]
 
 
-if mode != "recipe":
+if mode in ("throughput", "all"):
     rows = []
     for r in range(1, repeat + 1):
         ev = jsonl(os.path.join(tmp, f"tp.{r}.ptc.metrics"))
@@ -420,7 +491,7 @@ if mode != "recipe":
         emit("Other processes were busy during every run of some figure: the figures above are "
              "disturbed and their ratios are not the machine's.")
 
-if mode != "throughput":
+if mode in ("recipe", "all"):
     emit()
     split = (f"the first {samples} images of each split" if int(samples) > 0
              else "full Fashion-MNIST (60,000 train, 10,000 test)")
@@ -460,8 +531,99 @@ if mode != "throughput":
     emit()
     emit("Epoch times are disturbed when the last column is above about 0.1; accuracies are not.")
 
+if mode == "parity":
+    def wall_s(name):
+        """The wall seconds of a measured command (GNU time's or the fallback's last line)."""
+        try:
+            return float(open(os.path.join(tmp, name + ".time")).read().strip().splitlines()[-1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+
+    per_seed, acc, problems = [], {"ptc": [], "torch": []}, []
+    test_n, train_n, nsteps = set(), set(), set()
+    for sd in seeds:
+        ev = jsonl(os.path.join(tmp, f"par.{sd}.ptc.metrics"))
+        summ = next((x for x in ev if x.get("event") == "summary"), None)
+        p_ev = [x for x in ev if x.get("event") == "eval"]
+        tj = last_json(os.path.join(tmp, f"par.{sd}.torch.out")) or {}
+        pa = 100 * summ["test_accuracy"] if summ else None
+        ta = 100 * tj["test_accuracy"] if "test_accuracy" in tj else None
+        if pa is not None:
+            acc["ptc"].append(pa)
+            test_n.add(p_ev[-1]["images"])
+            nsteps.add(summ["steps"])
+        else:
+            problems.append(f"ptc seed {sd}")
+        if ta is not None:
+            acc["torch"].append(ta)
+            test_n.add(tj["test_samples"])
+            train_n.add(tj["train_samples"])
+            nsteps.add(tj["steps"])
+        else:
+            problems.append(f"torch seed {sd}")
+        per_seed.append((sd, pa, ta, wall_s(f"par.{sd}.ptc"), wall_s(f"par.{sd}.torch"),
+                         other(f"par.{sd}.ptc"), other(f"par.{sd}.torch"),
+                         [round(100 * x["test_accuracy"], 2) for x in p_ev],
+                         [round(100 * x["test_accuracy"], 2) for x in tj.get("evals", [])]))
+    ntrain = "/".join(str(n) for n in sorted(train_n)) or parity_samples
+    ntest = "/".join(str(n) for n in sorted(test_n)) or "n/a"
+    emit()
+    emit(f"### Accuracy parity: {flops['arch']}, Fashion-MNIST, the first {ntrain} training "
+         f"images, {ntest} test images, {parity_epochs} epoch(s), batch {batch}, seeds "
+         f"{' '.join(seeds)}")
+    emit()
+    emit("| seed | ptc test acc | torch test acc | ptc - torch (pp) | ptc s | torch s | "
+         "ptc evals | torch evals | others' CPUs ptc / torch |")
+    emit("|---:|---:|---:|---:|---:|---:|---|---|---|")
+    for sd, pa, ta, pw, tw, po, to, pe, te in per_seed:
+        d = None if pa is None or ta is None else pa - ta
+        emit(f"| {sd} | {f(pa, '%.2f')} | {f(ta, '%.2f')} | {f(d, '%+.2f')} | {f(pw)} | {f(tw)} | "
+             f"{pe} | {te} | {f(po, '%.2f')} / {f(to, '%.2f')} |")
+    emit()
+    emit("| side | runs | mean test accuracy | sd | min | max |")
+    emit("|---|---:|---:|---:|---:|---:|")
+    mean, sdev = {}, {}
+    for side in ("ptc", "torch"):
+        xs = acc[side]
+        mean[side] = statistics.mean(xs) if xs else None
+        sdev[side] = statistics.stdev(xs) if len(xs) > 1 else None
+        emit(f"| {side} | {len(xs)} | {f(mean[side], '%.2f%%')} | {f(sdev[side], '%.2f')} | "
+             f"{f(min(xs) if xs else None, '%.2f%%')} | {f(max(xs) if xs else None, '%.2f%%')} |")
+    emit()
+    d = se = z = None
+    if mean["ptc"] is not None and mean["torch"] is not None:
+        d = mean["ptc"] - mean["torch"]
+    if d is not None and sdev["ptc"] is not None and sdev["torch"] is not None:
+        se = math.sqrt(sdev["ptc"] ** 2 / len(acc["ptc"]) + sdev["torch"] ** 2 / len(acc["torch"]))
+        z = abs(d) / se if se > 0 else (0.0 if d == 0 else math.inf)
+    v = "n/a" if z is None else ("met" if z <= 3 else "missed")
+    emit(f"Difference of the means, ptc - torch: {f(d, '%+.2f')} percentage points; standard error "
+         f"{f(se, '%.2f')} (sqrt(sd_ptc^2/{len(acc['ptc'])} + sd_torch^2/{len(acc['torch'])})); "
+         f"|difference| = {f(z, '%.2f')} SE; target: within 3 SE: {v}")
+    emit()
+    emit("sd: the sample standard deviation (n - 1) of the final test accuracies, in percentage "
+         "points. The two sides share the recipe and the seed policy, not the random streams: seed "
+         "S of ptc and seed S of torch are two independent draws, so the per-seed difference is "
+         "not a paired one.")
+    if len(test_n) > 1 or len(nsteps) > 1:
+        emit()
+        emit(f"The runs differ in test images ({ntest}) or steps "
+             f"({'/'.join(str(n) for n in sorted(nsteps))}): they are not the same recipe.")
+    if problems:
+        emit()
+        emit("No result from: " + ", ".join(problems) + ".")
+    emit()
+    emit(f"parity ptc_runs={len(acc['ptc'])} torch_runs={len(acc['torch'])} "
+         f"ptc_mean={f(mean['ptc'], '%.4f')} ptc_sd={f(sdev['ptc'], '%.4f')} "
+         f"torch_mean={f(mean['torch'], '%.4f')} torch_sd={f(sdev['torch'], '%.4f')} "
+         f"diff_pp={f(d, '%.4f')} se_pp={f(se, '%.4f')} z={f(z, '%.3f')} verdict={v}")
+
 if out:
     with open(out, "a") as fo:
         fo.write("\n".join(lines) + "\n")
 EOF
+if [ -n "$out" ]; then
+    echo
+    echo "tables written to $out"
+fi
 exit "$failed"
