@@ -87,7 +87,7 @@ def launches(tmp):
         cmd = prefix + [PTC] + base + ['--data', os.path.join(tmp, data), '--save', out] + \
             list(extra)
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           stdin=subprocess.DEVNULL, timeout=fr.TIMEOUT)
+                           stdin=subprocess.DEVNULL, timeout=fr.TIMEOUT, env=fr.mpi_env())
         if not v.check(p.returncode == 0, '%s: exit %d: %s' % (
                 tag, p.returncode, p.stdout.decode(errors='replace')[-600:])):
             return None

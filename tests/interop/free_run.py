@@ -260,6 +260,21 @@ def mpirun_cmd():
     return cmd
 
 
+def mpi_env():
+    """The environment for ptc under mpirun, as tests/dist/mpi_env.sh sets it: under the sanitizer
+    build, LeakSanitizer ignores OpenMPI's own allocations (by library, so MPI's components stay
+    mapped and stacks are unwound fully) and still checks ptc's."""
+    src = os.environ.get('top_srcdir') or os.path.dirname(os.path.dirname(
+        os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ)
+    supp = 'suppressions=' + os.path.join(src, 'tests', 'dist', 'lsan-mpi.supp')
+    env['LSAN_OPTIONS'] = supp + (':' + env['LSAN_OPTIONS'] if env.get('LSAN_OPTIONS') else '')
+    env['ASAN_OPTIONS'] = 'fast_unwind_on_malloc=0' + (
+        ':' + env['ASAN_OPTIONS'] if env.get('ASAN_OPTIONS') else '')
+    env['OMPI_MCA_mca_base_component_disable_dlclose'] = '1'
+    return env
+
+
 def run_ptc(ptc, tmp, case, backend, steps):
     """`ptc train` for the case; returns (state dict, checkpoint) or raises RuntimeError."""
     save = os.path.join(tmp, 'ptc-%s-%d.pth' % (backend, steps))
@@ -273,7 +288,8 @@ def run_ptc(ptc, tmp, case, backend, steps):
         args = mpirun_cmd() + ['-np', str(case.world)] + args
     try:
         p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           stdin=subprocess.DEVNULL, timeout=TIMEOUT)
+                           stdin=subprocess.DEVNULL, timeout=TIMEOUT,
+                           env=mpi_env() if case.world > 1 else None)
     except subprocess.TimeoutExpired:
         raise RuntimeError('%s: no result after %d s' % (' '.join(args[:3]), TIMEOUT))
     if p.returncode != 0:

@@ -9,12 +9,13 @@ every byte; the fsync and the rename follow), measured from the start of the pro
 
 Then, in trial after trial, ptc (`ptc convert SRC ckpt.pth`, or `save_tool copy` while convert is
 not built) writes whichever of A and B the file ckpt.pth does not hold at the moment, over it, and
-is killed with SIGKILL (its whole process group) after a delay. Four trials in five aim at the
-window of the temporary file: the delay is drawn across the window as currently estimated, and the
-estimate adapts to where the kills land (a kill that came before the temporary file existed moves
-its start later; one that came after the file was complete, after the rename or after the exit moves
-its end earlier). Every fifth trial draws its delay across the whole write (0 to 110% of its duration), so
-that the other moments (before the temporary file, after the rename, after the exit) are hit too.
+is killed with SIGKILL (its whole process group). Four trials in five aim at the window of the
+temporary file by watching it: the test polls the folder and kills the writer as soon as the
+temporary file holds a share of the new file's bytes drawn between 5% and 95% (a delay drawn from
+the measured window alone missed it too often on a loaded machine, where the writes' durations vary
+several-fold). Every fifth trial kills after a delay drawn across the whole write (0 to 110% of its
+measured duration), so that the other moments (before the temporary file, after the rename, after
+the exit) are hit too.
 After each trial:
   - ckpt.pth exists and its SHA-256 is that of the old file or of the new one; a run that finished
     before the kill must have left the new one;
@@ -84,6 +85,17 @@ def temps_in(folder):
     return [f for f in os.listdir(folder) if TEMP_RE.match(f)]
 
 
+def holds(folder, goal):
+    """Whether a temporary file in folder holds at least goal bytes."""
+    for f in temps_in(folder):
+        try:
+            if os.path.getsize(os.path.join(folder, f)) >= goal:
+                return True
+        except OSError:  # renamed meanwhile
+            pass
+    return False
+
+
 def watched_write(argv, folder, out):
     """Runs one uninterrupted write to out, watching folder for its temporary file. Returns
     (returncode, stderr, duration, first, last): first is the time (from the start) at which the
@@ -106,31 +118,6 @@ def watched_write(argv, folder, out):
     size = os.path.getsize(out) if p.returncode == 0 else -1
     full = [t for t, n in seen if n >= size]
     return p.returncode, err, duration, seen[0][0], full[0] if full else seen[-1][0]
-
-
-class Window:
-    """Where, from the start of a write, its temporary file exists and is incomplete: measured on
-    the uninterrupted writes, then moved by the outcome of each aimed kill."""
-
-    def __init__(self, duration, first, last):
-        self.duration = duration
-        if first is None:  # never seen: the watch was too slow; start from the whole write
-            first, last = 0.0, duration
-        self.initial = (first, last)
-        self.lo, self.hi = first, last
-
-    def draw(self, rng):
-        return rng.uniform(self.lo, self.hi)
-
-    def landed(self, delay, outcome):
-        if outcome == "early":  # before the temporary file: the window starts later
-            self.lo += 0.5 * max(0.0, delay - self.lo)
-        elif outcome in ("late", "complete", "finished"):  # after the last byte: it ends earlier
-            self.hi -= 0.5 * max(0.0, self.hi - delay)
-        elif outcome == "incomplete":
-            self.lo, self.hi = min(self.lo, delay), max(self.hi, delay)
-        if self.hi - self.lo < 0.02 * self.duration:  # collapsed on noise: measure afresh
-            self.lo, self.hi = self.initial
 
 
 def main():
@@ -183,11 +170,11 @@ def main():
             del loaded
             ref[tag] = (sha256(out), os.path.getsize(out))
             dur[tag] = statistics.median(times)
-            window[tag] = Window(dur[tag], statistics.median(firsts) if firsts else None,
-                                 statistics.median(lasts) if lasts else None)
+            window[tag] = (statistics.median(firsts) if firsts else float('nan'),
+                           statistics.median(lasts) if lasts else float('nan'))
             print("reference %s: %d bytes, written in %.2f s (median of 3), loads equal to the source; "
                   "temporary file seen incomplete from %.3f s to %.3f s" % (
-                      tag, ref[tag][1], dur[tag], window[tag].lo, window[tag].hi))
+                      tag, ref[tag][1], dur[tag], window[tag][0], window[tag][1]))
 
         shutil.copyfile(os.path.join(tmp, "ref_B", NAME), target)
         current = "B"
@@ -196,10 +183,17 @@ def main():
         for trial in range(1, ntrials + 1):
             new = "A" if current == "B" else "B"
             aimed = trial % 5 != 0
-            delay = window[new].draw(rng) if aimed else rng.uniform(0, 1.1 * dur[new])
+            goal = rng.uniform(0.05, 0.95) * ref[new][1] if aimed else None
+            delay = None if aimed else rng.uniform(0, 1.1 * dur[new])
+            t0 = time.monotonic()
             p = subprocess.Popen(writer_argv(w, srcs[new][0], target), stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, start_new_session=True)
-            time.sleep(delay)
+            if aimed:  # until the temporary file holds the goal's bytes, or the writer exits
+                while p.poll() is None and not holds(work, goal):
+                    time.sleep(0.0005)
+                delay = time.monotonic() - t0
+            else:
+                time.sleep(delay)
             finished = p.poll() is not None
             if not finished:
                 try:
@@ -259,8 +253,6 @@ def main():
             else:
                 outcome = "early" if state == "old" else "late"
             landed[outcome] += 1
-            if aimed:
-                window[new].landed(delay, outcome)
             if state == "new":
                 current = new
 
@@ -283,10 +275,6 @@ def main():
               "(at least %d required); before it existed %d, with it complete %d, after the rename %d, "
               "after the exit %d" % (landed["incomplete"], ntrials, need, landed["early"],
                                      landed["complete"], landed["late"], landed["finished"]))
-        for tag in sorted(window):
-            print("  window of %s: %.3f s to %.3f s at the end (measured %.3f s to %.3f s, write %.3f s)"
-                  % (tag, window[tag].lo, window[tag].hi, window[tag].initial[0],
-                     window[tag].initial[1], dur[tag]))
         if landed["incomplete"] < need:
             problems.append("only %d of %d kills landed while the temporary file existed and was "
                             "incomplete; at least %d must, or the test says little about a kill "
