@@ -120,7 +120,7 @@ def shard_batches(case, rank):
 # ---- torch ----------------------------------------------------------------------------------------
 
 def _momenta(opt):
-    return [opt.state[p]['momentum_buffer'].detach().double().clone()
+    return [opt.state[p]['momentum_buffer'].detach().clone()
             for g in opt.param_groups for p in g['params']]
 
 
@@ -190,17 +190,32 @@ def _result(model, opt):
             'momentum': _momenta(opt)}
 
 
-def torch_local(case, init, x, y, jobs):
+class Results:
+    """{(key, step): result} of torch runs, kept on disk in tmp (one file each: a ResNet-18 state
+    and momentum buffers in float64 are 190 MB, and a case has dozens) and read when asked for.
+    The files go with tmp."""
+
+    def __init__(self, tmp):
+        self.tmp = tmp
+
+    def path(self, key, step):
+        return os.path.join(self.tmp, 'torch-%s-%d.pt' % (key, step))
+
+    def __getitem__(self, ks):
+        return torch.load(self.path(*ks), weights_only=True)
+
+
+def torch_local(tmp, case, init, x, y, jobs):
     """Jobs in this process (W = 1): (key, kind, start checkpoint or None, first step, count,
-    threads). Returns {(key, step): result} for every step of every job."""
+    threads). Returns Results for every step of every job."""
     saved = torch.get_num_threads()
-    out = {}
+    out = Results(tmp)
     batches = shard_batches(case, 0)
     for key, dtype, start, first, count, threads in jobs:
         torch.set_num_threads(threads)
         model, net, opt = _start(case, init, start, dtype)
         _run_steps(net, opt, x, y, batches, first, count, dtype,
-                   lambda s: out.__setitem__((key, s), _result(model, opt)), model)
+                   lambda s: torch.save(_result(model, opt), out.path(key, s)), model)
     torch.set_num_threads(saved)
     return out
 
@@ -239,13 +254,7 @@ def torch_ddp(tmp, case, x, y, jobs):
     torch.save({'x': x, 'y': y}, os.path.join(tmp, 'xy.pt'))
     os.environ.setdefault('GLOO_SOCKET_IFNAME', 'lo')
     mp.spawn(_ddp_worker, args=(_free_port(), tmp, case, jobs), nprocs=case.world, join=True)
-    out = {}
-    for key, _, _, first, count, _ in jobs:
-        for s in range(first + 1, first + count + 1):
-            path = os.path.join(tmp, 'torch-%s-%d.pt' % (key, s))
-            out[(key, s)] = torch.load(path, weights_only=True)
-            os.remove(path)
-    return out
+    return Results(tmp)
 
 
 # ---- ptc ------------------------------------------------------------------------------------------
@@ -429,7 +438,7 @@ def golden_case(ptc, tmp, case, backends, v, per_step=True, keep=None):
                     jobs += [('%s-%d-%s' % (b, k, name), kind, path, k - 1, 1, th)
                              for name, kind, th in kinds]
     try:
-        got = (torch_local(case, init, x, y, jobs) if case.world == 1
+        got = (torch_local(tmp, case, init, x, y, jobs) if case.world == 1
                else torch_ddp(tmp, case, x, y, jobs))
     except Exception as ex:  # noqa: BLE001 (a torch DDP group that fails raises from spawn)
         v.check(False, '%s: torch failed: %s' % (case.name, str(ex)[-800:]))
@@ -478,6 +487,9 @@ def golden_case(ptc, tmp, case, backends, v, per_step=True, keep=None):
                 v.check(got_m <= bound(FLOOR(mom)), '%s, %s: step %d: momentum buffers %.2e '
                         '> 2 x %.2e + %g' % (case.name, b, k, got_m, FLOOR(mom), SLACK))
     shutil.rmtree(os.path.join(tmp, 'cifar'))
+    for f in os.listdir(tmp):
+        if f.startswith('torch-') and f.endswith('.pt'):
+            os.remove(os.path.join(tmp, f))
 
 
 def available_backends(ptc, tmp):
