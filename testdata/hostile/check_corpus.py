@@ -58,6 +58,13 @@ def check_structure(man, files_dir):
                 pkl = [n for n in z.namelist() if n.endswith('/data.pkl')]
                 assert len(pkl) == 1, pkl
                 pickletools.dis(z.read(pkl[0]), out=io.StringIO())
+            elif e['file'].startswith('p8-safetensors'):
+                # safetensors: an 8-byte little-endian header length, then a JSON object whose
+                # offsets tile the rest of the file
+                n, = struct.unpack('<Q', data[:8])
+                head = json.loads(data[8:8 + n])
+                ends = sorted(v['data_offsets'][1] for k, v in head.items() if k != '__metadata__')
+                assert ends and 8 + n + ends[-1] == len(data), (n, ends[-1:], len(data))
             else:
                 assert data[:15] == LEGACY_MAGIC
                 bio = io.BytesIO(data)
