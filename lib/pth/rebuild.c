@@ -97,9 +97,12 @@ static bool is_str(const ptc_value *v, const char *s)
     return v->kind == PTC_VALUE_STR && v->u.s.n == strlen(s) && memcmp(v->u.s.p, s, v->u.s.n) == 0;
 }
 
-static bool empty_hooks(const ptc_value *v)
+/* Backward hooks that no backward pass can call: None (older torch releases write it) or an empty
+ * dict (torch.save writes OrderedDict()). torch installs whatever it is given as the tensor's
+ * hooks, and a non-empty dict would have autograd call its values. */
+static bool no_hooks(const ptc_value *v)
 {
-    return v->kind == PTC_VALUE_DICT && v->u.dict.n == 0 && !v->u.dict.attrs;
+    return v->kind == PTC_VALUE_NONE || (v->kind == PTC_VALUE_DICT && v->u.dict.n == 0);
 }
 
 static bool is_number(const ptc_value *v)
@@ -378,22 +381,14 @@ static int rebuild_tensor(ptc__vm *vm, ptc_ckpt *c, const ptc_value *args, bool 
     if ((rc = ptc__tensor_check(t, c->limits.max_ndim, ptc__vm_member(vm), ptc__vm_offset(vm),
                                 err)) < 0)
         return rc;
-    /* What torch takes as it comes: any backward hooks (only a backward pass would call them),
-     * any typed storage for v3 (it keeps the bytes), an untyped storage for v2 (a uint8 tensor), a
-     * list for size or stride, a false metadata argument. */
-    if (!old && !empty_hooks(a[5]))
-        return HOOK_STRICTER(PTC_EFORMAT, "backward hooks must be an empty OrderedDict");
-    if (v3 && !s->untyped && s->dtype != a[6]->u.dt)
-        return HOOK_STRICTER(PTC_EFORMAT, "tensor dtype %s differs from its %s storage",
-                             ptc_dtype_name(a[6]->u.dt), ptc_dtype_name(s->dtype));
-    if (!v3 && s->untyped)
+    /* Taken as torch takes them: lists for size and stride, a false metadata argument, an
+     * untyped storage under v2 or the old rebuild (a uint8 tensor, the storage's own dtype), and
+     * under v3 a typed storage of another dtype, whose bytes the tensor reads as its own dtype
+     * (the bounds above are proven in bytes). Hooks a backward pass would call are refused: torch
+     * installs them. */
+    if (!old && !no_hooks(a[5]))
         return HOOK_STRICTER(PTC_EFORMAT,
-                             "an untyped storage needs _rebuild_tensor_v3 and a dtype");
-    if (a[2]->kind == PTC_VALUE_LIST || a[3]->kind == PTC_VALUE_LIST)
-        return HOOK_STRICTER(PTC_EFORMAT, "tensor size and stride must be tuples, not lists");
-    if (!old && n == base + 1 && a[base]->kind != PTC_VALUE_NONE && a[base]->kind != PTC_VALUE_DICT)
-        return HOOK_STRICTER(PTC_EFORMAT, "tensor metadata must be a dict, not %s",
-                             kind_name(a[base]));
+                             "backward hooks must be None or empty: autograd would call them");
     int64_t numel = 1;
     for (int d = 0; d < t->ndim; d++)
         numel *= t->shape[d];
@@ -662,9 +657,9 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
         int rc = make_parameter(vm, a[0], b, out, err);
         if (rc == 0 && with_state)
             rc = check_state(vm, a[3], err);
-        if (rc == 0 && !empty_hooks(a[2])) /* torch sets any object as the hooks */
-            rc = HOOK_STRICTER(PTC_EFORMAT, "%s takes (tensor, bool, OrderedDict()%s)",
-                               fn->u.g.name, with_state ? ", dict" : "");
+        if (rc == 0 && !no_hooks(a[2])) /* torch installs any object as the hooks */
+            rc = HOOK_STRICTER(PTC_EFORMAT,
+                               "backward hooks must be None or empty: autograd would call them");
         return rc;
     }
     case G_REBUILD_FROM_TYPE_V2: {
@@ -706,11 +701,24 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
                 if (rc < 0)
                     return rc;
             }
+        } else if (n == 1 && fn->u.g.id == G_ORDERED_DICT && a[0]->kind != PTC_VALUE_SET &&
+                   pairs(a[0])) {
+            /* [[key, value], ...], as Python 2 era pickles write an OrderedDict: a later equal
+             * key replaces the value in the first one's place, as in Python. */
+            for (size_t i = 0; i < a[0]->u.seq.n; i++) {
+                ptc_value **kv = a[0]->u.seq.items[i]->u.seq.items;
+                int rc = ptc__dict_set(ptc__vm_arena(vm), d, kv[0], kv[1], err,
+                                       ptc__vm_member(vm), ptc__vm_offset(vm));
+                if (rc < 0)
+                    return rc;
+            }
         } else if (n != 0) {
-            /* Python also builds them from pairs, a Counter from any iterable. */
+            /* Python also builds a Counter from any iterable, counting its items, and either from
+             * a set, in the order of its hashes, which ptc does not reproduce. */
             bool torch_ok = n == 1 && (fn->u.g.id == G_ORDERED_DICT ? pairs(a[0])
                                                                     : iterable_of_hashables(a[0]));
-            return HOOK_ERR_IF(torch_ok, PTC_EFORMAT, "%s takes () or (dict)", fn->u.g.full);
+            return HOOK_ERR_IF(torch_ok, PTC_EFORMAT, "%s takes (), (dict) or (list of pairs)",
+                               fn->u.g.full);
         }
         *out = d;
         return 0;
@@ -921,33 +929,6 @@ static int legacy_view(ptc__vm *vm, ptc_ckpt *c, ptc_storage *root, const ptc_va
     return ptc__ckpt_add_storage(c, s, err);
 }
 
-/* Location tags torch writes and can restore: a device type, and ":<index>" for indexed ones
- * ("cpu", "cuda:0", "mps", "meta", "xpu:1", a PrivateUse1 backend such as "npu:0"). The tag is
- * informational to ptc (tensors are read to the host), but one torch cannot restore is refused. */
-static bool location_ok(const ptc_value *l)
-{
-    static const char *const types[] = {"cpu", "cuda", "mps", "meta", "hpu", "xpu", "xla",
-                                        "mtia", "maia", "npu", "privateuseone", "ipu", "lazy",
-                                        "vulkan", "ve", "hip", "mkldnn", "opengl", "opencl",
-                                        "ideep", "fpga"};
-    if (l->kind != PTC_VALUE_STR || l->u.s.n == 0 || l->u.s.n > 64)
-        return false;
-    const char *colon = memchr(l->u.s.p, ':', l->u.s.n);
-    size_t tl = colon ? (size_t)(colon - l->u.s.p) : l->u.s.n;
-    if (colon) {
-        size_t digits = l->u.s.n - tl - 1;
-        if (digits == 0 || digits > 6)
-            return false;
-        for (size_t i = tl + 1; i < l->u.s.n; i++)
-            if (l->u.s.p[i] < '0' || l->u.s.p[i] > '9')
-                return false;
-    }
-    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
-        if (strlen(types[i]) == tl && memcmp(types[i], l->u.s.p, tl) == 0)
-            return true;
-    return false;
-}
-
 /* Whether torch 2.6 finds the storage of a key ptc refuses: in a zip, the record named
  * f"data/{key}" (a str as it is, up to a NUL as C++ passes it on; an int in decimal; a bool or None
  * by name); in a legacy stream any hashable key names a storage. */
@@ -1008,10 +989,11 @@ static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value
     if (!ptc__mul_i64_ok(numel, (int64_t)ptc_dtype_size(dt), &nbytes))
         return HOOK_ERR(PTC_EFORMAT, "storage of %lld elements of %s overflows", (long long)numel,
                         ptc_dtype_name(dt));
-    /* Loading with map_location='cpu', torch never looks at the location. */
-    if (!location_ok(a[3]))
-        return HOOK_STRICTER(PTC_EFORMAT, "storage location is not a device torch can restore to "
-                                          "(cpu, cuda:0, ...)");
+    /* Loading with map_location='cpu', torch never looks at the location: ptc keeps any text as
+     * the storage's saved location ("cpu", "cuda:0", ...) and reads the bytes to the host. */
+    if (a[3]->kind != PTC_VALUE_STR)
+        return HOOK_STRICTER(PTC_EFORMAT, "storage location is a %s, not a str",
+                             kind_name(a[3]));
     ptc_storage *s = ptc__ckpt_find_storage(c, a[2]->u.s.p);
     if (s) {
         /* torch silently reuses the first storage; a second declaration that disagrees is an

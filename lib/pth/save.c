@@ -42,6 +42,7 @@ typedef struct saver {
     size_t nst, capst;
     size_t *index; /* open addressing: storage pointer -> position + 1 */
     size_t index_cap;
+    const char *location; /* every storage's location tag; NULL: each storage's own */
     ptc_error *err;
     int rc;
 } saver;
@@ -148,8 +149,14 @@ static int save(saver *s, const ptc_value *v, int depth);
 
 static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad)
 {
-    const ptc__dtype_info *info = ptc__dtype_info_of(t->dtype);
-    bool v3 = info->storage_name == NULL;
+    /* A storage is declared with one class wherever it is referenced: its own dtype's (torch
+     * keeps the first declaration of a key). A tensor of that dtype is rebuilt by v2, as torch.save
+     * writes it; one that reads an untyped storage, or a typed storage as another dtype (a file
+     * torch loads, though torch.save never writes it), by v3 with its dtype. */
+    const ptc_storage *st = t->storage;
+    const ptc__dtype_info *info = ptc__dtype_info_of(st->untyped ? PTC_UINT8 : st->dtype);
+    bool untyped = st->untyped || info->storage_name == NULL;
+    bool v3 = untyped || t->dtype != st->dtype;
     saved_storage *e = storage_entry(s, t->storage);
     if (!e) {
         fail(s, PTC_ENOMEM, "out of memory");
@@ -163,19 +170,19 @@ static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad)
     /* The persistent id: a new tuple each time, its parts shared. */
     ptc__pw_op(&s->pw, '(');
     const_str(s, &K_STORAGE, "storage");
-    if (v3) {
+    if (untyped)
         global_once(s, &K_UNTYPED, "torch.storage", "UntypedStorage");
-    } else {
-        global_once(s, &K_STORAGE_CLASS[t->dtype], "torch", info->storage_name);
-    }
+    else
+        global_once(s, &K_STORAGE_CLASS[st->dtype], "torch", info->storage_name);
     const_str(s, e, e->key);
-    if (strcmp(t->storage->location, "cpu") == 0) {
+    const char *loc = s->location ? s->location : st->location;
+    if (strcmp(loc, "cpu") == 0) {
         const_str(s, &K_CPU, "cpu");
     } else {
-        ptc__pw_str(&s->pw, t->storage->location, strlen(t->storage->location));
+        ptc__pw_str(&s->pw, loc, strlen(loc));
         ptc__pw_put(&s->pw, NULL);
     }
-    int64_t numel = v3 ? t->storage->nbytes : t->storage->nbytes / (int64_t)info->size;
+    int64_t numel = untyped ? st->nbytes : st->nbytes / (int64_t)info->size;
     ptc__pw_int(&s->pw, numel);
     ptc__pw_op(&s->pw, 't');
     ptc__pw_put(&s->pw, NULL);
@@ -186,7 +193,7 @@ static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad)
     ptc__pw_op(&s->pw, requires_grad ? 0x88 : 0x89);
     empty_ordered_dict(s, NULL);
     if (v3)
-        global_once(s, &K_DTYPE[t->dtype], "torch", info->name);
+        global_once(s, &K_DTYPE[t->dtype], "torch", ptc__dtype_info_of(t->dtype)->name);
     if (t->conj || t->neg) {
         ptc__pw_op(&s->pw, '}');
         ptc__pw_put(&s->pw, NULL);
@@ -506,7 +513,7 @@ void ptc_save_params_default(ptc_save_params *p)
 static int save_pth(const ptc_value *root, const char *path, const ptc_save_params *p,
                     ptc_error *err)
 {
-    saver s = {.err = err};
+    saver s = {.location = p->map_location, .err = err};
     ptc__pw_init(&s.pw);
     ptc__zipw *w = NULL;
     int rc = 0;
@@ -587,6 +594,24 @@ done:
     return rc;
 }
 
+/* A device torch can place a storage on: one of its device types, then ":<index>" for an indexed
+ * one ("cpu", "cuda:0", "mps", "xpu:1", a PrivateUse1 backend such as "npu:0"). */
+static bool device_tag(const char *t)
+{
+    static const char *const types[] = {"cpu", "cuda", "mps", "meta", "hpu", "xpu", "xla",
+                                        "mtia", "maia", "npu", "privateuseone", "ipu", "lazy",
+                                        "vulkan", "ve", "hip", "mkldnn", "opengl", "opencl",
+                                        "ideep", "fpga"};
+    size_t n = strcspn(t, ":");
+    bool known = false;
+    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
+        known |= strlen(types[i]) == n && strncmp(types[i], t, n) == 0;
+    if (!known || t[n] == '\0')
+        return known;
+    size_t digits = strspn(t + n + 1, "0123456789");
+    return digits > 0 && digits <= 6 && t[n + 1 + digits] == '\0';
+}
+
 int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *params,
              ptc_error *err)
 {
@@ -598,6 +623,9 @@ int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *par
         ptc_save_params_default(&def);
         params = &def;
     }
+    if (params->map_location && !device_tag(params->map_location))
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "ptc_save: map_location must be a device such as cpu or cuda:0");
     ptc_save_format f = params->format;
     if (f == PTC_SAVE_AUTO) {
         size_t n = strlen(path);

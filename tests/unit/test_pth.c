@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "check.h"
 
@@ -536,6 +537,129 @@ static void test_stricter_flag(void)
     CHECK_INT(err.flags, 0);
 }
 
+/* Opens a legacy stream whose only storage is key '7' (two floats, 1 and 2) and whose object
+ * pickle is obj; *root gets the root value. The caller closes *c. */
+static int open_variant(const char *obj, size_t objn, ptc_ckpt **c, uint8_t *buf, size_t cap,
+                        ptc_error *err)
+{
+    static const char keys[] = "\x80\x02]X\x01\x00\x00\x00" "7a.";
+    static const uint8_t raw[16] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40};
+    if (objn + sizeof keys + sizeof raw + 32 > cap)
+        return -1;
+    size_t n = legacy_stream(buf, obj, objn, LIT(keys), raw, sizeof raw);
+    return ptc_ckpt_open_memory(c, buf, n, NULL, err);
+}
+
+/* The float32 tensor at root[key] holds {1, 2}. */
+static void check_w(ptc_ckpt *c, const char *key)
+{
+    const ptc_tensor *t = ptc_state_dict_get(ptc_ckpt_root(c), key);
+    CHECK(t != NULL && ptc_tensor_dtype(t) == PTC_FLOAT32 && ptc_tensor_numel(t) == 2);
+    if (t && ptc_tensor_numel(t) == 2) {
+        float w[2];
+        read_f32(t, w, 2);
+        CHECK(w[0] == 1.0f && w[1] == 2.0f);
+    }
+}
+
+/* What older torch releases and Python 2 era pickles write, and torch 2.6 loads: each opens, with
+ * the values torch gives; hooks that autograd would call are refused, as ptc's own rule. */
+static void test_writer_variants(void)
+{
+    ptc_error err;
+    ptc_ckpt *c = NULL;
+    uint8_t buf[1024];
+#define STORAGE7 "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00" "7X\x03\x00\x00\x00" "cpuK\x02NtQ"
+#define REBUILD_V2 "ctorch._utils\n_rebuild_tensor_v2\n("
+#define HOOKS "ccollections\nOrderedDict\n)R"
+    static const struct {
+        const char *what, *pkl;
+        size_t n;
+    } ok[] = {
+        {"backward hooks None (torch 0.4 to 1.x)",
+         LIT("\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7 "K\x00K\x02\x85K\x01\x85\x89NtRs.")},
+        {"backward hooks an empty plain dict",
+         LIT("\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7 "K\x00K\x02\x85K\x01\x85\x89}tRs.")},
+        {"size and stride as lists",
+         LIT("\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7
+             "K\x00]K\x02" "a]K\x01" "a\x89" HOOKS "tRs.")},
+        {"a false metadata argument",
+         LIT("\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7 "K\x00K\x02\x85K\x01\x85\x89" HOOKS "]tRs.")},
+        {"Parameter with backward hooks None",
+         LIT("\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_parameter\n(" REBUILD_V2 STORAGE7
+             "K\x00K\x02\x85K\x01\x85\x89NtR\x88NtRs.")},
+        /* OrderedDict([['w', t], ['b', 5], ['w', t]]) with SHORT_BINSTRING keys and the old
+         * rebuild, as Python 2 pickles write it: 'w' keeps the first place. */
+        {"OrderedDict from a list of [key, value] lists",
+         LIT("\x80\x02" "ccollections\nOrderedDict\n]q\x00(]q\x01(U\x01wctorch._utils\n_rebuild_tensor\n("
+             STORAGE7 "K\x00K\x02\x85K\x01\x85tRq\x02" "e](U\x01" "bK\x05" "e](U\x01wh\x02" "ee\x85R.")},
+    };
+    for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
+        int rc = open_variant(ok[i].pkl, ok[i].n, &c, buf, sizeof buf, &err);
+        if (rc != 0)
+            fprintf(stderr, "%s: %s\n", ok[i].what, err.message);
+        CHECK_INT(rc, 0);
+        if (rc == 0) {
+            check_w(c, "w");
+            ptc_ckpt_close(c);
+        }
+    }
+    CHECK_CODE(open_variant(ok[5].pkl, ok[5].n, &c, buf, sizeof buf, &err), 0, &err);
+    if (c) {
+        const ptc_value *root = ptc_ckpt_root(c);
+        int64_t b = 0;
+        CHECK(ptc_dict_is_ordered(root) && ptc_value_len(root) == 2);
+        const char *k0 = NULL;
+        size_t k0n = 0;
+        CHECK(ptc_value_str(ptc_dict_key(root, 0), &k0, &k0n) == 0 && k0n == 1 && *k0 == 'w');
+        CHECK(ptc_value_int(ptc_dict_get(root, "b"), &b) == 0 && b == 5);
+        ptc_ckpt_close(c);
+    }
+
+    /* v3 with a typed storage of another dtype: the 8 bytes read as one float64, and saved again
+     * with the storage's own class. */
+    static const char v3[] = "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v3\n("
+        STORAGE7 "K\x00K\x01\x85K\x01\x85\x89" HOOKS "ctorch\nfloat64\ntRs.";
+    CHECK_CODE(open_variant(LIT(v3), &c, buf, sizeof buf, &err), 0, &err);
+    if (c) {
+        const ptc_tensor *t = ptc_state_dict_get(ptc_ckpt_root(c), "w");
+        static const uint8_t bytes[8] = {0, 0, 0x80, 0x3f, 0, 0, 0, 0x40};
+        double want, got = 0;
+        memcpy(&want, bytes, 8);
+        CHECK(t && ptc_tensor_dtype(t) == PTC_FLOAT64 && ptc_tensor_numel(t) == 1);
+        CHECK_CODE(t ? ptc_tensor_read(t, &got, sizeof got, &err) : -1, 0, &err);
+        CHECK(memcmp(&got, &want, 8) == 0);
+        char path[] = "/tmp/test_pth_v3_XXXXXX";
+        int fd = mkstemp(path);
+        CHECK(fd >= 0);
+        if (fd >= 0) {
+            close(fd);
+            CHECK_CODE(ptc_save(ptc_ckpt_root(c), path, NULL, &err), 0, &err);
+            ptc_ckpt *c2 = NULL;
+            CHECK_CODE(ptc_ckpt_open(&c2, path, NULL, &err), 0, &err);
+            const ptc_tensor *t2 = c2 ? ptc_state_dict_get(ptc_ckpt_root(c2), "w") : NULL;
+            double again = 0;
+            CHECK(t2 && ptc_tensor_dtype(t2) == PTC_FLOAT64 &&
+                  ptc_tensor_read(t2, &again, sizeof again, &err) == 0 &&
+                  memcmp(&again, &want, 8) == 0);
+            CHECK(t2 && ptc_storage_dtype(ptc_tensor_storage(t2)) == PTC_FLOAT32);
+            ptc_ckpt_close(c2);
+            remove(path);
+        }
+        ptc_ckpt_close(c);
+    }
+
+    /* Hooks a backward pass would call: ptc's own refusal. */
+    static const char hooks[] = "\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7
+                                "K\x00K\x02\x85K\x01\x85\x89}K\x01K\x02stRs.";
+    CHECK_CODE(open_variant(LIT(hooks), &c, buf, sizeof buf, &err), PTC_EFORMAT, &err);
+    CHECK_STRICTER(&err, 1);
+    CHECK(strstr(err.message, "backward hooks") != NULL);
+#undef STORAGE7
+#undef REBUILD_V2
+#undef HOOKS
+}
+
 static void test_dispatch_and_limits(void)
 {
     ptc_error err;
@@ -579,6 +703,7 @@ int main(void)
     test_policy();
     test_legacy_rules();
     test_stricter_flag();
+    test_writer_variants();
     test_dispatch_and_limits();
     return check_exit("test_pth");
 }
