@@ -44,6 +44,7 @@ struct options {
     ptc_dtype dtype;
     const char *strip, *add;
     const char *state_dict;
+    const char *map_location;
     regex_t select[MAX_PATTERNS], exclude[MAX_PATTERNS];
     size_t nselect, nexclude;
     int progress; /* CLI_PROGRESS_* */
@@ -68,6 +69,8 @@ static const char usage_text[] =
     "  --select REGEX      keep only tensors whose path matches REGEX (POSIX extended)\n"
     "  --exclude REGEX     drop tensors whose path matches REGEX (both repeatable)\n"
     "  --dtype DTYPE       cast floating-point tensors to float32, float16 or bfloat16\n"
+    "  --map-location DEV  save every storage as on device DEV (cpu, cuda:0, ...), as\n"
+    "                      torch.load's map_location would place it; default: where it was\n"
     "  --progress          show progress even when stderr is not a terminal\n"
     "  --no-progress       never show progress\n"
     "  -h, --help          show this help\n";
@@ -932,7 +935,8 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
         OPT_EXCLUDE,
         OPT_STATE_DICT,
         OPT_PROGRESS,
-        OPT_NO_PROGRESS
+        OPT_NO_PROGRESS,
+        OPT_MAP_LOCATION
     };
     static const struct option longopts[] = {
         {"to", required_argument, NULL, OPT_TO},
@@ -944,6 +948,7 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
         {"state-dict", required_argument, NULL, OPT_STATE_DICT},
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
+        {"map-location", required_argument, NULL, OPT_MAP_LOCATION},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -990,6 +995,9 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
             break;
         case OPT_NO_PROGRESS:
             opt->progress = CLI_PROGRESS_NEVER;
+            break;
+        case OPT_MAP_LOCATION:
+            opt->map_location = optarg;
             break;
         case 'h':
             fputs(usage_text, stdout);
@@ -1073,6 +1081,7 @@ int cmd_convert(int argc, char **argv)
     cli_progress progress;
     ptc_save_params_default(&sp);
     sp.format = opt.format;
+    sp.map_location = opt.map_location;
     sp.progress = save_progress;
     sp.progress_ctx = &progress;
     memset(&err, 0, sizeof err);

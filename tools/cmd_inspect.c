@@ -971,6 +971,46 @@ static void print_padded(const char *s, size_t width, int right)
             putchar(' ');
 }
 
+
+/* Where the storages were saved, when any was saved elsewhere than on the CPU: each location with
+ * its count, the first few in order of appearance. The data is read to the host all the same, as
+ * torch.load(map_location="cpu") places it. */
+static void text_locations(ptc_ckpt *c)
+{
+    enum { SHOWN = 4 };
+    const char *loc[SHOWN];
+    size_t count[SHOWN], nloc = 0, others = 0, n = ptc_ckpt_nstorages(c);
+    int elsewhere = 0;
+    for (size_t i = 0; i < n; i++) {
+        const ptc_storage *s = ptc_ckpt_storage(c, i);
+        const char *l = s ? ptc_storage_location(s) : NULL;
+        if (!l)
+            continue;
+        elsewhere |= strcmp(l, "cpu") != 0;
+        size_t j = 0;
+        while (j < nloc && strcmp(loc[j], l) != 0)
+            j++;
+        if (j < nloc) {
+            count[j]++;
+        } else if (nloc < SHOWN) {
+            loc[nloc] = l;
+            count[nloc++] = 1;
+        } else {
+            others++;
+        }
+    }
+    if (!elsewhere)
+        return;
+    fputs("saved on   ", stdout);
+    for (size_t j = 0; j < nloc; j++) {
+        fputs(j ? ", " : "", stdout);
+        cli_escape_put(stdout, loc[j], strlen(loc[j]), 0);
+        printf(" (%zu)", count[j]);
+    }
+    if (others)
+        printf(", %zu storages elsewhere", others);
+    fputs("; read to the CPU, as map_location=\"cpu\" would\n", stdout);
+}
 static int print_text(inspect *in)
 {
     const struct options *opt = in->opt;
@@ -1005,6 +1045,7 @@ static int print_text(inspect *in)
     if (storage_bytes >= 1024)
         printf(", %" PRIu64 " bytes", storage_bytes);
     printf(")\n");
+    text_locations(c);
 
     /* Tensors: one pass to size the columns, one to print. */
     cli_buf cell[NCOLS] = {{0}};

@@ -296,6 +296,44 @@ static void test_document(void)
     ptc_doc_free(d);
 }
 
+/* map_location: every storage is written with the given location, the bytes unchanged; a name
+ * that is no device torch knows is refused before anything is written. */
+static void test_map_location(void)
+{
+    ptc_ckpt *c = NULL, *c2 = NULL;
+    ptc_error err;
+    char in[4400], out[4400];
+    snprintf(in, sizeof in, "%s/testdata/vectors/train_ckpt.pt", top);
+    snprintf(out, sizeof out, "%s/moved.pt", tmpdir);
+    CHECK_CODE(ptc_ckpt_open(&c, in, NULL, &err), 0, &err);
+    if (!c)
+        return;
+    ptc_save_params p;
+    ptc_save_params_default(&p);
+    static const char *const bad[] = {"gpu", "cuda:", "cuda:x", "", "CPU", "cpu:0:1", "cuda:1234567"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        p.map_location = bad[i];
+        CHECK_CODE(ptc_save(ptc_ckpt_root(c), out, &p, &err), PTC_EINVAL, &err);
+        CHECK(access(out, F_OK) != 0);
+    }
+    p.map_location = "cuda:1";
+    CHECK_CODE(ptc_save(ptc_ckpt_root(c), out, &p, &err), 0, &err);
+    CHECK_CODE(ptc_ckpt_open(&c2, out, NULL, &err), 0, &err);
+    if (c2) {
+        size_t n = ptc_ckpt_nstorages(c2);
+        CHECK(n > 0 && n == ptc_ckpt_nstorages(c));
+        for (size_t i = 0; i < n; i++)
+            CHECK_STR(ptc_storage_location(ptc_ckpt_storage(c2, i)), "cuda:1");
+        char *d1 = describe(ptc_ckpt_root(c)), *d2 = describe(ptc_ckpt_root(c2));
+        CHECK(strcmp(d1, d2) == 0);
+        free(d1);
+        free(d2);
+        ptc_ckpt_close(c2);
+    }
+    unlink(out);
+    ptc_ckpt_close(c);
+}
+
 int main(void)
 {
     const char *t = getenv("top_srcdir");
@@ -307,6 +345,7 @@ int main(void)
         return 99;
     test_fixtures();
     test_document();
+    test_map_location();
     rmdir(tmpdir);
     return check_exit("test_save");
 }
