@@ -99,6 +99,8 @@ int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val
                   const char *member, int64_t offset);
 /* Python equality of two hashable values (1 equal, 0 not). */
 int ptc__value_equal(const ptc_value *a, const ptc_value *b);
+/* The position of the key equal to key in dict, or SIZE_MAX when there is none. */
+size_t ptc__dict_index(const ptc_value *dict, const ptc_value *key);
 /* Whether v is a key ptc__dict_set takes: Python could hash it. */
 bool ptc__value_hashable(const ptc_value *v);
 /* Python's truth value of v: false for None, False, zeros and empty strings and containers. */

@@ -296,6 +296,24 @@ static int index_rebuild(ptc__dict *d, ptc__arena *a, size_t want)
     return 0;
 }
 
+size_t ptc__dict_index(const ptc_value *dict, const ptc_value *key)
+{
+    const ptc__dict *d = &dict->u.dict;
+    if (!hashable(key))
+        return SIZE_MAX;
+    if (d->index) {
+        size_t mask = d->index_cap - 1;
+        for (size_t h = (size_t)hash_value(key, 0) & mask; d->index[h]; h = (h + 1) & mask)
+            if (ptc__value_equal(d->keys[d->index[h] - 1], key))
+                return d->index[h] - 1;
+        return SIZE_MAX;
+    }
+    for (size_t i = 0; i < d->n; i++)
+        if (ptc__value_equal(d->keys[i], key))
+            return i;
+    return SIZE_MAX;
+}
+
 int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val, ptc_error *err,
                   const char *member, int64_t offset)
 {

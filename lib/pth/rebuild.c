@@ -629,6 +629,44 @@ static int make_bytearray(ptc__vm *vm, ptc_ckpt *c, const ptc_value *args, ptc_v
     return 0;
 }
 
+/* Counter(iterable) into the empty dict d: each item with its count, in the order items first
+ * appear; a str counts its characters, bytes their values. */
+static int count_items(ptc__vm *vm, ptc_value *d, const ptc_value *src, ptc_error *err)
+{
+    ptc__arena *a = ptc__vm_arena(vm);
+    bool text = src->kind == PTC_VALUE_STR, bytes = src->kind == PTC_VALUE_BYTES;
+    size_t n = text || bytes ? src->u.s.n : src->u.seq.n;
+    for (size_t i = 0; i < n;) {
+        ptc_value *item;
+        if (text) {
+            uint8_t lead = (uint8_t)src->u.s.p[i];
+            size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+            len = len < n - i ? len : n - i;
+            item = ptc__value_str(a, PTC_VALUE_STR, src->u.s.p + i, len);
+            i += len;
+        } else if (bytes) {
+            item = ptc__value_int(a, (uint8_t)src->u.s.p[i++]);
+        } else {
+            item = src->u.seq.items[i++];
+        }
+        size_t pos = item ? ptc__dict_index(d, item) : SIZE_MAX;
+        int64_t count = 0;
+        if (pos != SIZE_MAX && !get_int(d->u.dict.vals[pos], &count))
+            count = 0;
+        ptc_value *cv = item ? ptc__value_int(a, count + 1) : NULL;
+        if (!cv)
+            return HOOK_ERR(PTC_ENOMEM, "out of memory");
+        if (pos != SIZE_MAX) {
+            d->u.dict.vals[pos] = cv;
+        } else {
+            int rc = ptc__dict_set(a, d, item, cv, err, ptc__vm_member(vm), ptc__vm_offset(vm));
+            if (rc < 0)
+                return rc;
+        }
+    }
+    return 0;
+}
+
 static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *args,
                 ptc_value **out, ptc_error *err);
 
@@ -712,9 +750,14 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
                 if (rc < 0)
                     return rc;
             }
+        } else if (n == 1 && fn->u.g.id == G_COUNTER && a[0]->kind != PTC_VALUE_SET &&
+                   iterable_of_hashables(a[0])) {
+            int rc = count_items(vm, d, a[0], err);
+            if (rc < 0)
+                return rc;
         } else if (n != 0) {
-            /* Python also builds a Counter from any iterable, counting its items, and either from
-             * a set, in the order of its hashes, which ptc does not reproduce. */
+            /* Python also builds either from a set, in the order of its hashes, which ptc does
+             * not reproduce. */
             bool torch_ok = n == 1 && (fn->u.g.id == G_ORDERED_DICT ? pairs(a[0])
                                                                     : iterable_of_hashables(a[0]));
             return HOOK_ERR_IF(torch_ok, PTC_EFORMAT, "%s takes (), (dict) or (list of pairs)",

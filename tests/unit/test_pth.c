@@ -649,6 +649,41 @@ static void test_writer_variants(void)
         ptc_ckpt_close(c);
     }
 
+    /* Counter of a list, of a str (its characters) and of bytes (their values): counts in the
+     * order items first appear, {'a': 2, 'b': 1} and {1: 2}. */
+    static const struct {
+        const char *pkl;
+        size_t n;
+        int ints;
+    } counters[] = {
+        {LIT("\x80\x02" "ccollections\nCounter\n]q\x00(X\x01\x00\x00\x00" "aX\x01\x00\x00\x00" "bX\x01\x00\x00\x00" "ae\x85R."), 0},
+        {LIT("\x80\x02" "ccollections\nCounter\nX\x03\x00\x00\x00" "aba\x85R."), 0},
+        {LIT("\x80\x02" "ccollections\nCounter\nc_codecs\nencode\nX\x02\x00\x00\x00\x01\x01X\x06\x00\x00\x00latin1\x86R\x85R."), 1},
+    };
+    for (size_t i = 0; i < sizeof counters / sizeof *counters; i++) {
+        size_t n = legacy_stream(buf, counters[i].pkl, counters[i].n, LIT("\x80\x02]."), NULL, 0);
+        CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, NULL, &err), 0, &err);
+        if (!c)
+            continue;
+        const ptc_value *root = ptc_ckpt_root(c);
+        int64_t x = 0, y = 0;
+        if (counters[i].ints) {
+            CHECK(ptc_value_len(root) == 1 && ptc_value_int(ptc_dict_key(root, 0), &x) == 0 &&
+                  x == 1 && ptc_value_int(ptc_dict_value(root, 0), &y) == 0 && y == 2);
+        } else {
+            CHECK(ptc_value_len(root) == 2 && ptc_value_int(ptc_dict_get(root, "a"), &x) == 0 &&
+                  x == 2 && ptc_value_int(ptc_dict_get(root, "b"), &y) == 0 && y == 1);
+            const char *k0 = NULL;
+            size_t k0n = 0;
+            CHECK(ptc_value_str(ptc_dict_key(root, 0), &k0, &k0n) == 0 && k0n == 1 && *k0 == 'a');
+        }
+        ptc_ckpt_close(c);
+    }
+    /* From a set Python counts in the order of its hashes, which ptc does not reproduce. */
+    static const char counter_set[] = "\x80\x02" "ccollections\nCounter\ncbuiltins\nset\n](K\x01K\x02" "e\x85R\x85R.";
+    CHECK_CODE(open_legacy(LIT(counter_set), LIT("\x80\x02]."), NULL, 0, &err), PTC_EFORMAT, &err);
+    CHECK_STRICTER(&err, 1);
+
     /* Hooks a backward pass would call: ptc's own refusal. */
     static const char hooks[] = "\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7
                                 "K\x00K\x02\x85K\x01\x85\x89}K\x01K\x02stRs.";
