@@ -25,7 +25,8 @@ enum {
     PTC__V_ORDERED = 1u << 0,   /* dict: collections.OrderedDict */
     PTC__V_COUNTER = 1u << 1,   /* dict: collections.Counter */
     PTC__V_BYTEARRAY = 1u << 2, /* bytes: builtins.bytearray */
-    PTC__V_PARAMETER = 1u << 3  /* tensor wrapped in nn.Parameter */
+    PTC__V_PARAMETER = 1u << 3, /* tensor wrapped in nn.Parameter */
+    PTC__V_OWN_BYTES = 1u << 4  /* bytearray: its bytes are its own, not shared with a bytes */
 };
 
 typedef struct ptc__seq {

@@ -7,13 +7,14 @@
  *   SETITEM SETITEMS EMPTY_SET GLOBAL REDUCE NEWOBJ BUILD BINPERSID BINPUT LONG_BINPUT BINGET
  *   LONG_BINGET
  * Opcodes that can reach a callable by other means (STACK_GLOBAL, INST, OBJ, EXT1/2/4, NEWOBJ_EX)
- * are PTC_EUNSAFE; every other byte is PTC_EFORMAT. Stricter than torch where torch is loose:
- * PROTO must be 2 and first, the stack must hold exactly the result at STOP with no open MARK,
- * nothing may follow STOP, SETITEM(S) only on dicts (CVE-2026-24747), memo indices below the
- * opcode count, strings valid UTF-8 without surrogates, and the limits. Those refusals carry
- * PTC_ERR_STRICTER where torch 2.6's unpickler would go on: it warns about any PROTO, returns the
- * top of the stack at STOP and never reads past it, assigns items to whatever supports it, keeps
- * any memo index, decodes BINUNICODE with surrogatepass, and has no limits.
+ * are PTC_EUNSAFE; every other byte is PTC_EFORMAT. Read as torch 2.6 reads them: PROTO anywhere
+ * with any number (protocols 4 and 5 fail on FRAME), a pickle without PROTO, STOP taking the top
+ * of the innermost stack, SETITEM(S) on a list or bytearray, a list of REDUCE arguments, BUILD
+ * state as __dict__.update() takes it, BINUNICODE with lone surrogates (surrogatepass). Stricter
+ * than torch only where that stops an attack: nothing may follow STOP (a second pickle hides
+ * there), no SETITEM(S) on a tensor (CVE-2026-24747), memo indices below the opcode count (an
+ * array memo, as in CPython's _pickle, allocates up to the index), and the limits. Those refusals
+ * carry PTC_ERR_STRICTER.
  *
  * Encodings (all from the pickle protocol): BININT int32 LE; BININT1 u8; BININT2 u16 LE; LONG1 u8
  * length + two's-complement LE; BINFLOAT IEEE double big-endian; BINUNICODE u32 LE length + UTF-8;
@@ -295,11 +296,12 @@ static bool utf8_surrogatepass(const uint8_t *s, size_t n)
 static int make_string(ptc__vm *vm, ptc_value_kind kind, const uint8_t *s, size_t n, bool strict,
                        ptc_error *err)
 {
-    if (kind == PTC_VALUE_STR && !ptc__utf8_valid(s, n)) {
+    /* BINUNICODE may encode lone surrogates, as torch reads them: the bytes are kept as they are
+     * (ptc's strings are byte strings; every message escapes them). */
+    if (kind == PTC_VALUE_STR && !ptc__utf8_valid(s, n) && (strict || !utf8_surrogatepass(s, n))) {
         char esc[64];
-        return VM_ERR_IF(vm, !strict && utf8_surrogatepass(s, n), PTC_EFORMAT,
-                         "string is not valid UTF-8: \"%s\"",
-                         ptc__escape(esc, sizeof esc, s, n, false));
+        return VM_ERR(vm, PTC_EFORMAT, "string is not valid UTF-8: \"%s\"",
+                      ptc__escape(esc, sizeof esc, s, n, false));
     }
     int rc = 0;
     if (++vm->nobjects > vm->p->limits->max_objects)
@@ -496,14 +498,54 @@ static bool torch_sets_item(const ptc_value *target, const ptc_value *key, const
     }
 }
 
+/* SETITEM(S) on a list or a bytearray, as torch 2.6 carries it out: target[key] = val pair by
+ * pair, an index in Python's range (negative from the end), a byte for a bytearray. A pair torch
+ * would fail on fails the pickle; the pairs before it stay assigned, as in torch. */
+static int seq_setitems(ptc__vm *vm, ptc_value *d, size_t start, uint8_t op, ptc_error *err)
+{
+    const char *what = ptc_value_kind_name((ptc_value_kind)d->kind);
+    for (size_t i = start; i < vm->nstack; i += 2) {
+        if (i + 1 == vm->nstack)
+            return VM_ERR(vm, PTC_EFORMAT, "%s on a %s with a key but no value",
+                          ptc__pickle_opname(op), what);
+        const ptc_value *key = vm->stack[i];
+        ptc_value *val = vm->stack[i + 1];
+        if (!torch_sets_item(d, key, val))
+            return VM_ERR(vm, PTC_EFORMAT, "%s on a %s: index or value out of range",
+                          ptc__pickle_opname(op), what);
+        int64_t k = key->kind == PTC_VALUE_BOOL ? key->u.b : key->u.i.v;
+        if (d->kind == PTC_VALUE_LIST) {
+            k += k < 0 ? (int64_t)d->u.seq.n : 0;
+            d->u.seq.items[k] = val;
+        } else {
+            /* bytearray(b) may share b's bytes: the first assignment gives it its own copy. */
+            if (!(d->flags & PTC__V_OWN_BYTES)) {
+                char *own = ptc__arena_alloc(vm->arena, d->u.s.n + 1);
+                if (!own)
+                    return VM_ERR(vm, PTC_ENOMEM, "out of memory copying a bytearray");
+                memcpy(own, d->u.s.p, d->u.s.n + 1);
+                d->u.s.p = own;
+                d->flags |= PTC__V_OWN_BYTES;
+            }
+            k += k < 0 ? (int64_t)d->u.s.n : 0;
+            ((char *)d->u.s.p)[k] = (char)val->u.i.v;
+        }
+    }
+    vm->nstack = start;
+    return 0;
+}
+
 static int op_setitems(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
 {
     if (start == 0)
         return VM_ERR(vm, PTC_EFORMAT, "%s with no dict below the items", ptc__pickle_opname(op));
     ptc_value *d = vm->stack[start - 1];
     size_t n = vm->nstack - start;
+    if (d->kind == PTC_VALUE_LIST || (d->kind == PTC_VALUE_BYTES && (d->flags & PTC__V_BYTEARRAY)))
+        return seq_setitems(vm, d, start, op, err);
     if (d->kind != PTC_VALUE_DICT) {
-        /* torch 2.6 assigns pair by pair and fails on an odd item out. */
+        /* Item assignment into a tensor is how torch 2.6 is made to write outside a storage
+         * (CVE-2026-24747): refused even where torch 2.6 would carry it out. */
         bool torch_ok = n % 2 == 0;
         for (size_t i = start; torch_ok && i < vm->nstack; i += 2)
             torch_ok = torch_sets_item(d, vm->stack[i], vm->stack[i + 1]);
@@ -570,6 +612,77 @@ static bool torch_builds(const ptc_value *target, const ptc_value *state)
     return dict_update_takes(state);
 }
 
+/* REDUCE and NEWOBJ unpack a list of arguments as torch does (func(*args)): the hooks get a tuple
+ * of the same items, taken as they are now. */
+static int list_args(ptc__vm *vm, ptc_value **args, ptc_error *err)
+{
+    int rc = 0;
+    ptc_value *t = new_value(vm, PTC_VALUE_TUPLE, err, &rc);
+    if (!t)
+        return rc;
+    size_t n = (*args)->u.seq.n;
+    if (n) {
+        t->u.seq.items = ptc__arena_alloc(vm->arena, n * sizeof *t->u.seq.items);
+        if (!t->u.seq.items)
+            return VM_ERR(vm, PTC_ENOMEM, "out of memory for a tuple of %zu items", n);
+        memcpy(t->u.seq.items, (*args)->u.seq.items, n * sizeof *t->u.seq.items);
+        t->u.seq.n = t->u.seq.cap = n;
+    }
+    *args = t;
+    return 0;
+}
+
+/* Sets one attribute of target (an OrderedDict or Counter) in its attribute dict, which is
+ * created on the first one. */
+static int set_attr(ptc__vm *vm, ptc_value *target, ptc_value *name, ptc_value *val, ptc_error *err)
+{
+    int rc = 0;
+    if (!target->u.dict.attrs && !(target->u.dict.attrs = new_value(vm, PTC_VALUE_DICT, err, &rc)))
+        return rc;
+    return ptc__dict_set(vm->arena, target->u.dict.attrs, name, val, err, vm->p->member,
+                         ptc__vm_offset(vm));
+}
+
+/* __dict__.update(v): the pairs of a dict, or of a list or tuple of 2-item lists or tuples. Any
+ * hashable name is taken, as Python's __dict__ takes it. */
+static int update_attrs(ptc__vm *vm, ptc_value *target, const ptc_value *v, ptc_error *err)
+{
+    bool dict = v->kind == PTC_VALUE_DICT;
+    size_t n = dict ? v->u.dict.n : v->u.seq.n;
+    for (size_t i = 0; i < n; i++) {
+        ptc_value *const *kv = dict ? NULL : v->u.seq.items[i]->u.seq.items;
+        int rc = set_attr(vm, target, dict ? v->u.dict.keys[i] : kv[0],
+                          dict ? v->u.dict.vals[i] : kv[1], err);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* BUILD on an OrderedDict or a Counter, as torch 2.6 applies it: an OrderedDict's state goes to
+ * __dict__.update(); a Counter's as pickle's load_build does, a false state skipped and a
+ * (state, slots) pair split, the slots set one by one. */
+static int build_attrs(ptc__vm *vm, ptc_value *target, ptc_value *state, ptc_error *err)
+{
+    if (!torch_builds(target, state))
+        return VM_ERR(vm, PTC_EFORMAT, "BUILD state of an OrderedDict must be a dict, not %s",
+                      ptc_value_kind_name((ptc_value_kind)state->kind));
+    if (target->flags & PTC__V_ORDERED)
+        return update_attrs(vm, target, state, err);
+    if (!ptc__value_truthy(state))
+        return 0;
+    if (state->kind != PTC_VALUE_TUPLE || state->u.seq.n != 2)
+        return update_attrs(vm, target, state, err);
+    const ptc_value *d = state->u.seq.items[0], *slots = state->u.seq.items[1];
+    int rc = ptc__value_truthy(d) ? update_attrs(vm, target, d, err) : 0;
+    for (size_t i = 0; rc == 0 && ptc__value_truthy(slots) && i < slots->u.dict.n; i++) {
+        if (slots->u.dict.keys[i]->kind != PTC_VALUE_STR) /* setattr takes str names only */
+            return VM_ERR(vm, PTC_EFORMAT, "BUILD slot names must be str");
+        rc = set_attr(vm, target, slots->u.dict.keys[i], slots->u.dict.vals[i], err);
+    }
+    return rc;
+}
+
 static int op_build(ptc__vm *vm, ptc_error *err)
 {
     ptc_value *state = vm->stack[--vm->nstack];
@@ -579,24 +692,11 @@ static int op_build(ptc__vm *vm, ptc_error *err)
          * _metadata arrives); a plain dict has no attributes in Python. */
         if (!(target->flags & (PTC__V_ORDERED | PTC__V_COUNTER)))
             return VM_ERR(vm, PTC_EFORMAT, "BUILD on a plain dict");
-        if (state->kind != PTC_VALUE_DICT)
-            return VM_ERR_IF(vm, torch_builds(target, state), PTC_EFORMAT,
-                             "BUILD state of an OrderedDict must be a dict, not %s",
-                             ptc_value_kind_name((ptc_value_kind)state->kind));
-        for (size_t i = 0; i < state->u.dict.n; i++) /* __dict__ takes any key */
-            if (state->u.dict.keys[i]->kind != PTC_VALUE_STR)
-                return VM_STRICTER(vm, PTC_EFORMAT, "BUILD attribute names must be str");
-        if (!target->u.dict.attrs) {
+        if (state->kind == PTC_VALUE_DICT && !target->u.dict.attrs) {
             target->u.dict.attrs = state;
             return 0;
         }
-        for (size_t i = 0; i < state->u.dict.n; i++) {
-            int rc = ptc__dict_set(vm->arena, target->u.dict.attrs, state->u.dict.keys[i],
-                                   state->u.dict.vals[i], err, vm->p->member, ptc__vm_offset(vm));
-            if (rc < 0)
-                return rc;
-        }
-        return 0;
+        return build_attrs(vm, target, state, err);
     }
     if (!vm->p->hooks->build)
         return VM_ERR(vm, PTC_EFORMAT, "BUILD on a %s", ptc_value_kind_name((ptc_value_kind)target->kind));
@@ -629,33 +729,30 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
         const uint8_t *p;
         ptc_value *v;
         size_t start;
-        /* torch reads a PROTO anywhere (warning about any but 2) when its byte is there. */
-        if (vm->nops > 1 && op == OP_PROTO)
-            return VM_ERR_IF(vm, vm->pos < vm->len, PTC_EFORMAT,
-                             "PROTO is allowed only as the first opcode");
-        if (vm->nops == 1 && op != OP_PROTO)
-            return VM_ERR_IF(vm, torch_starts_with(op), PTC_EFORMAT,
-                             "the pickle does not start with PROTO 2 (first opcode %s)",
-                             ptc__pickle_opname(op) ? ptc__pickle_opname(op) : "unknown");
+        /* PROTO is read anywhere, as torch reads it: it only announces a protocol and changes
+         * nothing that follows. A pickle may also start without it, with any opcode that pops
+         * nothing. */
+        if (vm->nops == 1 && op != OP_PROTO && !torch_starts_with(op))
+            return VM_ERR(vm, PTC_EFORMAT,
+                          "the pickle does not start with PROTO 2 (first opcode %s)",
+                          ptc__pickle_opname(op) ? ptc__pickle_opname(op) : "unknown");
         switch (op) {
         case OP_PROTO:
             if ((rc = read_bytes(vm, 1, &p, err)) < 0)
                 return rc;
-            /* Pickles of protocol 4 and 5 go on with FRAME, which torch refuses. */
-            if (p[0] != 2)
-                return VM_ERR_IF(vm, vm->pos < vm->len && vm->data[vm->pos] != OP_FRAME,
-                                 PTC_EFORMAT, "pickle protocol %u; checkpoints use protocol 2",
-                                 p[0]);
+            /* Pickles of protocol 4 and 5 go on with FRAME, which torch refuses: named here,
+             * since that is the reason. Any other protocol number is only a number. */
+            if (p[0] != 2 && vm->pos < vm->len && vm->data[vm->pos] == OP_FRAME)
+                return VM_ERR(vm, PTC_EFORMAT, "pickle protocol %u; checkpoints use protocol 2",
+                              p[0]);
             break;
         case OP_STOP:
-            /* torch returns the top of the innermost stack, whatever lies below or after it. */
-            if (vm->nmarks)
-                return VM_ERR_IF(vm, vm->nstack > floor_of(vm), PTC_EFORMAT,
-                                 "STOP with %zu MARK(s) still open", vm->nmarks);
-            if (vm->nstack != 1)
-                return VM_ERR_IF(vm, vm->nstack > 1, PTC_EFORMAT,
-                                 "STOP with %zu items on the stack (expected 1)", vm->nstack);
-            *root = vm->stack[0];
+            /* The result is the top of the innermost stack, as for torch and Python's pickle:
+             * what lies below it was built and is dropped. */
+            if (vm->nstack == floor_of(vm))
+                return VM_ERR(vm, PTC_EFORMAT, "STOP with nothing above the %s",
+                              vm->nmarks ? "innermost MARK" : "bottom of the stack");
+            *root = vm->stack[vm->nstack - 1];
             *consumed = vm->pos;
             if (!vm->p->allow_trailing && vm->pos != vm->len)
                 return ptc__err_stricter(err, PTC_EFORMAT, vm->p->member,
@@ -795,14 +892,15 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             ptc_value *args = vm->stack[vm->nstack - 1];
             ptc_value *fn = vm->stack[vm->nstack - 2];
             /* torch unpacks a list of arguments as well (for an allowed callable). */
-            if (args->kind != PTC_VALUE_TUPLE)
-                return VM_ERR_IF(vm, args->kind == PTC_VALUE_LIST && fn->kind == PTC_VALUE_GLOBAL,
-                                 PTC_EFORMAT, "%s arguments must be a tuple, not %s",
-                                 ptc__pickle_opname(op),
-                                 ptc_value_kind_name((ptc_value_kind)args->kind));
             if (fn->kind != PTC_VALUE_GLOBAL)
                 return VM_ERR(vm, PTC_EFORMAT, "%s on a %s, which is not callable",
                               ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)fn->kind));
+            if (args->kind == PTC_VALUE_LIST && (rc = list_args(vm, &args, err)) < 0)
+                return rc;
+            if (args->kind != PTC_VALUE_TUPLE)
+                return VM_ERR(vm, PTC_EFORMAT, "%s arguments must be a tuple, not %s",
+                              ptc__pickle_opname(op),
+                              ptc_value_kind_name((ptc_value_kind)args->kind));
             v = NULL;
             rc = op == OP_REDUCE ? vm->p->hooks->reduce(vm->p->hooks->ud, vm, fn, args, &v, err)
                                  : vm->p->hooks->newobj(vm->p->hooks->ud, vm, fn, args, &v, err);

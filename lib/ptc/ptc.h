@@ -195,7 +195,7 @@ typedef enum ptc_value_kind {
     PTC_VALUE_BOOL,
     PTC_VALUE_INT,     /* any size; ptc_value_int answers PTC_ERANGE beyond 64 bits */
     PTC_VALUE_FLOAT,
-    PTC_VALUE_STR,     /* UTF-8, may contain NUL */
+    PTC_VALUE_STR,     /* UTF-8, may contain NUL and, as Python reads pickles, lone surrogates */
     PTC_VALUE_BYTES,   /* bytes / bytearray */
     PTC_VALUE_TUPLE,
     PTC_VALUE_LIST,

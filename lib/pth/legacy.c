@@ -12,9 +12,12 @@
  * then for each key: an int64 little-endian element count followed by count * element size bytes,
  * little-endian. Nothing may follow the last storage.
  *
- * torch 2.6 is looser: it ignores sys_info, iterates the keys whatever holds them, reads a storage
- * once per time its key is listed and leaves an unlisted one uninitialised, and never looks past
- * the last storage it reads. Those refusals carry PTC_ERR_STRICTER.
+ * Like torch 2.6, sys_info is read and ignored whatever it is, and the keys are taken from a list,
+ * a tuple or a dict's keys. torch 2.6 is looser still: it iterates a set of keys in an order that
+ * changes from process to process (string hashes are randomised), reads a storage once per time
+ * its key is listed (so the bytes after it shift), leaves an unlisted one uninitialised (its
+ * tensors show whatever the heap held), and never looks past the last storage it reads (bytes
+ * there are a hiding place). Those refusals carry PTC_ERR_STRICTER.
  *
  * Every pickle is scanned for references outside the policy before it runs. No storage memory is
  * allocated from a declared size: data is used in place when aligned, and copied (after its bytes
@@ -107,18 +110,24 @@ int ptc__load_legacy(ptc_ckpt *c, ptc_error *err)
                 return ptc__err(err, PTC_EFORMAT, part_names[i], (int64_t)pos,
                                 "invalid protocol version (expected 1001)");
             break;
-        case 2:
-            if (v->kind != PTC_VALUE_DICT)
-                return ptc__err_stricter(err, PTC_EFORMAT, part_names[i], (int64_t)pos,
-                                         "sys_info is a %s, not a dict",
-                                         ptc_value_kind_name((ptc_value_kind)v->kind));
-            break;
-        case 4:
-            if (v->kind != PTC_VALUE_LIST)
+        case 4: {
+            /* A container torch iterates: a list as torch writes it, a tuple, a dict's keys. A set
+             * of several keys is refused: Python iterates strings in a set in an order that
+             * changes from one process to the next (hash randomisation), so which bytes belong to
+             * which storage would differ between two readings. */
+            ptc_value *const *items;
+            size_t nitems;
+            if (!key_items(v, &items, &nitems))
+                return ptc__err(err, PTC_EFORMAT, part_names[i], (int64_t)pos,
+                                "the storage key list is a %s, not a list",
+                                ptc_value_kind_name((ptc_value_kind)v->kind));
+            if (v->kind == PTC_VALUE_SET && nitems > 1)
                 return PTC__ERR_IF(torch_finds_keys(c, v), PTC_EFORMAT, part_names[i], (int64_t)pos,
-                                   "the storage key list is a %s, not a list",
-                                   ptc_value_kind_name((ptc_value_kind)v->kind));
+                                   "the storage keys are a set of %zu, whose order Python does "
+                                   "not fix",
+                                   nitems);
             break;
+        }
         default: break;
         }
         pos += used;
@@ -127,15 +136,17 @@ int ptc__load_legacy(ptc_ckpt *c, ptc_error *err)
 
     /* The key list must name every root storage exactly once and nothing else. */
     const ptc_value *keys = parts[4];
-    size_t nroots = 0;
+    ptc_value *const *kitems;
+    size_t nkeys = 0, nroots = 0;
+    key_items(keys, &kitems, &nkeys);
     for (size_t i = 0; i < c->nstorages; i++)
         nroots += c->storages[i]->parent == NULL;
-    if (keys->u.seq.n != nroots)
+    if (nkeys != nroots)
         return PTC__ERR_IF(torch_finds_keys(c, keys), PTC_EFORMAT, "legacy keys", -1,
-                           "the key list names %zu storages but the object declares %zu",
-                           keys->u.seq.n, nroots);
-    for (size_t i = 0; i < keys->u.seq.n; i++) {
-        const ptc_value *k = keys->u.seq.items[i];
+                           "the key list names %zu storages but the object declares %zu", nkeys,
+                           nroots);
+    for (size_t i = 0; i < nkeys; i++) {
+        const ptc_value *k = kitems[i];
         if (k->kind != PTC_VALUE_STR)
             return ptc__err(err, PTC_EFORMAT, "legacy keys", -1, "key %zu is not a str", i);
         ptc_storage *s = ptc__ckpt_find_storage(c, k->u.s.p);
