@@ -12,7 +12,7 @@
  * every storage the pickle declares. Anything else, or a data/<key> no storage claims, is refused:
  * a reader that ignores extra members is how pickles get smuggled past scanners.
  *
- * torch 2.6 reads the version record, refuses TorchScript (which it recognises by constants.pkl
+ * torch 2.6 reads the version record (parsed here as its std::stoull parses it), refuses TorchScript (which it recognises by constants.pkl
  * alone), reads byteorder and data.pkl, and ignores every other record: code/, unexpected members,
  * orphan records and records of the wrong size are refusals of ptc's own (PTC_ERR_STRICTER). The
  * checks run in torch's order, so that a file both refuse is reported for the reason torch gives.
@@ -243,10 +243,12 @@ static int check_version(ptc_ckpt *c, ptc_error *err)
     int rc = small_record(c, e, buf, sizeof buf, err);
     if (rc < 0)
         return rc;
+    /* Read as torch reads it: " 3", "+3", "0003", "3.0" and "3" followed by a NUL are all 3. */
+    if (torch_version_ok(buf, (size_t)e->size))
+        return 0;
     size_t n = strlen(buf);
-    bool torch_ok = torch_version_ok(buf, (size_t)e->size);
     if (n != e->size)
-        return PTC__ERR_IF(torch_ok, PTC_EFORMAT, e->record, 0, "version holds a NUL byte");
+        return ptc__err(err, PTC_EFORMAT, e->record, 0, "version holds a NUL byte");
     if (n && buf[n - 1] == '\n')
         buf[--n] = '\0';
     uint64_t v = 0;
@@ -256,9 +258,9 @@ static int check_version(ptc_ckpt *c, ptc_error *err)
         v = v * 10 + (uint64_t)(buf[i] - '0');
     }
     if (!ok) {
-        char esc[96]; /* torch reads " 3", "3 ", "+3", "0003", "3.0" */
-        return PTC__ERR_IF(torch_ok, PTC_EFORMAT, e->record, 0, "cannot parse version \"%s\"",
-                           ptc__escape(esc, sizeof esc, buf, n, false));
+        char esc[96];
+        return ptc__err(err, PTC_EFORMAT, e->record, 0, "cannot parse version \"%s\"",
+                        ptc__escape(esc, sizeof esc, buf, n, false));
     }
     if (v < 1 || v > 10)
         return ptc__err(err, PTC_EFORMAT, e->record, 0,

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "archive/archive.h"
 #include "check.h"
 
 static char vec_dir[4096];
@@ -457,6 +458,42 @@ static void test_legacy_keys(void)
     }
 }
 
+/* The version record as torch 2.6 parses it (std::stoull: white space, '+', digits, anything
+ * after them ignored), within 1 to 10. */
+static void test_version_record(void)
+{
+    static const struct {
+        const char *v;
+        size_t n;
+        int code;
+    } cases[] = {
+        {LIT("3\n"), 0},      {LIT(" 3"), 0},        {LIT("+3"), 0},
+        {LIT("0003"), 0},     {LIT("3.0"), 0},       {LIT("3\0junk"), 0},
+        {LIT("abc"), PTC_EFORMAT}, {LIT("0\n"), PTC_EFORMAT}, {LIT("11\n"), PTC_EFORMAT},
+        {LIT("-3"), PTC_EFORMAT},  {LIT("\0" "3"), PTC_EFORMAT},
+    };
+    char path[] = "/tmp/ptc-test-version-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return;
+    close(fd);
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        ptc__zipw *w = NULL;
+        ptc_error err;
+        CHECK_CODE(ptc__zipw_open(&w, path, "archive", &err), 0, &err);
+        CHECK_CODE(ptc__zipw_add(w, "data.pkl", "\x80\x02}.", 4, &err), 0, &err);
+        CHECK_CODE(ptc__zipw_add(w, "byteorder", "little", 6, &err), 0, &err);
+        CHECK_CODE(ptc__zipw_add(w, "version", cases[i].v, cases[i].n, &err), 0, &err);
+        CHECK_CODE(ptc__zipw_finish(w, &err), 0, &err);
+        ptc_ckpt *c = NULL;
+        CHECK_CODE(ptc_ckpt_open(&c, path, NULL, &err), cases[i].code, &err);
+        CHECK_INT(err.flags, 0); /* torch 2.6 loads what ptc loads and refuses what it refuses */
+        ptc_ckpt_close(c);
+    }
+    unlink(path);
+}
+
 /* Opens a legacy stream with the object pickle obj, the key list keys and the raw storages. */
 static int open_legacy(const char *obj, size_t objn, const char *keys, size_t keysn,
                        const uint8_t *raw, size_t rawn, ptc_error *err)
@@ -795,6 +832,7 @@ int main(void)
     test_policy();
     test_legacy_rules();
     test_legacy_keys();
+    test_version_record();
     test_stricter_flag();
     test_writer_variants();
     test_dispatch_and_limits();
