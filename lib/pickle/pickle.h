@@ -91,6 +91,8 @@ struct ptc_value {
 
 ptc_value *ptc__value_new(ptc__arena *a, ptc_value_kind kind);
 ptc_value *ptc__value_int(ptc__arena *a, int64_t v);
+/* Makes the int value v hold x (a value the caller made and shares with no one). */
+void ptc__value_int_set(ptc_value *v, int64_t x);
 ptc_value *ptc__value_str(ptc__arena *a, ptc_value_kind kind, const char *s, size_t n);
 int ptc__seq_push(ptc__arena *a, ptc_value *seq, ptc_value *item);
 /* dict[key] = val with Python semantics: an equal key keeps its position and takes the new value.

@@ -22,8 +22,13 @@ ptc_value *ptc__value_new(ptc__arena *a, ptc_value_kind kind)
 ptc_value *ptc__value_int(ptc__arena *a, int64_t x)
 {
     ptc_value *v = ptc__value_new(a, PTC_VALUE_INT);
-    if (!v)
-        return NULL;
+    if (v)
+        ptc__value_int_set(v, x);
+    return v;
+}
+
+void ptc__value_int_set(ptc_value *v, int64_t x)
+{
     v->u.i.v = x;
     v->u.i.fits = true;
     /* The minimal two's-complement form, as LONG1 writes it (0 has no bytes). */
@@ -39,7 +44,6 @@ ptc_value *ptc__value_int(ptc__arena *a, int64_t x)
         v->u.i.small[k] = (uint8_t)((uint64_t)x >> (8 * k));
     v->u.i.bytes = v->u.i.small;
     v->u.i.nbytes = (uint32_t)n;
-    return v;
 }
 
 ptc_value *ptc__value_str(ptc__arena *a, ptc_value_kind kind, const char *s, size_t n)
@@ -168,39 +172,122 @@ static uint64_t hash_bytes(const void *p, size_t n)
     return h;
 }
 
-/* Numeric view of bool/int/float for equality: exact for ints that fit. */
-static bool as_number(const ptc_value *v, bool *is_int, int64_t *i, double *f)
+/* Python compares numbers by value, whatever their types: 1 == 1.0 == True == (1+0j). Every
+ * integral number has one canonical form here, the minimal two's-complement little-endian bytes
+ * LONG1 writes (no bytes for 0), so that an int of any size and a float are compared exactly. */
+enum { INT_FORM_CAP = 136 }; /* a double's integer part fits in 129 bytes */
+
+/* The float value of a float, or of a complex with no imaginary part. */
+static bool as_float(const ptc_value *v, double *f)
 {
-    switch (v->kind) {
-    case PTC_VALUE_BOOL: *is_int = true; *i = v->u.b; return true;
-    case PTC_VALUE_INT:
-        if (!v->u.i.fits)
-            return false;
-        *is_int = true; *i = v->u.i.v; return true;
-    case PTC_VALUE_FLOAT: *is_int = false; *f = v->u.f; return true;
-    default: return false;
+    if (v->kind == PTC_VALUE_FLOAT)
+        *f = v->u.f;
+    else if (v->kind == PTC_VALUE_COMPLEX && v->u.c.im == 0)
+        *f = v->u.c.re;
+    else
+        return false;
+    return true;
+}
+
+/* The canonical bytes of an integral double; -1 when f is not a finite integer. */
+static int float_int_form(double f, uint8_t *out)
+{
+    if (!isfinite(f) || f != floor(f))
+        return -1;
+    memset(out, 0, INT_FORM_CAP);
+    if (f == 0)
+        return 0;
+    int e;
+    double frac = frexp(fabs(f), &e); /* |f| = frac * 2^e, frac in [0.5, 1), e <= 1024 */
+    uint64_t mant = (uint64_t)ldexp(frac, 53);
+    int shift = e - 53;
+    if (shift < 0) { /* exact: f is an integer */
+        mant >>= -shift;
+        shift = 0;
     }
+    for (int b = 0; b < 64; b++)
+        if ((mant >> b) & 1)
+            out[(b + shift) / 8] |= (uint8_t)(1u << ((b + shift) % 8));
+    size_t n = (size_t)e / 8 + 2;
+    if (f < 0) {
+        unsigned carry = 1;
+        for (size_t k = 0; k < n; k++) {
+            unsigned x = (uint8_t)~out[k] + carry;
+            out[k] = (uint8_t)x;
+            carry = x >> 8;
+        }
+    }
+    while (n > 1 && ((out[n - 1] == 0x00 && !(out[n - 2] & 0x80)) ||
+                     (out[n - 1] == 0xFF && (out[n - 2] & 0x80))))
+        n--;
+    return (int)n;
+}
+
+/* The canonical bytes of a bool, an int or an integral float or complex: *p and the length, or
+ * -1 when v is no integer. buf holds the bytes when they are made here. */
+static int int_form(const ptc_value *v, uint8_t *buf, const uint8_t **p)
+{
+    double f;
+    *p = buf;
+    if (v->kind == PTC_VALUE_BOOL) {
+        buf[0] = 1;
+        return v->u.b ? 1 : 0;
+    }
+    if (v->kind == PTC_VALUE_INT) {
+        *p = v->u.i.bytes;
+        return (int)v->u.i.nbytes;
+    }
+    return as_float(v, &f) ? float_int_form(f, buf) : -1;
+}
+
+static bool is_number_kind(const ptc_value *v)
+{
+    double f;
+    return v->kind == PTC_VALUE_BOOL || v->kind == PTC_VALUE_INT || as_float(v, &f);
+}
+
+/* Python's == between two numbers. */
+static int numbers_equal(const ptc_value *a, const ptc_value *b)
+{
+    double fa, fb;
+    if (as_float(a, &fa) && as_float(b, &fb))
+        return fa == fb;
+    uint8_t ba[INT_FORM_CAP], bb[INT_FORM_CAP];
+    const uint8_t *pa, *pb;
+    int na = int_form(a, ba, &pa), nb = int_form(b, bb, &pb);
+    return na >= 0 && na == nb && memcmp(pa, pb, (size_t)na) == 0;
+}
+
+/* A hash that equal numbers share: integers by their value (by their bytes beyond 64 bits),
+ * other floats by their bits. */
+static uint64_t hash_number(const ptc_value *v)
+{
+    uint8_t buf[INT_FORM_CAP];
+    const uint8_t *p;
+    int n = int_form(v, buf, &p);
+    if (n > 8)
+        return hash_bytes(p, (size_t)n);
+    if (n >= 0) {
+        uint64_t u = 0;
+        for (int k = 0; k < n; k++)
+            u |= (uint64_t)p[k] << (8 * k);
+        if (n > 0 && n < 8 && (p[n - 1] & 0x80))
+            u |= ~(uint64_t)0 << (8 * n);
+        return mix(u);
+    }
+    double f = 0;
+    as_float(v, &f);
+    uint64_t bits;
+    memcpy(&bits, &f, sizeof bits);
+    return mix(bits ^ 0x5bd1e995);
 }
 
 static uint64_t hash_value(const ptc_value *v, int depth)
 {
-    bool is_int;
-    int64_t i;
-    double f;
-    if (as_number(v, &is_int, &i, &f)) {
-        if (!is_int && f == floor(f) && f >= -9.2e18 && f <= 9.2e18) {
-            is_int = true;
-            i = (int64_t)f;
-        }
-        if (is_int)
-            return mix((uint64_t)i);
-        uint64_t bits;
-        memcpy(&bits, &f, sizeof bits);
-        return mix(bits ^ 0x5bd1e995);
-    }
+    if (is_number_kind(v))
+        return hash_number(v);
     switch (v->kind) {
     case PTC_VALUE_NONE: return 0x9e3779b97f4a7c15ULL;
-    case PTC_VALUE_INT: return hash_bytes(v->u.i.bytes, v->u.i.nbytes);
     case PTC_VALUE_STR: return hash_bytes(v->u.s.p, v->u.s.n);
     case PTC_VALUE_BYTES: return ~hash_bytes(v->u.s.p, v->u.s.n);
     case PTC_VALUE_DTYPE: return mix(0xd7 + (uint64_t)v->u.dt);
@@ -227,15 +314,8 @@ static int equal_depth(const ptc_value *a, const ptc_value *b, int depth)
         return 1;
     if (depth > 64)
         return 0;
-    bool ai, bi;
-    int64_t ia, ib;
-    double fa, fb;
-    if (as_number(a, &ai, &ia, &fa) && as_number(b, &bi, &ib, &fb)) {
-        if (ai && bi)
-            return ia == ib;
-        double x = ai ? (double)ia : fa, y = bi ? (double)ib : fb;
-        return x == y;
-    }
+    if (is_number_kind(a) || is_number_kind(b))
+        return is_number_kind(a) && is_number_kind(b) && numbers_equal(a, b);
     if (a->kind != b->kind) {
         bool seq_a = a->kind == PTC_VALUE_TUPLE || a->kind == PTC_VALUE_SIZE;
         bool seq_b = b->kind == PTC_VALUE_TUPLE || b->kind == PTC_VALUE_SIZE;
@@ -244,8 +324,6 @@ static int equal_depth(const ptc_value *a, const ptc_value *b, int depth)
     }
     switch (a->kind) {
     case PTC_VALUE_NONE: return 1;
-    case PTC_VALUE_INT:
-        return a->u.i.nbytes == b->u.i.nbytes && memcmp(a->u.i.bytes, b->u.i.bytes, a->u.i.nbytes) == 0;
     case PTC_VALUE_STR:
     case PTC_VALUE_BYTES:
         return a->u.s.n == b->u.s.n && memcmp(a->u.s.p, b->u.s.p, a->u.s.n) == 0;
