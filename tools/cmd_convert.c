@@ -69,7 +69,7 @@ static const char usage_text[] =
     "  --select REGEX      keep only tensors whose path matches REGEX (POSIX extended)\n"
     "  --exclude REGEX     drop tensors whose path matches REGEX (both repeatable)\n"
     "  --dtype DTYPE       cast floating-point tensors to float32, float16 or bfloat16\n"
-    "  --map-location DEV  save every storage as on device DEV (cpu, cuda:0, ...), as\n"
+    "  --map-location DEV  save every storage as on device DEV (cpu, cuda:0, mps, ...), as\n"
     "                      torch.load's map_location would place it; default: where it was\n"
     "  --progress          show progress even when stderr is not a terminal\n"
     "  --no-progress       never show progress\n"

@@ -435,8 +435,9 @@ typedef struct ptc_save_params {
     /* Called now and then with bytes written so far and the total; may be NULL. */
     void (*progress)(void *ctx, uint64_t done, uint64_t total);
     void *progress_ctx;
-    /* pth: the location written for every storage ("cpu", "cuda:0", ...), as torch.load's
-     * map_location moves them when reading; NULL keeps each storage's own (ptc_storage_location). */
+    /* pth: the location written for every storage ("cpu", "meta", "mps", "cuda[:N]", "xpu[:N]":
+     * those torch.load restores by itself), as torch.load's map_location moves them when
+     * reading; NULL keeps each storage's own (ptc_storage_location). */
     const char *map_location;
 } ptc_save_params;
 

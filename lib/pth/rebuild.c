@@ -150,16 +150,49 @@ static bool iterable_of_hashables(const ptc_value *v)
     }
 }
 
-/* Whether OrderedDict(v) succeeds for a v that is not a dict: a sequence of key-value pairs. */
+/* How many items Python iterates out of v (a str by its characters), or -1 when v is no
+ * iterable ptc holds. */
+static int64_t iter_len(const ptc_value *v)
+{
+    switch (v->kind) {
+    case PTC_VALUE_TUPLE: case PTC_VALUE_LIST: case PTC_VALUE_SIZE: case PTC_VALUE_SET:
+        return (int64_t)v->u.seq.n;
+    case PTC_VALUE_DICT: return (int64_t)v->u.dict.n;
+    case PTC_VALUE_BYTES: return (int64_t)v->u.s.n;
+    case PTC_VALUE_STR: {
+        int64_t n = 0;
+        for (size_t i = 0; i < v->u.s.n; i++)
+            n += ((uint8_t)v->u.s.p[i] & 0xC0) != 0x80;
+        return n;
+    }
+    default: return -1;
+    }
+}
+
+/* Whether OrderedDict(v) succeeds for a v that is not a dict: an iterable of key-value pairs,
+ * each pair any iterable of two items whose first is hashable. */
 static bool pairs(const ptc_value *v)
 {
     if (!is_seq(v) && v->kind != PTC_VALUE_SET)
         return false;
     for (size_t i = 0; i < v->u.seq.n; i++) {
         const ptc_value *p = v->u.seq.items[i];
-        if (!is_seq(p) || p->u.seq.n != 2 || !ptc__value_hashable(p->u.seq.items[0]))
+        if (iter_len(p) != 2 ||
+            (is_seq(p) && !ptc__value_hashable(p->u.seq.items[0])) ||
+            (p->kind == PTC_VALUE_SET && !ptc__value_hashable(p->u.seq.items[0])))
             return false;
     }
+    return true;
+}
+
+/* Whether every pair of a pairs() sequence has an order ptc reproduces: a set has none. */
+static bool ordered_pairs(const ptc_value *v)
+{
+    if (v->kind == PTC_VALUE_SET)
+        return false;
+    for (size_t i = 0; i < v->u.seq.n; i++)
+        if (v->u.seq.items[i]->kind == PTC_VALUE_SET)
+            return false;
     return true;
 }
 
@@ -185,16 +218,51 @@ static void codec_name(const ptc_value *v, char *out, size_t cap)
     out[o] = '\0';
 }
 
+#define CODEC_ROT13 1u
+#define CODEC_UTF8 0x10FFFFu
+
+/* The largest code point a codec Python knows encodes (CODEC_UTF8, 0xFF for latin-1, 0x7F for
+ * ASCII), CODEC_ROT13 for rot13 (str to str), 0 for a codec ptc does not know. */
+static unsigned codec_max(const ptc_value *codec)
+{
+    static const struct {
+        const char *name;
+        unsigned max;
+    } codecs[] = {{"utf_8", CODEC_UTF8},   {"utf8", CODEC_UTF8},     {"u8", CODEC_UTF8},
+                  {"utf", CODEC_UTF8},     {"cp65001", CODEC_UTF8},  {"latin_1", 0xFF},
+                  {"latin1", 0xFF},        {"iso8859_1", 0xFF},      {"iso_8859_1", 0xFF},
+                  {"l1", 0xFF},            {"latin", 0xFF},          {"8859", 0xFF},
+                  {"cp819", 0xFF},         {"iso_ir_100", 0xFF},     {"ascii", 0x7F},
+                  {"us_ascii", 0x7F},      {"646", 0x7F},            {"us", 0x7F},
+                  {"rot13", CODEC_ROT13},  {"rot_13", CODEC_ROT13}};
+    char name[40];
+    codec_name(codec, name, sizeof name);
+    for (size_t i = 0; i < sizeof codecs / sizeof *codecs; i++)
+        if (strcmp(name, codecs[i].name) == 0)
+            return codecs[i].max;
+    return 0;
+}
+
+/* Whether every character of the str s is a code point up to max that encodes (in UTF-8 a lone
+ * surrogate does not). */
+static bool encodes_all(const ptc_value *s, unsigned max)
+{
+    const uint8_t *p = (const uint8_t *)s->u.s.p;
+    for (size_t i = 0; i < s->u.s.n; i++) {
+        if (max == CODEC_UTF8 ? p[i] == 0xED && i + 1 < s->u.s.n && p[i + 1] >= 0xA0
+                              : p[i] >= 0x80 && (max == 0x7F || p[i] >= 0xC4))
+            return false; /* beyond U+007F lead bytes are C2 and up, beyond U+00FF C4 and up */
+    }
+    return true;
+}
+
 /* Whether Python's _codecs.encode(args...) succeeds (bytes_only: bytearray(args...), which needs
  * bytes out): a str, an optional codec and an optional error handler. Known are the codecs that
- * take any str ptc can hold (UTF-8, and rot13 from str to str) and those that take the str when
- * its characters are in range (ASCII, latin-1) or an error handler replaces the others. */
+ * take any str ptc can hold (UTF-8 but for lone surrogates, and rot13 from str to str) and those
+ * that take the str when its characters are in range (ASCII, latin-1) or an error handler
+ * replaces the others. */
 static bool python_encodes(const ptc_value *args, bool bytes_only)
 {
-    static const char *const utf8[] = {"utf_8", "utf8", "u8", "utf", "cp65001"};
-    static const char *const latin1[] = {"latin_1", "latin1", "iso8859_1", "iso_8859_1", "l1",
-                                         "latin",   "8859",   "cp819",     "iso_ir_100"};
-    static const char *const ascii[] = {"ascii", "us_ascii", "646", "us"};
     static const char *const handlers[] = {
         "strict", "ignore", "replace", "backslashreplace", "xmlcharrefreplace", "namereplace"};
     size_t n = args->u.seq.n;
@@ -212,30 +280,10 @@ static bool python_encodes(const ptc_value *args, bool bytes_only)
     }
     if (n == 1)
         return !bytes_only; /* bytearray(str) wants an encoding */
-    char name[40];
-    codec_name(a[1], name, sizeof name);
-    for (size_t i = 0; i < sizeof utf8 / sizeof *utf8; i++)
-        if (strcmp(name, utf8[i]) == 0)
-            return true;
-    if (strcmp(name, "rot13") == 0 || strcmp(name, "rot_13") == 0)
+    unsigned max = codec_max(a[1]);
+    if (max == CODEC_ROT13)
         return !bytes_only;
-    unsigned max = 0;
-    for (size_t i = 0; i < sizeof latin1 / sizeof *latin1; i++)
-        if (strcmp(name, latin1[i]) == 0)
-            max = 0xFF;
-    for (size_t i = 0; i < sizeof ascii / sizeof *ascii; i++)
-        if (strcmp(name, ascii[i]) == 0)
-            max = 0x7F;
-    if (max == 0)
-        return false;
-    if (!strict)
-        return true;
-    /* Beyond U+007F the UTF-8 lead bytes are C2 and up, beyond U+00FF C4 and up. */
-    const uint8_t *p = (const uint8_t *)a[0]->u.s.p;
-    for (size_t i = 0; i < a[0]->u.s.n; i++)
-        if (p[i] >= 0x80 && (max == 0x7F || p[i] >= 0xC4))
-            return false;
-    return true;
+    return max != 0 && (!strict || encodes_all(a[0], max));
 }
 
 /* Whether complex(s) parses s, roughly: digits, signs, points, exponents, j and parentheses. */
@@ -329,6 +377,13 @@ static int apply_metadata(ptc__vm *vm, ptc_tensor *t, const ptc_value *md, ptc_e
     return 0;
 }
 
+/* Whether tensors of dt can require gradients in torch: floating and complex ones. */
+static bool grad_dtype(ptc_dtype dt)
+{
+    const ptc__dtype_info *info = ptc__dtype_info_of(dt);
+    return info && (info->is_floating || info->is_complex);
+}
+
 /* _rebuild_tensor_v2 (v3 = false): (storage, offset, size, stride, requires_grad, hooks[, meta])
  * _rebuild_tensor_v3 (v3 = true):  (..., hooks, dtype[, meta])
  * _rebuild_tensor (old = true):     (storage, offset, size, stride) */
@@ -376,6 +431,14 @@ static int rebuild_tensor(ptc__vm *vm, ptc_ckpt *c, const ptc_value *args, bool 
                             kind_name(a[6]));
         t->dtype = a[6]->u.dt;
     }
+    /* torch 2.6 makes a v3 tensor with requires_grad and then sets its storage in place, which
+     * autograd forbids; and only floating and complex tensors require gradients. */
+    if (t->requires_grad && v3)
+        return HOOK_ERR(PTC_EFORMAT, "_rebuild_tensor_v3 with requires_grad=True (torch 2.6 "
+                                     "cannot set the storage of such a tensor)");
+    if (t->requires_grad && !grad_dtype(t->dtype))
+        return HOOK_ERR(PTC_EFORMAT, "a %s tensor cannot require gradients",
+                        ptc_dtype_name(t->dtype));
     if (!old && n == base + 1 && (rc = apply_metadata(vm, t, a[base], err)) < 0)
         return rc;
     if ((rc = ptc__tensor_check(t, c->limits.max_ndim, ptc__vm_member(vm), ptc__vm_offset(vm),
@@ -408,6 +471,9 @@ static int make_parameter(ptc__vm *vm, const ptc_value *data, bool requires_grad
 {
     if (data->kind != PTC_VALUE_TENSOR)
         return HOOK_ERR(PTC_EFORMAT, "Parameter data is a %s, not a tensor", kind_name(data));
+    if (requires_grad && !grad_dtype(data->u.t->dtype))
+        return HOOK_ERR(PTC_EFORMAT, "a %s Parameter cannot require gradients",
+                        ptc_dtype_name(data->u.t->dtype));
     ptc_tensor *t = ptc__arena_alloc(ptc__vm_arena(vm), sizeof *t);
     ptc_value *v = new_kind(vm, PTC_VALUE_TENSOR);
     if (!t || !v)
@@ -444,12 +510,21 @@ static int check_state(ptc__vm *vm, const ptc_value *state, ptc_error *err)
     if (state->kind == PTC_VALUE_NONE)
         return 0;
     if (state->kind != PTC_VALUE_DICT) {
-        bool torch_ok =
-            !ptc__value_truthy(state) ||
-            (state->kind == PTC_VALUE_TUPLE && state->u.seq.n == 2 &&
-             attrs_or_nothing(state->u.seq.items[0]) && attrs_or_nothing(state->u.seq.items[1]));
-        return HOOK_ERR_IF(torch_ok, PTC_EFORMAT, "object state must be a dict, not %s",
-                           kind_name(state));
+        /* A false state sets nothing; a (dict, slots) pair sets the attributes of both. */
+        if (!ptc__value_truthy(state))
+            return 0;
+        if (state->kind != PTC_VALUE_TUPLE || state->u.seq.n != 2 ||
+            !attrs_or_nothing(state->u.seq.items[0]) || !attrs_or_nothing(state->u.seq.items[1]))
+            return HOOK_ERR(PTC_EFORMAT, "object state must be a dict or (dict, slots), not %s",
+                            kind_name(state));
+        for (int k = 0; k < 2; k++) {
+            int rc = ptc__value_truthy(state->u.seq.items[k])
+                         ? check_state(vm, state->u.seq.items[k], err)
+                         : 0;
+            if (rc < 0)
+                return rc;
+        }
+        return 0;
     }
     if (!attr_dict(state))
         return HOOK_ERR(PTC_EFORMAT, "attribute names must be str");
@@ -464,32 +539,66 @@ static int check_state(ptc__vm *vm, const ptc_value *state, ptc_error *err)
     return 0;
 }
 
-/* _codecs.encode(str, 'latin1'): code points 0..255 to bytes. */
-static int codecs_encode(ptc__vm *vm, const ptc_value *args, ptc_value **out, ptc_error *err)
+/* The bytes Python's str.encode gives for (str, codec[, errors]) when every character of the str
+ * encodes (then the error handler plays no part) and the codec is UTF-8 (ptc's own text), latin-1
+ * or ASCII; NULL otherwise, and when out of memory. */
+static ptc_value *encode_text(ptc__vm *vm, const ptc_value *args)
 {
-    if (args->u.seq.n != 2 || args->u.seq.items[0]->kind != PTC_VALUE_STR ||
-        !(is_str(args->u.seq.items[1], "latin1") || is_str(args->u.seq.items[1], "latin-1")))
-        return HOOK_ERR_IF(python_encodes(args, false), PTC_EFORMAT,
-                           "_codecs.encode is allowed only as (str, 'latin1')");
-    const ptc_value *s = args->u.seq.items[0];
-    uint8_t *b = ptc__arena_alloc(ptc__vm_arena(vm), s->u.s.n + 1);
+    size_t n = args->u.seq.n;
+    ptc_value **a = args->u.seq.items;
+    /* One argument: str.encode's default, UTF-8. */
+    unsigned max = n == 1 && a[0]->kind == PTC_VALUE_STR ? CODEC_UTF8
+                   : n >= 2 && n <= 3 && a[0]->kind == PTC_VALUE_STR &&
+                           a[1]->kind == PTC_VALUE_STR
+                       ? codec_max(a[1])
+                       : 0;
+    if (max <= CODEC_ROT13 || (n > 1 && !python_encodes(args, true)) || !encodes_all(a[0], max))
+        return NULL;
+    const uint8_t *p = (const uint8_t *)a[0]->u.s.p;
+    size_t len = a[0]->u.s.n, o = 0;
+    uint8_t *b = ptc__arena_alloc(ptc__vm_arena(vm), len + 1);
     ptc_value *v = new_kind(vm, PTC_VALUE_BYTES);
     if (!b || !v)
-        return HOOK_ERR(PTC_ENOMEM, "out of memory");
-    size_t o = 0;
-    const uint8_t *p = (const uint8_t *)s->u.s.p;
-    for (size_t i = 0; i < s->u.s.n;) {
-        if (p[i] < 0x80) {
+        return NULL;
+    for (size_t i = 0; i < len;) {
+        if (max == CODEC_UTF8 || p[i] < 0x80) {
             b[o++] = p[i++];
-        } else if ((p[i] & 0xE0) == 0xC0 && p[i] <= 0xC3) {
-            b[o++] = (uint8_t)(((p[i] & 0x1F) << 6) | (p[i + 1] & 0x3F));
+        } else { /* latin-1, C2 or C3 and a continuation byte */
+            b[o++] = (uint8_t)(((p[i] & 0x1F) << 6) | (i + 1 < len ? p[i + 1] & 0x3F : 0));
             i += 2;
-        } else {
-            return HOOK_ERR(PTC_EFORMAT, "_codecs.encode: character beyond latin-1");
         }
     }
     v->u.s.p = (const char *)b;
     v->u.s.n = o;
+    return v;
+}
+
+/* _codecs.encode(str, codec[, errors]): bytes, for the codecs encode_text knows. */
+static int codecs_encode(ptc__vm *vm, const ptc_value *args, ptc_value **out, ptc_error *err)
+{
+    ptc_value **a = args->u.seq.items;
+    if (args->u.seq.n >= 2 && python_encodes(args, false) && codec_max(a[1]) == CODEC_ROT13) {
+        /* rot13, str to str: ASCII letters turned by 13 places, everything else kept. */
+        char *t = ptc__arena_alloc(ptc__vm_arena(vm), a[0]->u.s.n + 1);
+        ptc_value *v = new_kind(vm, PTC_VALUE_STR);
+        if (!t || !v)
+            return HOOK_ERR(PTC_ENOMEM, "out of memory");
+        for (size_t i = 0; i < a[0]->u.s.n; i++) {
+            char ch = a[0]->u.s.p[i];
+            t[i] = ch >= 'a' && ch <= 'z'   ? (char)('a' + (ch - 'a' + 13) % 26)
+                   : ch >= 'A' && ch <= 'Z' ? (char)('A' + (ch - 'A' + 13) % 26)
+                                            : ch;
+        }
+        v->u.s.p = t;
+        v->u.s.n = a[0]->u.s.n;
+        *out = v;
+        return 0;
+    }
+    ptc_value *v = encode_text(vm, args);
+    if (!v)
+        return HOOK_ERR_IF(python_encodes(args, false), PTC_EFORMAT,
+                           "_codecs.encode takes (str, codec[, errors]) with a str the codec "
+                           "encodes, the codec UTF-8, latin-1 or ASCII");
     *out = v;
     return 0;
 }
@@ -531,13 +640,14 @@ static int make_seq(ptc__vm *vm, ptc_value_kind kind, const ptc_value *items, pt
 static int make_device(ptc__vm *vm, const ptc_value *args, ptc_value **out, ptc_error *err)
 {
     size_t n = args->u.seq.n;
-    int64_t cuda_index;
-    /* torch also takes a device, or a CUDA index alone. */
+    /* torch also takes a device (itself), and an index alone: the current accelerator's device,
+     * which exists only on a machine that has one (ptc reads as on a machine without). */
+    if (n == 1 && args->u.seq.items[0]->kind == PTC_VALUE_DEVICE) {
+        *out = args->u.seq.items[0];
+        return 0;
+    }
     if (n < 1 || n > 2 || args->u.seq.items[0]->kind != PTC_VALUE_STR)
-        return HOOK_ERR_IF(n == 1 && (args->u.seq.items[0]->kind == PTC_VALUE_DEVICE ||
-                                      (get_int(args->u.seq.items[0], &cuda_index) &&
-                                       cuda_index >= 0)),
-                           PTC_EFORMAT, "torch.device takes (str[, int])");
+        return HOOK_ERR(PTC_EFORMAT, "torch.device takes (str[, int]) or (device)");
     const ptc_value *s = args->u.seq.items[0];
     int64_t index = -1;
     size_t tl = s->u.s.n;
@@ -607,7 +717,7 @@ static int make_bytearray(ptc__vm *vm, ptc_ckpt *c, const ptc_value *args, ptc_v
                                  (long long)count);
         v->u.s.p = z;
         v->u.s.n = (size_t)count;
-    } else if (args->u.seq.n == 1 && x->kind == PTC_VALUE_LIST) {
+    } else if (args->u.seq.n == 1 && is_seq(x)) {
         char *z = ptc__arena_alloc(ptc__vm_arena(vm), x->u.seq.n + 1);
         if (!z)
             return HOOK_ERR(PTC_ENOMEM, "out of memory");
@@ -620,22 +730,31 @@ static int make_bytearray(ptc__vm *vm, ptc_ckpt *c, const ptc_value *args, ptc_v
         v->u.s.p = z;
         v->u.s.n = x->u.seq.n;
     } else {
-        /* Python also takes any sequence of byte values, and (str, encoding[, errors]). */
-        bool torch_ok = (args->u.seq.n == 1 && int_seq(x, 0, 255)) || python_encodes(args, true);
-        return HOOK_ERR_IF(torch_ok, PTC_EFORMAT,
-                           "bytearray takes (), (bytes), (int) or (list of ints)");
+        ptc_value *e = args->u.seq.n >= 2 ? encode_text(vm, args) : NULL;
+        if (!e)
+            return HOOK_ERR_IF(python_encodes(args, true), PTC_EFORMAT,
+                               "bytearray takes (), (bytes), (int), (sequence of ints) or (str, "
+                               "codec[, errors]) with a str the codec encodes");
+        v->u.s = e->u.s;
     }
     *out = v;
     return 0;
 }
 
-/* Counter(iterable) into the empty dict d: each item with its count, in the order items first
- * appear; a str counts its characters, bytes their values. */
-static int count_items(ptc__vm *vm, ptc_value *d, const ptc_value *src, ptc_error *err)
+/* The items Python iterates out of src, as a list value: a str gives its characters, bytes their
+ * values, a dict its keys, a sequence or set its items (the same value when it is one). */
+static int items_of(ptc__vm *vm, const ptc_value *src, const ptc_value **out, ptc_error *err)
 {
     ptc__arena *a = ptc__vm_arena(vm);
     bool text = src->kind == PTC_VALUE_STR, bytes = src->kind == PTC_VALUE_BYTES;
-    size_t n = text || bytes ? src->u.s.n : src->u.seq.n;
+    if (!text && !bytes && src->kind != PTC_VALUE_DICT) {
+        *out = src;
+        return 0;
+    }
+    ptc_value *list = new_kind(vm, PTC_VALUE_LIST);
+    if (!list)
+        return HOOK_ERR(PTC_ENOMEM, "out of memory");
+    size_t n = text || bytes ? src->u.s.n : src->u.dict.n;
     for (size_t i = 0; i < n;) {
         ptc_value *item;
         if (text) {
@@ -647,22 +766,55 @@ static int count_items(ptc__vm *vm, ptc_value *d, const ptc_value *src, ptc_erro
         } else if (bytes) {
             item = ptc__value_int(a, (uint8_t)src->u.s.p[i++]);
         } else {
-            item = src->u.seq.items[i++];
+            item = src->u.dict.keys[i++];
         }
-        size_t pos = item ? ptc__dict_index(d, item) : SIZE_MAX;
-        int64_t count = 0;
-        if (pos != SIZE_MAX && !get_int(d->u.dict.vals[pos], &count))
-            count = 0;
-        ptc_value *cv = item ? ptc__value_int(a, count + 1) : NULL;
-        if (!cv)
+        if (!item || ptc__seq_push(a, list, item) < 0)
             return HOOK_ERR(PTC_ENOMEM, "out of memory");
-        if (pos != SIZE_MAX) {
-            d->u.dict.vals[pos] = cv;
+    }
+    *out = list;
+    return 0;
+}
+
+/* Counter(iterable) into the empty dict d: each item with its count, in the order items first
+ * appear; a str counts its characters, bytes their values. Memory grows with the distinct items
+ * only: an item is looked up before it is made, and a count is raised in place (d holds only
+ * counts made here). */
+static int count_items(ptc__vm *vm, ptc_value *d, const ptc_value *src, ptc_error *err)
+{
+    ptc__arena *a = ptc__vm_arena(vm);
+    bool text = src->kind == PTC_VALUE_STR, bytes = src->kind == PTC_VALUE_BYTES;
+    bool keys = src->kind == PTC_VALUE_DICT;
+    size_t n = text || bytes ? src->u.s.n : keys ? src->u.dict.n : src->u.seq.n;
+    for (size_t i = 0; i < n;) {
+        ptc_value probe = {0}, *item = &probe;
+        if (text) {
+            uint8_t lead = (uint8_t)src->u.s.p[i];
+            size_t len = lead < 0x80 ? 1 : lead < 0xE0 ? 2 : lead < 0xF0 ? 3 : 4;
+            probe.kind = PTC_VALUE_STR;
+            probe.u.s.p = src->u.s.p + i;
+            probe.u.s.n = len < n - i ? len : n - i;
+            i += probe.u.s.n;
+        } else if (bytes) {
+            ptc__value_int_set(&probe, (uint8_t)src->u.s.p[i++]);
+            probe.kind = PTC_VALUE_INT;
         } else {
-            int rc = ptc__dict_set(a, d, item, cv, err, ptc__vm_member(vm), ptc__vm_offset(vm));
-            if (rc < 0)
-                return rc;
+            item = keys ? src->u.dict.keys[i++] : src->u.seq.items[i++];
         }
+        size_t pos = ptc__dict_index(d, item);
+        if (pos != SIZE_MAX) {
+            ptc_value *cv = d->u.dict.vals[pos];
+            ptc__value_int_set(cv, cv->u.i.v + 1);
+            continue;
+        }
+        if (item == &probe)
+            item = text ? ptc__value_str(a, PTC_VALUE_STR, probe.u.s.p, probe.u.s.n)
+                        : ptc__value_int(a, probe.u.i.v);
+        ptc_value *one = item ? ptc__value_int(a, 1) : NULL;
+        if (!one)
+            return HOOK_ERR(PTC_ENOMEM, "out of memory");
+        int rc = ptc__dict_set(a, d, item, one, err, ptc__vm_member(vm), ptc__vm_offset(vm));
+        if (rc < 0)
+            return rc;
     }
     return 0;
 }
@@ -739,14 +891,18 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
                 if (rc < 0)
                     return rc;
             }
-        } else if (n == 1 && fn->u.g.id == G_ORDERED_DICT && a[0]->kind != PTC_VALUE_SET &&
-                   pairs(a[0])) {
-            /* [[key, value], ...], as Python 2 era pickles write an OrderedDict: a later equal
-             * key replaces the value in the first one's place, as in Python. */
+        } else if (n == 1 && fn->u.g.id == G_ORDERED_DICT && pairs(a[0]) &&
+                   ordered_pairs(a[0])) {
+            /* [[key, value], ...], as Python 2 era pickles write an OrderedDict (a pair may be
+             * any iterable of two: "ab" is ('a', 'b')): a later equal key replaces the value in
+             * the first one's place, as in Python. */
             for (size_t i = 0; i < a[0]->u.seq.n; i++) {
-                ptc_value **kv = a[0]->u.seq.items[i]->u.seq.items;
-                int rc = ptc__dict_set(ptc__vm_arena(vm), d, kv[0], kv[1], err,
-                                       ptc__vm_member(vm), ptc__vm_offset(vm));
+                const ptc_value *kv;
+                int rc = items_of(vm, a[0]->u.seq.items[i], &kv, err);
+                if (rc == 0)
+                    rc = ptc__dict_set(ptc__vm_arena(vm), d, kv->u.seq.items[0],
+                                       kv->u.seq.items[1], err, ptc__vm_member(vm),
+                                       ptc__vm_offset(vm));
                 if (rc < 0)
                     return rc;
             }
@@ -771,18 +927,21 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
             *out = new_kind(vm, PTC_VALUE_SET);
             return *out ? 0 : HOOK_ERR(PTC_ENOMEM, "out of memory");
         }
-        if (n != 1 || (a[0]->kind != PTC_VALUE_LIST && a[0]->kind != PTC_VALUE_TUPLE))
-            return HOOK_ERR_IF(n == 1 && iterable_of_hashables(a[0]), PTC_EFORMAT,
-                               "builtins.set takes () or (list)");
-        return make_seq(vm, PTC_VALUE_SET, a[0], out, err);
+        if (n != 1 || !iterable_of_hashables(a[0]))
+            return HOOK_ERR(PTC_EFORMAT, "builtins.set takes () or (iterable of hashables)");
+        {
+            /* A set has no order of its own: ptc keeps the first appearance of each item. */
+            const ptc_value *items;
+            int rc = items_of(vm, a[0], &items, err);
+            return rc < 0 ? rc : make_seq(vm, PTC_VALUE_SET, items, out, err);
+        }
     case G_SIZE:
         if (n == 0) {
             *out = new_kind(vm, PTC_VALUE_SIZE);
             return *out ? 0 : HOOK_ERR(PTC_ENOMEM, "out of memory");
         }
-        if (n != 1 || a[0]->kind != PTC_VALUE_TUPLE)
-            return HOOK_ERR_IF(n == 1 && int_seq(a[0], INT64_MIN, INT64_MAX), PTC_EFORMAT,
-                               "torch.Size takes (tuple of ints)");
+        if (n != 1 || !int_seq(a[0], INT64_MIN, INT64_MAX))
+            return HOOK_ERR(PTC_EFORMAT, "torch.Size takes (sequence of ints)");
         return make_seq(vm, PTC_VALUE_SIZE, a[0], out, err);
     case G_COMPLEX: {
         double parts[2] = {0, 0};
@@ -856,7 +1015,6 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
 static int hook_newobj(void *ud, ptc__vm *vm, ptc_value *cls, ptc_value *args, ptc_value **out,
                        ptc_error *err)
 {
-    (void)ud;
     size_t n = args->u.seq.n;
     bool b = true;
     if (cls->u.g.id == G_PARAMETER) {
@@ -877,14 +1035,15 @@ static int hook_newobj(void *ud, ptc__vm *vm, ptc_value *cls, ptc_value *args, p
         return 0;
     }
     /* torch 2.6 runs cls.__new__(cls, *args) for any allowed class: dict, set and bytearray
-     * ignore the arguments, torch.Size and complex take what their call does. */
+     * make an empty one whatever the arguments, torch.Size and complex what their call makes. */
     int id = cls->u.g.id;
-    ptc_value **a = args->u.seq.items;
-    bool torch_ok =
-        id == G_ORDERED_DICT || id == G_COUNTER || id == G_SET || id == G_BYTEARRAY ||
-        (id == G_SIZE && (n == 0 || (n == 1 && int_seq(a[0], INT64_MIN, INT64_MAX)))) ||
-        (id == G_COMPLEX && n <= 2 && (n < 1 || is_number(a[0])) && (n < 2 || is_number(a[1])));
-    return HOOK_ERR_IF(torch_ok, PTC_EFORMAT, "NEWOBJ of %s is not supported", cls->u.g.full);
+    if (id == G_ORDERED_DICT || id == G_COUNTER || id == G_SET || id == G_BYTEARRAY) {
+        ptc_value *none = new_kind(vm, PTC_VALUE_TUPLE);
+        return none ? call(vm, ud, cls, none, out, err) : HOOK_ERR(PTC_ENOMEM, "out of memory");
+    }
+    if (id == G_SIZE || id == G_COMPLEX)
+        return call(vm, ud, cls, args, out, err);
+    return HOOK_ERR(PTC_EFORMAT, "NEWOBJ of %s is not supported", cls->u.g.full);
 }
 
 static int hook_build(void *ud, ptc__vm *vm, ptc_value *target, ptc_value *state, ptc_error *err)
@@ -999,6 +1158,17 @@ static bool torch_finds_key(ptc_ckpt *c, const ptc_value *k)
     return c->zip && ptc__zip_find(c->zip, name) != NULL;
 }
 
+/* bytes (not a bytearray) that decode as ASCII, as torch's _maybe_decode_ascii decodes them. */
+static bool ascii_bytes(const ptc_value *v)
+{
+    if (v->kind != PTC_VALUE_BYTES || (v->flags & PTC__V_BYTEARRAY))
+        return false;
+    for (size_t i = 0; i < v->u.s.n; i++)
+        if ((uint8_t)v->u.s.p[i] >= 0x80)
+            return false;
+    return true;
+}
+
 static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value **out,
                                 ptc_error *err)
 {
@@ -1008,11 +1178,10 @@ static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value
         return HOOK_ERR(PTC_EFORMAT, "persistent id must be a %zu-tuple, got a %s", want,
                         kind_name(pid));
     ptc_value **a = pid->u.seq.items;
-    /* torch decodes a bytes tag as ASCII first. */
-    if (!is_str(a[0], "storage"))
-        return HOOK_ERR_IF(a[0]->kind == PTC_VALUE_BYTES && !(a[0]->flags & PTC__V_BYTEARRAY) &&
-                               a[0]->u.s.n == 7 && memcmp(a[0]->u.s.p, "storage", 7) == 0,
-                           PTC_EFORMAT, "only persistent ids of storages are allowed");
+    /* torch decodes a bytes tag and location as ASCII first (Python 2 pickles hold bytes). */
+    if (!is_str(a[0], "storage") &&
+        !(ascii_bytes(a[0]) && a[0]->u.s.n == 7 && memcmp(a[0]->u.s.p, "storage", 7) == 0))
+        return HOOK_ERR(PTC_EFORMAT, "only persistent ids of storages are allowed");
     if (a[1]->kind != PTC_VALUE_GLOBAL ||
         (a[1]->u.g.id != G_STORAGE && a[1]->u.g.id != G_UNTYPED_STORAGE))
         return HOOK_ERR(PTC_EFORMAT, "storage type is a %s, not a storage class",
@@ -1034,9 +1203,13 @@ static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value
                         ptc_dtype_name(dt));
     /* Loading with map_location='cpu', torch never looks at the location: ptc keeps any text as
      * the storage's saved location ("cpu", "cuda:0", ...) and reads the bytes to the host. */
-    if (a[3]->kind != PTC_VALUE_STR)
+    if (a[3]->kind != PTC_VALUE_STR && !ascii_bytes(a[3]))
         return HOOK_STRICTER(PTC_EFORMAT, "storage location is a %s, not a str",
                              kind_name(a[3]));
+    /* A NUL would cut the text every C reader (ptc's API, torch's C++) sees from what Python
+     * holds: two readings of one location. */
+    if (memchr(a[3]->u.s.p, '\0', a[3]->u.s.n))
+        return HOOK_STRICTER(PTC_EFORMAT, "storage location holds a NUL byte");
     ptc_storage *s = ptc__ckpt_find_storage(c, a[2]->u.s.p);
     if (s) {
         /* torch silently reuses the first storage; a second declaration that disagrees is an

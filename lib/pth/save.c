@@ -594,22 +594,17 @@ done:
     return rc;
 }
 
-/* A device torch can place a storage on: one of its device types, then ":<index>" for an indexed
- * one ("cpu", "cuda:0", "mps", "xpu:1", a PrivateUse1 backend such as "npu:0"). */
+/* A location torch 2.6's torch.load restores by itself on a machine with that device: "cpu",
+ * "meta" and "mps" as they are, "cuda" and "xpu" with or without ":<index>". */
 static bool device_tag(const char *t)
 {
-    static const char *const types[] = {"cpu", "cuda", "mps", "meta", "hpu", "xpu", "xla",
-                                        "mtia", "maia", "npu", "privateuseone", "ipu", "lazy",
-                                        "vulkan", "ve", "hip", "mkldnn", "opengl", "opencl",
-                                        "ideep", "fpga"};
-    size_t n = strcspn(t, ":");
-    bool known = false;
-    for (size_t i = 0; i < sizeof types / sizeof *types; i++)
-        known |= strlen(types[i]) == n && strncmp(types[i], t, n) == 0;
-    if (!known || t[n] == '\0')
-        return known;
+    if (!strcmp(t, "cpu") || !strcmp(t, "meta") || !strcmp(t, "mps"))
+        return true;
+    size_t n = strncmp(t, "cuda", 4) == 0 ? 4 : strncmp(t, "xpu", 3) == 0 ? 3 : 0;
+    if (n == 0 || t[n] == '\0')
+        return n != 0;
     size_t digits = strspn(t + n + 1, "0123456789");
-    return digits > 0 && digits <= 6 && t[n + 1 + digits] == '\0';
+    return t[n] == ':' && digits > 0 && digits <= 6 && t[n + 1 + digits] == '\0';
 }
 
 int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *params,
@@ -625,7 +620,7 @@ int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *par
     }
     if (params->map_location && !device_tag(params->map_location))
         return ptc__err(err, PTC_EINVAL, "", -1,
-                        "ptc_save: map_location must be a device such as cpu or cuda:0");
+                        "ptc_save: map_location must be cpu, meta, mps, cuda[:N] or xpu[:N]");
     ptc_save_format f = params->format;
     if (f == PTC_SAVE_AUTO) {
         size_t n = strlen(path);

@@ -310,7 +310,7 @@ static void test_map_location(void)
         return;
     ptc_save_params p;
     ptc_save_params_default(&p);
-    static const char *const bad[] = {"gpu", "cuda:", "cuda:x", "", "CPU", "cpu:0:1", "cuda:1234567"};
+    static const char *const bad[] = {"gpu", "cuda:", "cuda:x", "", "CPU", "cpu:0", "cuda:1234567", "mps:3", "hip", "xla:0"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         p.map_location = bad[i];
         CHECK_CODE(ptc_save(ptc_ckpt_root(c), out, &p, &err), PTC_EINVAL, &err);
