@@ -39,6 +39,7 @@ typedef struct ptc__dict {
     size_t n, cap;
     uint32_t *index; /* open-addressing hash of key positions + 1 (0 = empty), built past 8 pairs */
     size_t index_cap;
+    uint64_t seed;    /* the index's hash seed, random per dict: crafted keys cannot collide */
     ptc_value *attrs; /* dict set by BUILD (OrderedDict's {'_metadata': ...}) or NULL */
 } ptc__dict;
 

@@ -10,6 +10,8 @@
 
 #include <math.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 ptc_value *ptc__value_new(ptc__arena *a, ptc_value_kind kind)
 {
@@ -346,11 +348,35 @@ static int equal_depth(const ptc_value *a, const ptc_value *b, int depth)
 
 int ptc__value_equal(const ptc_value *a, const ptc_value *b) { return equal_depth(a, b, 0); }
 
+/* A secret of this process, from the system's entropy (its clock and address layout if that
+ * fails): dict indexes are seeded from it, so that a file cannot pick keys whose hashes collide
+ * and make every lookup walk the whole index. */
+static uint64_t process_secret(void)
+{
+    static uint64_t secret;
+    uint64_t s = __atomic_load_n(&secret, __ATOMIC_RELAXED);
+    if (s)
+        return s;
+    if (getentropy(&s, sizeof s) != 0 || s == 0) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        s = mix((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&secret) | 1;
+    }
+    __atomic_store_n(&secret, s, __ATOMIC_RELAXED);
+    return s;
+}
+
+/* The first index slot of a key: its hash mixed with the dict's seed. */
+static size_t first_slot(const ptc__dict *d, const ptc_value *key)
+{
+    return (size_t)mix(hash_value(key, 0) ^ d->seed) & (d->index_cap - 1);
+}
+
 static int index_insert(ptc__dict *d, ptc__arena *a, size_t pos)
 {
     (void)a;
     size_t mask = d->index_cap - 1;
-    size_t h = (size_t)hash_value(d->keys[pos], 0) & mask;
+    size_t h = first_slot(d, d->keys[pos]);
     while (d->index[h])
         h = (h + 1) & mask;
     d->index[h] = (uint32_t)(pos + 1);
@@ -367,6 +393,8 @@ static int index_rebuild(ptc__dict *d, ptc__arena *a, size_t want)
     uint32_t *idx = ptc__arena_alloc(a, cap * sizeof *idx);
     if (!idx)
         return PTC_ENOMEM;
+    if (!d->index)
+        d->seed = mix(process_secret() ^ (uint64_t)(uintptr_t)d);
     d->index = idx;
     d->index_cap = cap;
     for (size_t i = 0; i < d->n; i++)
@@ -381,7 +409,7 @@ size_t ptc__dict_index(const ptc_value *dict, const ptc_value *key)
         return SIZE_MAX;
     if (d->index) {
         size_t mask = d->index_cap - 1;
-        for (size_t h = (size_t)hash_value(key, 0) & mask; d->index[h]; h = (h + 1) & mask)
+        for (size_t h = first_slot(d, key); d->index[h]; h = (h + 1) & mask)
             if (ptc__value_equal(d->keys[d->index[h] - 1], key))
                 return d->index[h] - 1;
         return SIZE_MAX;
@@ -405,7 +433,7 @@ int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val
     /* An equal key replaces the value in place, as in Python. */
     if (d->index) {
         size_t mask = d->index_cap - 1;
-        for (size_t h = (size_t)hash_value(key, 0) & mask; d->index[h]; h = (h + 1) & mask) {
+        for (size_t h = first_slot(d, key); d->index[h]; h = (h + 1) & mask) {
             size_t pos = d->index[h] - 1;
             if (ptc__value_equal(d->keys[pos], key)) {
                 d->vals[pos] = val;
@@ -670,7 +698,7 @@ const ptc_value *ptc_dict_get(const ptc_value *v, const char *key)
     const ptc__dict *d = &v->u.dict;
     if (d->index) {
         size_t mask = d->index_cap - 1;
-        for (size_t h = (size_t)hash_value(&probe, 0) & mask; d->index[h]; h = (h + 1) & mask) {
+        for (size_t h = first_slot(d, &probe); d->index[h]; h = (h + 1) & mask) {
             size_t pos = d->index[h] - 1;
             if (ptc__value_equal(d->keys[pos], &probe))
                 return d->vals[pos];

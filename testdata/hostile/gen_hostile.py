@@ -1152,6 +1152,18 @@ def gen_p():
     memo_pkl = (P.PROTO + b'\x02' + P.EMPTY_LIST + b''.join(P.LONG_BINPUT + struct.pack('<I', i) for i in range(nput)) + P.STOP)
     ents = torch_ents(memo_pkl, storages={}, method=8)
     add('p2-memo-over-limit.pth', 'P2', 'ELIMIT', '%d distinct LONG_BINPUT indices (limit 1<<20), data.pkl deflated' % nput, build_zip(ents)[0])
+    # hash flooding: ints whose hashes, as ptc hashed keys before its dict indexes were seeded,
+    # agree in their low 32 bits, so that every insertion walked the whole index (3 s at 30000)
+    def unmix(h):
+        m, c = (1 << 64) - 1, 0xff51afd7ed558ccd
+        h ^= h >> 33
+        h = (h * pow(c, -1, 1 << 64)) & m
+        h ^= h >> 33
+        return h - (1 << 64) if h >= 1 << 63 else h
+    flood = dumps({'d': {unmix(j << 32): 1 for j in range(1, 30001)}})
+    add('p2-dict-hash-flood.pth', 'P2', 'OK', '30000 int keys chosen to collide in an unseeded '
+        'index (quadratic insertion), data.pkl deflated',
+        build_zip(torch_ents(flood, storages={}, method=8))[0])
     # billion laughs through the memo (no DUP): level k+1 = [level k, level k]; n levels are n+1
     # shared nodes that a copying reader (or a naive walk) expands to 2^(n+1) - 1
     def laughs(levels):
