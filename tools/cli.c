@@ -168,12 +168,14 @@ static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp)
 }
 
 /* Characters that are valid UTF-8 yet act on a terminal (C1 controls such as CSI U+009B) or make
- * the shown text differ from the stored text (bidi overrides, isolates, line separators). */
+ * the shown text differ from the stored text (bidi overrides, isolates, line separators, and the
+ * invisible soft hyphen, zero-width spaces and joiners, word joiner, byte order mark and tags). */
 static int is_hidden(uint32_t cp)
 {
-    return (cp >= 0x80 && cp <= 0x9F) || cp == 0x061C || cp == 0x200E || cp == 0x200F ||
-           (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x2028 ||
-           cp == 0x2029;
+    return (cp >= 0x80 && cp <= 0x9F) || cp == 0xAD || cp == 0x061C ||
+           (cp >= 0x200B && cp <= 0x200F) || cp == 0x2028 || cp == 0x2029 ||
+           (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) ||
+           (cp >= 0x2066 && cp <= 0x2069) || cp == 0xFEFF || (cp >= 0xE0000 && cp <= 0xE007F);
 }
 
 /* Escapes the character at s[0..n) into out (at most 16 bytes); returns the output length and

@@ -42,16 +42,21 @@ static size_t utf8_seq(const uint8_t *s, size_t n)
 }
 
 /* Code points that change how a terminal shows text: C1 controls, line and paragraph separators,
- * and the bidirectional overrides and isolates (the "Trojan Source" characters). */
+ * the bidirectional overrides and isolates (the "Trojan Source" characters), and the invisible
+ * ones (soft hyphen, zero-width spaces and joiners, word joiner, byte order mark, tags) that make
+ * two different texts look the same. */
 static bool is_format_control(const uint8_t *s, size_t len)
 {
     uint32_t cp = len == 2 ? ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F)
                 : len == 3 ? ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) |
                                  (s[2] & 0x3F)
+                : len == 4 ? ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
+                                 ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F)
                            : 0;
-    return (cp >= 0x80 && cp <= 0x9F) || cp == 0x2028 || cp == 0x2029 ||
-           (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2066 && cp <= 0x2069) || cp == 0x200E ||
-           cp == 0x200F || cp == 0x061C || cp == 0xFEFF;
+    return (cp >= 0x80 && cp <= 0x9F) || cp == 0xAD || cp == 0x061C ||
+           (cp >= 0x200B && cp <= 0x200F) || cp == 0x2028 || cp == 0x2029 ||
+           (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) ||
+           (cp >= 0x2066 && cp <= 0x2069) || cp == 0xFEFF || (cp >= 0xE0000 && cp <= 0xE007F);
 }
 
 bool ptc__utf8_valid(const uint8_t *s, size_t n)

@@ -63,6 +63,10 @@ static void test_text(void)
     /* C1 controls and bidi overrides are escaped even when UTF-8 is kept. */
     CHECK_STR(ptc__escape(out, sizeof out, "\xc2\x9b" "1m", 4, true), "\\xc2\\x9b1m");
     CHECK_STR(ptc__escape(out, sizeof out, "a\xe2\x80\xae" "b", 5, true), "a\\xe2\\x80\\xaeb");
+    /* Invisible characters that make two texts look alike: zero-width space, a tag. */
+    CHECK_STR(ptc__escape(out, sizeof out, "cpu\xe2\x80\x8b", 6, true), "cpu\\xe2\\x80\\x8b");
+    CHECK_STR(ptc__escape(out, sizeof out, "a\xf3\xa0\x80\x81", 5, true), "a\\xf3\\xa0\\x80\\x81");
+    CHECK_STR(ptc__escape(out, sizeof out, "\xf0\x9f\x98\x80", 4, true), "\xf0\x9f\x98\x80");
     char small[8];
     CHECK_STR(ptc__escape(small, sizeof small, "abcdefghijkl", 12, false), "abcd...");
     CHECK(ptc__utf8_valid((const uint8_t *)"h\xc3\xa9llo", 6));
