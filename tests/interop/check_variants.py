@@ -29,7 +29,6 @@ torch is not importable (tests/interop/run.sh counts that as a failure), 99 ptc 
 """
 
 import collections
-import hashlib
 import io
 import json
 import os
@@ -136,11 +135,6 @@ def cases(torch):
     yield "location-text", zip_file({"w": v2(es, (4,), (1,), hooks)}, [es])
 
 
-def sha(torch, t):
-    t = t.detach().contiguous().reshape(-1)
-    return hashlib.sha256(t.view(torch.uint8).numpy().tobytes()).hexdigest()
-
-
 class Checker:
     def __init__(self, torch, tmp):
         self.torch, self.tmp, self.failures = torch, tmp, 0
@@ -179,9 +173,7 @@ class Checker:
         else:
             doc = json.loads(out)
             mine = [(t["path"], t["dtype"], t["shape"], t.get("sha256")) for t in doc["tensors"]]
-            theirs = [(p[len("root"):].lstrip("."), str(v.dtype).replace("torch.", ""),
-                       list(v.shape), sha(torch, v)) for p, v in ic.walk_tensors(ref)]
-            theirs = [(p[2:-2] if p.startswith("['") else p, d, s, h) for p, d, s, h in theirs]
+            theirs = ic.ptc_tensor_rows(ref)
             if mine != theirs:
                 self.fail(name + " inspect", ["ptc %s" % json.dumps(mine),
                                               "torch %s" % json.dumps(theirs)])

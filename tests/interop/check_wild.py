@@ -225,34 +225,6 @@ def inspect(path):
         return None, "--json wrote no JSON (%s)" % e
 
 
-def key_text(k):
-    """A dictionary key as a ptc path names it (ptc-inspect(1), Paths)."""
-    return k if isinstance(k, str) else str(k) if isinstance(k, int) else repr(k)
-
-
-def ptc_walk(torch, obj, path="", out=None):
-    """(ptc's path, tensor) in ptc inspect's order: depth first, containers in their order."""
-    if out is None:
-        out = []
-    if isinstance(obj, torch.Tensor):
-        out.append((path, obj))
-    elif isinstance(obj, dict):
-        for k, v in obj.items():
-            ptc_walk(torch, v, path + "." + key_text(k) if path else key_text(k), out)
-    elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
-            ptc_walk(torch, v, "%s.%d" % (path, i) if path else str(i), out)
-    return out
-
-
-def tensor_row(torch, path, t):
-    """(path, dtype, shape, sha256 of the elements, row-major, little-endian) as ptc hashes them."""
-    flat = t.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
-    raw = flat.view(torch.uint8).numpy().tobytes() if t.numel() else b""
-    return (path, str(t.dtype).replace("torch.", ""), list(t.shape),
-            hashlib.sha256(raw).hexdigest())
-
-
 def ptc_rows(doc):
     return [(t["path"], t["dtype"], t["shape"], t.get("sha256", "")) for t in doc["tensors"]]
 
@@ -281,8 +253,7 @@ def check_torch_file(torch, path, obj, locations, tmp):
         answer = "verify %s, inspect refused" % verdict
     else:
         mine = ptc_rows(doc)
-        why += ["inspect: " + d for d in compare_rows(mine, [tensor_row(torch, p, t)
-                                                             for p, t in ptc_walk(torch, obj)])]
+        why += ["inspect: " + d for d in compare_rows(mine, ic.ptc_tensor_rows(obj))]
         ptc_locations = {s["location"] for s in doc["storages"]}
         if ptc_locations != locations:
             why.append("inspect: storage locations %s, torch was given %s" % (
@@ -333,7 +304,7 @@ def check_safetensors_file(torch, path):
         return told, "verify %s, inspect refused" % verdict, why + ["ptc inspect " + err]
     rows = ptc_rows(doc)  # by name: load_file's order is not the file's
     why += ["inspect: " + d for d in compare_rows(
-        sorted(rows), sorted(tensor_row(torch, k, t) for k, t in ref.items()))]
+        sorted(rows), sorted(ic.tensor_row(k, t) for k, t in ref.items()))]
     return told, "verify %s, %d tensors" % (verdict, len(rows)), why
 
 

@@ -326,6 +326,41 @@ def diff(a, b, path="root", out=None, limit=30):
     return out
 
 
+def _ptc_key(k):
+    """A dictionary key as a ptc path names it (ptc-inspect(1), Paths)."""
+    return k if isinstance(k, str) else str(k) if isinstance(k, int) else repr(k)
+
+
+def _ptc_walk(obj, path, out):
+    import torch
+    if isinstance(obj, torch.Tensor):
+        out.append((path, obj))
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _ptc_walk(v, path + "." + _ptc_key(k) if path else _ptc_key(k), out)
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj):
+            _ptc_walk(v, "%s.%d" % (path, i) if path else str(i), out)
+    return out
+
+
+def tensor_row(path, t):
+    """(path, dtype, shape, sha256 of the elements, row-major, little-endian) as ptc hashes them."""
+    import hashlib
+    import torch
+    flat = t.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
+    raw = flat.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    return (path, str(t.dtype).replace("torch.", ""), list(t.shape),
+            hashlib.sha256(raw).hexdigest())
+
+
+def ptc_tensor_rows(obj):
+    """The rows `ptc inspect --json --hash` gives for what torch.load returned: (path, dtype,
+    shape, sha256) of every tensor, depth first, containers in their order, paths as ptc names
+    them."""
+    return [tensor_row(p, t) for p, t in _ptc_walk(obj, "", [])]
+
+
 def walk_tensors(obj, path="root", out=None):
     """(path, tensor) depth-first in container order; sets are not entered (their order is not
     stable across loads)."""
