@@ -279,6 +279,10 @@ static uint64_t hash_number(const ptc_value *v)
     }
     double f = 0;
     as_float(v, &f);
+    /* No NaN equals another, and Python hashes each by its identity: so does ptc, or a file of
+     * many NaN keys would put them all in one chain. */
+    if (isnan(f))
+        return mix((uint64_t)(uintptr_t)v ^ 0x7ff8);
     uint64_t bits;
     memcpy(&bits, &f, sizeof bits);
     return mix(bits ^ 0x5bd1e995);

@@ -637,6 +637,14 @@ static int list_args(ptc__vm *vm, ptc_value **args, ptc_error *err)
 static int set_attr(ptc__vm *vm, ptc_value *target, ptc_value *name, ptc_value *val, ptc_error *err)
 {
     int rc = 0;
+    /* A dunder name (__class__, __dict__, ...) would reach into the object's Python internals:
+     * type confusion in a loader that applies it. */
+    if (name->kind == PTC_VALUE_STR && name->u.s.n >= 2 && name->u.s.p[0] == '_' &&
+        name->u.s.p[1] == '_') {
+        char esc[64];
+        return VM_STRICTER(vm, PTC_EFORMAT, "attribute \"%s\" would set a Python internal",
+                           ptc__escape(esc, sizeof esc, name->u.s.p, name->u.s.n, true));
+    }
     if (!target->u.dict.attrs && !(target->u.dict.attrs = new_value(vm, PTC_VALUE_DICT, err, &rc)))
         return rc;
     return ptc__dict_set(vm->arena, target->u.dict.attrs, name, val, err, vm->p->member,

@@ -481,6 +481,7 @@ static int make_parameter(ptc__vm *vm, const ptc_value *data, bool requires_grad
     *t = *data->u.t;
     t->parameter = true;
     t->requires_grad = requires_grad;
+    t->state = NULL; /* a new object: the data's attributes are not its own */
     v->u.t = t;
     *out = v;
     return 0;
@@ -509,6 +510,9 @@ static int check_state(ptc__vm *vm, const ptc_value *state, ptc_error *err)
 {
     if (state->kind == PTC_VALUE_NONE)
         return 0;
+    if (state->kind == PTC_VALUE_TUPLE && state->u.seq.n != 2)
+        return HOOK_ERR(PTC_EFORMAT, "object state is a tuple of %zu, not (dict, slots)",
+                        state->u.seq.n);
     if (state->kind != PTC_VALUE_DICT) {
         /* A false state sets nothing; a (dict, slots) pair sets the attributes of both. */
         if (!ptc__value_truthy(state))
@@ -534,6 +538,27 @@ static int check_state(ptc__vm *vm, const ptc_value *state, ptc_error *err)
             char esc[64];
             return HOOK_STRICTER(PTC_EFORMAT, "attribute \"%s\" would set a Python internal",
                                  ptc__escape(esc, sizeof esc, k->u.s.p, k->u.s.n, true));
+        }
+    }
+    /* torch applies each with setattr: a name of the tensor's own properties (data, real,
+     * requires_grad, shape, ...: torch 2.6's data descriptors of Parameter and Tensor) changes
+     * the tensor or fails, which ptc does not model; other names are plain attributes. */
+    static const char *const properties[] = {
+        "H", "T", "_backward_hooks", "_base", "_cdata", "_grad", "_grad_fn",
+        "_has_symbolic_sizes_strides", "_post_accumulate_grad_hooks", "_python_dispatch",
+        "_version", "data", "device", "dtype", "grad", "grad_fn", "imag", "is_cpu", "is_cuda",
+        "is_ipu", "is_leaf", "is_maia", "is_meta", "is_mkldnn", "is_mps", "is_mtia", "is_nested",
+        "is_quantized", "is_sparse", "is_sparse_csr", "is_vulkan", "is_xla", "is_xpu", "itemsize",
+        "layout", "mH", "mT", "name", "names", "nbytes", "ndim", "output_nr", "real",
+        "requires_grad", "retains_grad", "shape", "volatile"};
+    for (size_t i = 0; i < state->u.dict.n; i++) {
+        const ptc_value *k = state->u.dict.keys[i];
+        for (size_t j = 0; j < sizeof properties / sizeof *properties; j++) {
+            if (is_str(k, properties[j]))
+                return HOOK_STRICTER(PTC_EUNSUPPORTED,
+                                     "a state that sets the tensor property \"%s\" is not "
+                                     "supported",
+                                     properties[j]);
         }
     }
     return 0;
@@ -845,8 +870,9 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
             return HOOK_ERR(PTC_EFORMAT, "%s takes (tensor, bool, OrderedDict()%s)",
                             fn->u.g.name, with_state ? ", dict" : "");
         int rc = make_parameter(vm, a[0], b, out, err);
-        if (rc == 0 && with_state)
-            rc = check_state(vm, a[3], err);
+        if (rc == 0 && with_state && (rc = check_state(vm, a[3], err)) == 0 &&
+            ptc__value_truthy(a[3]))
+            (*out)->u.t->state = a[3];
         if (rc == 0 && !no_hooks(a[2])) /* torch installs any object as the hooks */
             rc = HOOK_STRICTER(PTC_EFORMAT,
                                "backward hooks must be None or empty: autograd would call them");
@@ -873,8 +899,11 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
         int rc = check_state(vm, a[3], err);
         if (rc < 0 || (rc = call(vm, c, a[0], a[2], out, err)) < 0)
             return rc;
-        if (id == G_PARAMETER)
-            return make_parameter(vm, *out, (*out)->u.t->requires_grad, out, err);
+        if (id == G_PARAMETER &&
+            (rc = make_parameter(vm, *out, (*out)->u.t->requires_grad, out, err)) < 0)
+            return rc;
+        if (ptc__value_truthy(a[3]))
+            (*out)->u.t->state = a[3];
         return 0;
     }
     case G_ORDERED_DICT:

@@ -28,7 +28,8 @@
 
 /* Identity keys for constants: any distinct addresses will do. */
 static const char K_STORAGE, K_CPU, K_LATIN1, K_OD, K_V2, K_V3, K_UNTYPED, K_PARAM, K_ENCODE,
-    K_SET, K_COMPLEX, K_SIZE, K_DEVICE, K_BYTES, K_BYTEARRAY, K_COUNTER;
+    K_PARAM_STATE, K_FROM_TYPE, K_TENSOR,
+    K_SET, K_COMPLEX, K_SIZE, K_DEVICE, K_BYTEARRAY, K_COUNTER;
 static const char K_DTYPE[PTC_DTYPE_COUNT], K_STORAGE_CLASS[PTC_DTYPE_COUNT];
 
 typedef struct saved_storage {
@@ -147,7 +148,9 @@ static void empty_ordered_dict(saver *s, const void *key)
 
 static int save(saver *s, const ptc_value *v, int depth);
 
-static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad)
+/* The rebuild of t: REDUCE of _rebuild_tensor_v2/v3. from_type: the callable, torch.Tensor and
+ * the argument tuple only, as _rebuild_from_type_v2 takes them. */
+static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad, bool from_type)
 {
     /* A storage is declared with one class wherever it is referenced: its own dtype's (torch
      * keeps the first declaration of a key). A tensor of that dtype is rebuilt by v2, as torch.save
@@ -166,6 +169,8 @@ static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad)
         global_once(s, &K_V3, "torch._utils", "_rebuild_tensor_v3");
     else
         global_once(s, &K_V2, "torch._utils", "_rebuild_tensor_v2");
+    if (from_type)
+        global_once(s, &K_TENSOR, "torch", "Tensor");
     ptc__pw_op(&s->pw, '(');
     /* The persistent id: a new tuple each time, its parts shared. */
     ptc__pw_op(&s->pw, '(');
@@ -214,27 +219,48 @@ static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad)
     }
     ptc__pw_op(&s->pw, 't');
     ptc__pw_put(&s->pw, NULL);
-    ptc__pw_op(&s->pw, 'R');
+    if (!from_type)
+        ptc__pw_op(&s->pw, 'R');
 }
 
-static void save_tensor(saver *s, const ptc_value *v)
+static int save_tensor(saver *s, const ptc_value *v, int depth)
 {
     const ptc_tensor *t = v->u.t;
     if (t->parameter) {
         /* Parameter.__reduce_ex__: (_rebuild_parameter, (self.data, requires_grad, OrderedDict()))
-         * where self.data is a new tensor object that never requires grad. */
-        global_once(s, &K_PARAM, "torch._utils", "_rebuild_parameter");
-        tensor_reduce(s, t, false);
+         * where self.data is a new tensor object that never requires grad; with attributes,
+         * (_rebuild_parameter_with_state, (..., state)). */
+        if (t->state) {
+            global_once(s, &K_PARAM_STATE, "torch._utils", "_rebuild_parameter_with_state");
+            ptc__pw_op(&s->pw, '(');
+        } else {
+            global_once(s, &K_PARAM, "torch._utils", "_rebuild_parameter");
+        }
+        tensor_reduce(s, t, false, false);
         ptc__pw_put(&s->pw, NULL);
         ptc__pw_op(&s->pw, t->requires_grad ? 0x88 : 0x89);
         empty_ordered_dict(s, NULL);
-        ptc__pw_op(&s->pw, 0x87);
+        if (t->state && save(s, t->state, depth + 1) < 0)
+            return s->rc;
+        ptc__pw_op(&s->pw, t->state ? 't' : 0x87);
+        ptc__pw_put(&s->pw, NULL);
+        ptc__pw_op(&s->pw, 'R');
+    } else if (t->state) {
+        /* Tensor.__reduce_ex__ with attributes: (_rebuild_from_type_v2, (func, Tensor, args,
+         * state)). */
+        global_once(s, &K_FROM_TYPE, "torch._tensor", "_rebuild_from_type_v2");
+        ptc__pw_op(&s->pw, '(');
+        tensor_reduce(s, t, t->requires_grad, true);
+        if (save(s, t->state, depth + 1) < 0)
+            return s->rc;
+        ptc__pw_op(&s->pw, 't');
         ptc__pw_put(&s->pw, NULL);
         ptc__pw_op(&s->pw, 'R');
     } else {
-        tensor_reduce(s, t, t->requires_grad);
+        tensor_reduce(s, t, t->requires_grad, false);
     }
     ptc__pw_put(&s->pw, v);
+    return 0;
 }
 
 /* Items of a list (APPENDS) or dict (SETITEMS) in CPython's batches of 1000. */
@@ -263,31 +289,27 @@ static int batches(saver *s, const ptc_value *v, int depth)
     return 0;
 }
 
-/* bytes: (_codecs.encode, (latin-1 str, 'latin1')), or (bytes, ()) when empty; memo under key. */
+/* bytes: (_codecs.encode, (latin-1 str, 'latin1')); memo under key. Empty bytes too: Python
+ * pickles them as (bytes, ()), which torch's weights-only unpickler refuses. */
 static int save_bytes(saver *s, const ptc_value *v, const void *key)
 {
-    if (v->u.s.n == 0) {
-        global_once(s, &K_BYTES, "builtins", "bytes");
-        ptc__pw_op(&s->pw, ')');
-    } else {
-        global_once(s, &K_ENCODE, "_codecs", "encode");
-        /* Each byte becomes one code point, sent as UTF-8. */
-        ptc__buf u = {0};
-        for (size_t i = 0; i < v->u.s.n; i++) {
-            uint8_t c = (uint8_t)v->u.s.p[i];
-            uint8_t enc[2] = {(uint8_t)(0xC0 | (c >> 6)), (uint8_t)(0x80 | (c & 0x3F))};
-            if (ptc__buf_append(&u, c < 0x80 ? &c : enc, c < 0x80 ? 1 : 2) < 0) {
-                ptc__buf_free(&u);
-                return fail(s, PTC_ENOMEM, "out of memory");
-            }
+    global_once(s, &K_ENCODE, "_codecs", "encode");
+    /* Each byte becomes one code point, sent as UTF-8. */
+    ptc__buf u = {0};
+    for (size_t i = 0; i < v->u.s.n; i++) {
+        uint8_t c = (uint8_t)v->u.s.p[i];
+        uint8_t enc[2] = {(uint8_t)(0xC0 | (c >> 6)), (uint8_t)(0x80 | (c & 0x3F))};
+        if (ptc__buf_append(&u, c < 0x80 ? &c : enc, c < 0x80 ? 1 : 2) < 0) {
+            ptc__buf_free(&u);
+            return fail(s, PTC_ENOMEM, "out of memory");
         }
-        ptc__pw_str(&s->pw, u.data ? (const char *)u.data : "", u.len);
-        ptc__buf_free(&u);
-        ptc__pw_put(&s->pw, NULL);
-        const_str(s, &K_LATIN1, "latin1");
-        ptc__pw_op(&s->pw, 0x86);
-        ptc__pw_put(&s->pw, NULL);
     }
+    ptc__pw_str(&s->pw, u.data ? (const char *)u.data : "", u.len);
+    ptc__buf_free(&u);
+    ptc__pw_put(&s->pw, NULL);
+    const_str(s, &K_LATIN1, "latin1");
+    ptc__pw_op(&s->pw, 0x86);
+    ptc__pw_put(&s->pw, NULL);
     ptc__pw_op(&s->pw, 'R');
     ptc__pw_put(&s->pw, key);
     return 0;
@@ -366,16 +388,17 @@ static int save(saver *s, const ptc_value *v, int depth)
             ptc__pw_put(&s->pw, NULL);
             ptc__pw_op(&s->pw, 'R');
             ptc__pw_put(&s->pw, v);
-            return 0;
-        }
-        if (v->flags & PTC__V_ORDERED) {
-            empty_ordered_dict(s, v);
         } else {
-            ptc__pw_op(&s->pw, '}');
-            ptc__pw_put(&s->pw, v);
+            if (v->flags & PTC__V_ORDERED) {
+                empty_ordered_dict(s, v);
+            } else {
+                ptc__pw_op(&s->pw, '}');
+                ptc__pw_put(&s->pw, v);
+            }
+            if (batches(s, v, depth) < 0)
+                return s->rc;
         }
-        if (batches(s, v, depth) < 0)
-            return s->rc;
+        /* Attributes (an OrderedDict's _metadata, a Counter's): the instance dict, by BUILD. */
         if (v->u.dict.attrs && v->u.dict.attrs->u.dict.n > 0) {
             if (save(s, v->u.dict.attrs, depth + 1) < 0)
                 return s->rc;
@@ -461,7 +484,7 @@ static int save(saver *s, const ptc_value *v, int depth)
         return 0;
     }
     case PTC_VALUE_TENSOR:
-        save_tensor(s, v);
+        save_tensor(s, v, depth);
         return s->rc;
     default:
         return fail(s, PTC_EINVAL, v->kind == PTC__VALUE_OPAQUE

@@ -49,6 +49,9 @@ struct ptc_tensor {
     int64_t numel;
     const ptc_storage *storage;
     bool requires_grad, parameter, conj, neg;
+    /* Python attributes the file set on the tensor (_rebuild_parameter_with_state,
+     * _rebuild_from_type_v2): the state as read, a dict or (dict, slots); NULL for none. */
+    const struct ptc_value *state;
 };
 
 /* Proves the invariants above. member/offset label the error (the pickle position). */

@@ -1164,6 +1164,11 @@ def gen_p():
     add('p2-dict-hash-flood.pth', 'P2', 'OK', '30000 int keys chosen to collide in an unseeded '
         'index (quadratic insertion), data.pkl deflated',
         build_zip(torch_ents(flood, storages={}, method=8))[0])
+    # 30000 NaN keys: no two are equal, and hashed by their bits they all shared one chain
+    # (Python hashes a NaN by its identity)
+    nans = {'d': dict((float('nan'), i) for i in range(30000))}
+    add('p2-dict-nan-keys.pth', 'P2', 'OK', '30000 NaN keys, each its own (quadratic in one hash '
+        'chain), data.pkl deflated', build_zip(torch_ents(dumps(nans), storages={}, method=8))[0])
     # billion laughs through the memo (no DUP): level k+1 = [level k, level k]; n levels are n+1
     # shared nodes that a copying reader (or a naive walk) expands to 2^(n+1) - 1
     def laughs(levels):

@@ -15,6 +15,8 @@ wrote them) around real storage records:
   v3-other-dtype       _rebuild_tensor_v3 of a FloatStorage read as float64
   v2-untyped           _rebuild_tensor_v2 of an UntypedStorage: a uint8 tensor
   location-text        a storage location that is no device ('evil'), which map_location ignores
+  values               empty bytes and bytearray, a Counter with an attribute, a Parameter and a
+                       tensor with a plain attribute in their state
   cuda                 torch.save on 'cuda:0' (torch's location_tag answers 'cuda:0', as on a GPU)
 
 For each: torch.load(f, weights_only=True, map_location="cpu") must load it (else the case proves
@@ -133,6 +135,23 @@ def cases(torch):
     yield "v2-untyped", zip_file({"w": v2(us, (16,), (1,), hooks)}, [us])
     es = Storage(torch.FloatStorage, "0", "evil", 4, f32)
     yield "location-text", zip_file({"w": v2(es, (4,), (1,), hooks)}, [es])
+    # Values beside the tensors: empty bytes and bytearray (Python pickles b'' as bytes(), which
+    # torch refuses: ptc must not write that), a Counter with an attribute, a Parameter and a
+    # tensor with a plain attribute in their state.
+    yield "values", zip_file(
+        {"w": v2(fs, (4,), (1,), hooks), "b": Call(__import__("_codecs").encode, "", "latin1"),
+         "ba": Call(bytearray), "c": CounterWithAttr(),
+         "p": Call(u._rebuild_parameter_with_state, v2(fs, (2,), (1,), hooks), True, hooks,
+                   {"tag": "kept"}),
+         "t": Call(torch._tensor._rebuild_from_type_v2, u._rebuild_tensor_v2, torch.Tensor,
+                   (fs, 1, (3,), (1,), False, hooks), {"note": "t"})}, [fs])
+
+
+class CounterWithAttr:
+    """Counter({'a': 2}) whose instance dict holds note='x': REDUCE, then BUILD."""
+
+    def __reduce__(self):
+        return collections.Counter, ({"a": 2},), {"note": "x"}
 
 
 class Checker:

@@ -851,6 +851,27 @@ static void test_writer_variants(void)
     CHECK_CODE(open_variant(LIT(nul_loc), &c, buf, sizeof buf, &err), PTC_EFORMAT, &err);
     CHECK_STRICTER(&err, 1);
 
+    /* Object states: on a tensor, a property of torch's (setattr changes the data) is ptc's
+     * own refusal, a state that is a tuple but no (dict, slots) pair torch's too; on a Counter,
+     * a dunder attribute name is ptc's own refusal. */
+    static const char state_prop[] = "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n"
+        "_rebuild_parameter_with_state\n(" REBUILD_V2 STORAGE7 "K\x00K\x02\x85K\x01\x85\x89"
+        HOOKS "tR\x88" HOOKS "}X\x04\x00\x00\x00" "dataK\x01stRs.";
+    CHECK_CODE(open_variant(LIT(state_prop), &c, buf, sizeof buf, &err), PTC_EUNSUPPORTED, &err);
+    CHECK_STRICTER(&err, 1);
+    static const char state_tuple[] = "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n"
+        "_rebuild_parameter_with_state\n(" REBUILD_V2 STORAGE7 "K\x00K\x02\x85K\x01\x85\x89"
+        HOOKS "tR\x88" HOOKS ")tRs.";
+    CHECK_CODE(open_variant(LIT(state_tuple), &c, buf, sizeof buf, &err), PTC_EFORMAT, &err);
+    CHECK_STRICTER(&err, 0);
+    static const char counter_class[] =
+        "\x80\x02\x63\x63\x6f\x6c\x6c\x65\x63\x74\x69\x6f\x6e\x73\x0a\x43\x6f\x75\x6e\x74"
+        "\x65\x72\x0a\x7d\x58\x01\x00\x00\x00\x61\x4b\x01\x73\x85\x52\x4e\x7d\x58\x09\x00"
+        "\x00\x00\x5f\x5f\x63\x6c\x61\x73\x73\x5f\x5f\x4b\x01\x73\x86\x62\x2e";
+    CHECK_CODE(open_legacy(LIT(counter_class), LIT("\x80\x02]."), NULL, 0, &err), PTC_EFORMAT,
+               &err);
+    CHECK_STRICTER(&err, 1);
+
     /* Hooks a backward pass would call: ptc's own refusal. */
     static const char hooks[] = "\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7
                                 "K\x00K\x02\x85K\x01\x85\x89}K\x01K\x02stRs.";
