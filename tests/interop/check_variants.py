@@ -190,9 +190,7 @@ class Checker:
         if rc != 0:
             self.fail(name + " inspect", ["ptc inspect exited %d: %s" % (rc, err)])
         else:
-            doc = json.loads(out)
-            mine = [(t["path"], t["dtype"], t["shape"], t.get("sha256")) for t in doc["tensors"]]
-            theirs = ic.ptc_tensor_rows(ref)
+            mine, theirs = ic.inspect_rows(json.loads(out)), ic.ptc_tensor_rows(ref)
             if mine != theirs:
                 self.fail(name + " inspect", ["ptc %s" % json.dumps(mine),
                                               "torch %s" % json.dumps(theirs)])

@@ -225,10 +225,6 @@ def inspect(path):
         return None, "--json wrote no JSON (%s)" % e
 
 
-def ptc_rows(doc):
-    return [(t["path"], t["dtype"], t["shape"], t.get("sha256", "")) for t in doc["tensors"]]
-
-
 def compare_rows(mine, theirs):
     """Differences between ptc's rows and torch's (or safetensors'), at most 4 lines."""
     if len(mine) != len(theirs):
@@ -252,7 +248,7 @@ def check_torch_file(torch, path, obj, locations, tmp):
         why.append("ptc inspect " + err)
         answer = "verify %s, inspect refused" % verdict
     else:
-        mine = ptc_rows(doc)
+        mine = ic.inspect_rows(doc)
         why += ["inspect: " + d for d in compare_rows(mine, ic.ptc_tensor_rows(obj))]
         ptc_locations = {s["location"] for s in doc["storages"]}
         if ptc_locations != locations:
@@ -302,7 +298,7 @@ def check_safetensors_file(torch, path):
     doc, err = inspect(path)
     if doc is None:
         return told, "verify %s, inspect refused" % verdict, why + ["ptc inspect " + err]
-    rows = ptc_rows(doc)  # by name: load_file's order is not the file's
+    rows = ic.inspect_rows(doc)  # by name: load_file's order is not the file's
     why += ["inspect: " + d for d in compare_rows(
         sorted(rows), sorted(ic.tensor_row(k, t) for k, t in ref.items()))]
     return told, "verify %s, %d tensors" % (verdict, len(rows)), why

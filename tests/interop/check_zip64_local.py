@@ -27,7 +27,6 @@ Prints one line per check ("ok ..." or "FAIL ..." with both sides). Exit status:
 top_srcdir and top_builddir (default: this source tree).
 """
 
-import hashlib
 import io
 import json
 import os
@@ -84,11 +83,6 @@ def layout(data):
         # zipfile's central extra is what it parsed: none means plain 32-bit sizes.
         central_plain = sum(1 for zi in z.infolist() if not zi.extra)
     return n, local64, central_plain
-
-
-def sha(torch, t):
-    t = t.detach().contiguous().reshape(-1)
-    return hashlib.sha256(t.view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
 def raw_bytes(torch, t):
@@ -165,9 +159,7 @@ class Checker:
             self.fail(name + " inspect", ["ptc inspect exited %d: %s" % (rc, err)])
         else:
             doc = json.loads(out)
-            mine = [(t["path"], t["dtype"], t["shape"], t.get("sha256")) for t in doc["tensors"]]
-            theirs = [(k, str(v.dtype).replace("torch.", ""), list(v.shape), sha(torch, v))
-                      for k, v in sd.items()]
+            mine, theirs = ic.inspect_rows(doc), ic.ptc_tensor_rows(sd)
             if mine != theirs:
                 self.fail(name + " inspect", ["ptc %s" % json.dumps(mine),
                                               "torch %s" % json.dumps(theirs)])

@@ -354,6 +354,11 @@ def tensor_row(path, t):
             hashlib.sha256(raw).hexdigest())
 
 
+def inspect_rows(doc):
+    """The same rows from a `ptc inspect --json --hash` document."""
+    return [(t["path"], t["dtype"], t["shape"], t.get("sha256")) for t in doc["tensors"]]
+
+
 def ptc_tensor_rows(obj):
     """The rows `ptc inspect --json --hash` gives for what torch.load returned: (path, dtype,
     shape, sha256) of every tensor, depth first, containers in their order, paths as ptc names
