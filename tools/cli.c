@@ -109,6 +109,45 @@ int cli_report(int code, const ptc_error *err)
     return cli_exit_code(code);
 }
 
+int cli_parse_budget(const char *arg, uint64_t *out)
+{
+    const char *p = arg;
+    uint64_t v = 0;
+    if (!(*p >= '0' && *p <= '9'))
+        return cli_usage_error("--budget wants a byte count (4G, 512M, 1073741824), not '%s'",
+                               arg);
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
+            return cli_usage_error("--budget %s is too large", arg);
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    unsigned shift = 0;
+    if (*p) {
+        const char *units = "KMGT";
+        const char *u = strchr(units, *p == 'k' ? 'K' : *p);
+        if (!u || p[1] != '\0')
+            return cli_usage_error("--budget wants a byte count (4G, 512M, 1073741824), not '%s'",
+                                   arg);
+        shift = 10u * (unsigned)(u - units + 1);
+    }
+    if (v == 0)
+        return cli_usage_error("--budget must be more than 0 bytes");
+    if (shift && v > (UINT64_MAX >> shift))
+        return cli_usage_error("--budget %s is too large", arg);
+    *out = v << shift;
+    return CLI_EXIT_OK;
+}
+
+int cli_report_budget(int code, const ptc_error *err)
+{
+    int status = cli_report(code, err);
+    if (code == PTC_ELIMIT && err && strstr(err->message, "work budget exceeded") &&
+        strstr(err->message, " bytes "))
+        cli_error("raise the byte budget with --budget BYTES (for example --budget 64G) if the "
+                  "file is trusted");
+    return status;
+}
+
 void cli_getopt_reset(void)
 {
 #ifdef __GLIBC__

@@ -65,6 +65,15 @@ int cli_exit_code(int ptc_code);
  * control or bidi override in valid UTF-8, say) still never reaches the terminal raw. */
 int cli_report(int code, const ptc_error *err);
 
+/* ---- work budget -------------------------------------------------------------------------------
+ * `--budget BYTES` (every command that walks a checkpoint): a byte count with an optional suffix
+ * K, M, G or T (powers of 1024; "4G", "512M", "1073741824"); 0 < BYTES. CLI_EXIT_USAGE with a
+ * message on anything else. */
+int cli_parse_budget(const char *arg, uint64_t *out);
+/* cli_report for a failure that may be an exceeded work budget: a PTC_ELIMIT for the byte budget
+ * (ptc_budget_charge's message) is followed by the hint to raise it with --budget BYTES. */
+int cli_report_budget(int code, const ptc_error *err);
+
 /* Makes the next getopt_long call start from argv[1] again with fresh internal state. */
 void cli_getopt_reset(void);
 

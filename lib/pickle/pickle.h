@@ -143,6 +143,7 @@ typedef struct ptc__pickle_params {
     ptc__budget *budget; /* charged for the stack and memo; may be NULL */
     const ptc__vm_hooks *hooks;
     bool allow_trailing;
+    uint64_t *nops; /* when not NULL, the opcodes executed are added to it */
 } ptc__pickle_params;
 
 int ptc__pickle_run(const uint8_t *data, size_t len, const ptc__pickle_params *p, ptc_value **root,

@@ -983,6 +983,8 @@ int ptc__pickle_run(const uint8_t *data, size_t len, const ptc__pickle_params *p
     size_t used = 0;
     ptc_value *result = NULL;
     int rc = run(&vm, &result, &used, err);
+    if (p->nops)
+        *p->nops += vm.nops;
     if (rc == 0)
         rc = ptc__value_check_tree(result, p->limits->max_depth, p->limits->max_objects, p->member,
                                    err);

@@ -343,13 +343,43 @@ PTC_API size_t ptc_ckpt_nrecords(const ptc_ckpt *c);
 PTC_API const char *ptc_ckpt_record_name(const ptc_ckpt *c, size_t i);
 PTC_API uint64_t ptc_ckpt_record_size(const ptc_ckpt *c, size_t i);
 
+/* Size of the file a checkpoint was read from (bytes) and the number of pickle opcodes its
+ * pickles executed (for safetensors: the size of its JSON header). */
+PTC_API uint64_t ptc_ckpt_file_size(const ptc_ckpt *c);
+PTC_API uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c);
+
+/* ---------------------------------------------------------------------------------------------
+ * Work budget. A tree accepted at load time may still share nodes (a memo DAG: the same list
+ * referenced from two places, twenty levels deep) or hold views far larger than their storage (a
+ * stride-0 expand of one element to 2^40), so that walking it, hashing it or writing it out costs
+ * far more than the file. Every walk over an accepted tree charges a budget: nodes visited, and
+ * bytes read (tensor data hashed, compared or copied) plus bytes written. The default scales with
+ * the file: 16 x its opcodes + 1,000,000 nodes, 64 x its size + 1 GiB bytes. An exceeded budget
+ * is PTC_ELIMIT with a message that names it.
+ */
+typedef struct ptc_budget {
+    uint64_t max_nodes, nodes; /* values visited, and the most allowed */
+    uint64_t max_bytes, bytes; /* bytes read and written, and the most allowed */
+} ptc_budget;
+
+/* The default budget for walks over c; max_bytes nonzero replaces the byte budget (ptc's
+ * --budget BYTES). Nothing charged yet. */
+PTC_API void ptc_budget_init(ptc_budget *b, const ptc_ckpt *c, uint64_t max_bytes);
+/* Charges nodes and bytes: 0, or PTC_ELIMIT (with the budget named in err) when either total would
+ * pass its limit; the charge is then not made. b NULL charges nothing. */
+PTC_API int ptc_budget_charge(ptc_budget *b, uint64_t nodes, uint64_t bytes, ptc_error *err);
+
 /* Walks every tensor reachable from a value, depth-first in container order, with its path: dict
  * keys as written and list or tuple indices in decimal, joined by '.'. A tensor reached twice is
  * reported twice. The path pointer is valid until the next call. */
 typedef struct ptc_walk ptc_walk;
 PTC_API int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err);
-/* 1 and the next tensor, 0 at the end, negative on error. */
+/* Charges every container and tensor the walk visits, one node each, to b (borrowed; it must
+ * outlive the walk); a walk without a budget is bounded only by the load-time tree check. */
+PTC_API void ptc_walk_set_budget(ptc_walk *w, ptc_budget *b);
+/* 1 and the next tensor, 0 at the end, negative on error (ptc_walk_error says why). */
 PTC_API int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t);
+PTC_API const ptc_error *ptc_walk_error(const ptc_walk *w); /* the last failure; borrowed */
 PTC_API void ptc_walk_free(ptc_walk *w);
 
 /* A state dict entry by key ("conv1.weight"); follows nested dicts when the key is not found whole.

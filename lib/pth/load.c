@@ -182,6 +182,7 @@ int ptc__pth_run_pickle(ptc_ckpt *c, const uint8_t *data, size_t len, const char
         .budget = &c->budget,
         .hooks = &hooks,
         .allow_trailing = allow_trailing,
+        .nops = &c->nops,
     };
     return ptc__pickle_run(data, len, &p, root, consumed, err);
 }

@@ -63,6 +63,7 @@ struct ptc_ckpt {
     uint32_t *sindex; /* hash of storage keys: index + 1 into storages, 0 = empty */
     size_t sindex_cap;
     bool legacy_mode; /* persistent ids are 6-tuples */
+    uint64_t nops;    /* opcodes executed by every pickle read (the work budget's node base) */
 };
 
 /* The unpickling hooks of a checkpoint (ud = the ptc_ckpt). */

@@ -512,6 +512,7 @@ int ptc__load_safetensors(ptc_ckpt *c, ptc_error *err)
     if (n < 2)
         return ptc__err(err, PTC_EFORMAT, "", 0, "safetensors header size %llu is too small",
                         (unsigned long long)n);
+    c->nops = n; /* each value of the header takes at least one of its bytes */
 
     /* The header bytes: in place when the file is mapped, else read into a charged buffer. */
     const uint8_t *map = ptc__source_map(c->src);

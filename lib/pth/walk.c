@@ -14,6 +14,51 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- work budget ----------------------------------------------------------------------------- */
+
+uint64_t ptc_ckpt_file_size(const ptc_ckpt *c) { return c ? ptc__source_size(c->src) : 0; }
+
+uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c) { return c ? c->nops : 0; }
+
+/* a * k + base, saturating. */
+static uint64_t scaled(uint64_t a, uint64_t k, uint64_t base)
+{
+    if (a > (UINT64_MAX - base) / k)
+        return UINT64_MAX;
+    return a * k + base;
+}
+
+void ptc_budget_init(ptc_budget *b, const ptc_ckpt *c, uint64_t max_bytes)
+{
+    if (!b)
+        return;
+    *b = (ptc_budget){0};
+    b->max_nodes = scaled(ptc_ckpt_opcodes(c), 16, 1000000);
+    b->max_bytes = max_bytes ? max_bytes : scaled(ptc_ckpt_file_size(c), 64, (uint64_t)1 << 30);
+}
+
+int ptc_budget_charge(ptc_budget *b, uint64_t nodes, uint64_t bytes, ptc_error *err)
+{
+    if (!b)
+        return 0;
+    if (nodes > b->max_nodes - b->nodes)
+        return ptc__err(err, PTC_ELIMIT, "", -1,
+                        "work budget exceeded: the tree takes more than %llu visits (16 x the "
+                        "pickle's opcodes + 1,000,000); it shares nodes far more than any "
+                        "checkpoint needs",
+                        (unsigned long long)b->max_nodes);
+    if (bytes > b->max_bytes - b->bytes)
+        return ptc__err(err, PTC_ELIMIT, "", -1,
+                        "work budget exceeded: this needs more than %llu bytes of tensor data read "
+                        "or written (%llu so far, %llu more asked; the default is 64 x the file's "
+                        "size + 1 GiB)",
+                        (unsigned long long)b->max_bytes, (unsigned long long)b->bytes,
+                        (unsigned long long)bytes);
+    b->nodes += nodes;
+    b->bytes += bytes;
+    return 0;
+}
+
 typedef struct walk_frame {
     const ptc_value *v;
     size_t next;
@@ -22,6 +67,8 @@ typedef struct walk_frame {
 
 struct ptc_walk {
     const ptc_value *root;
+    ptc_budget *budget;
+    ptc_error err;
     bool started;
     walk_frame *st;
     size_t n, cap;
@@ -45,6 +92,14 @@ int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err)
     *out = w;
     return 0;
 }
+
+void ptc_walk_set_budget(ptc_walk *w, ptc_budget *b)
+{
+    if (w)
+        w->budget = b;
+}
+
+const ptc_error *ptc_walk_error(const ptc_walk *w) { return w ? &w->err : NULL; }
 
 void ptc_walk_free(ptc_walk *w)
 {
@@ -154,6 +209,8 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
         return PTC_EINVAL;
     if (!w->started) {
         w->started = true;
+        if (w->root && ptc_budget_charge(w->budget, 1, 0, &w->err) < 0)
+            return w->err.code;
         if (w->root && w->root->kind == PTC_VALUE_TENSOR) {
             w->path.len = 0;
             *path = path_str(w);
@@ -175,13 +232,15 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
         const ptc_value *c = v->kind == PTC_VALUE_DICT ? v->u.dict.vals[i] : v->u.seq.items[i];
         if (c->kind != PTC_VALUE_TENSOR && !descend(c))
             continue;
+        if (ptc_budget_charge(w->budget, 1, 0, &w->err) < 0)
+            return w->err.code;
         w->path.len = f->pathlen;
         int rc = f->pathlen ? ptc__buf_append(&w->path, ".", 1) : 0;
         if (rc == 0)
             rc = v->kind == PTC_VALUE_DICT ? key_text(&w->path, v->u.dict.keys[i])
                                            : ptc__buf_printf(&w->path, "%zu", i);
         if (rc < 0)
-            return PTC_ENOMEM;
+            return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
         if (c->kind == PTC_VALUE_TENSOR) {
             *path = path_str(w);
             *t = c->u.t;
