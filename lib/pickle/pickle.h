@@ -95,6 +95,8 @@ ptc_value *ptc__value_int(ptc__arena *a, int64_t v);
 /* Makes the int value v hold x (a value the caller made and shares with no one). */
 void ptc__value_int_set(ptc_value *v, int64_t x);
 ptc_value *ptc__value_str(ptc__arena *a, ptc_value_kind kind, const char *s, size_t n);
+/* Makes room for more items in a tuple, list, set or torch.Size (one arena allocation). */
+int ptc__seq_reserve(ptc__arena *a, ptc_value *seq, size_t more);
 int ptc__seq_push(ptc__arena *a, ptc_value *seq, ptc_value *item);
 /* dict[key] = val with Python semantics: an equal key keeps its position and takes the new value.
  * Keys must be hashable (None, bool, int, float, str, bytes, tuple of those, dtype, global);

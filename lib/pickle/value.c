@@ -78,6 +78,27 @@ static int grow(ptc__arena *a, void **items, size_t *cap, size_t n, size_t elsiz
     return 0;
 }
 
+int ptc__seq_reserve(ptc__arena *a, ptc_value *seq, size_t more)
+{
+    ptc__seq *s = &seq->u.seq;
+    if (more <= s->cap - s->n)
+        return 0;
+    if (more > SIZE_MAX / sizeof *s->items - s->n)
+        return PTC_ENOMEM;
+    size_t ncap = s->n + more;
+    /* Keep doubling's amortised cost for lists built by many small APPENDS. */
+    if (ncap < s->cap * 2 && s->cap * 2 <= SIZE_MAX / sizeof *s->items)
+        ncap = s->cap * 2;
+    ptc_value **d = ptc__arena_alloc(a, ncap * sizeof *d);
+    if (!d)
+        return PTC_ENOMEM;
+    if (s->n)
+        memcpy(d, s->items, s->n * sizeof *d);
+    s->items = d;
+    s->cap = ncap;
+    return 0;
+}
+
 int ptc__seq_push(ptc__arena *a, ptc_value *seq, ptc_value *item)
 {
     ptc__seq *s = &seq->u.seq;

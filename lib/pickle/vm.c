@@ -180,6 +180,10 @@ struct ptc__vm {
     ptc_value **memo;
     size_t capmemo, nmemo_set;
     uint64_t nops, nobjects;
+    /* None, False and True are immutable, so one node of each serves every NONE, NEWFALSE and
+     * NEWTRUE of the pickle (a list of 5 M None costs its item pointers, not 5 M nodes); each is
+     * still counted against max_objects like any other value. */
+    ptc_value *singletons[3];
 };
 
 const char *ptc__vm_member(const ptc__vm *vm) { return vm->p->member; }
@@ -231,6 +235,26 @@ static ptc_value *new_value(ptc__vm *vm, ptc_value_kind kind, ptc_error *err, in
     if (!v)
         *rc = VM_ERR(vm, PTC_ENOMEM, "out of memory building a %s", ptc_value_kind_name(kind));
     return v;
+}
+
+/* The shared node of NONE, NEWFALSE or NEWTRUE (see ptc__vm.singletons). */
+static ptc_value *singleton(ptc__vm *vm, uint8_t op, ptc_error *err, int *rc)
+{
+    int k = op == OP_NONE ? 0 : op == OP_NEWFALSE ? 1 : 2;
+    ptc_value *v = vm->singletons[k];
+    if (v) {
+        if (++vm->nobjects > vm->p->limits->max_objects) {
+            *rc = VM_STRICTER(vm, PTC_ELIMIT,
+                              "the pickle builds more than the limit of %llu objects",
+                              (unsigned long long)vm->p->limits->max_objects);
+            return NULL;
+        }
+        return v;
+    }
+    if (!(v = new_value(vm, k == 0 ? PTC_VALUE_NONE : PTC_VALUE_BOOL, err, rc)))
+        return NULL;
+    v->u.b = k == 2;
+    return vm->singletons[k] = v;
 }
 
 static int push(ptc__vm *vm, ptc_value *v, ptc_error *err)
@@ -573,6 +597,10 @@ static int op_appends(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
     if (l->kind != PTC_VALUE_LIST)
         return VM_ERR(vm, PTC_EFORMAT, "%s on a %s: only lists can be appended to",
                       ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)l->kind));
+    /* Room for all the items at once: growing by doubling would leave the abandoned arrays in
+     * the arena (twice the list's final size for a long APPENDS). */
+    if (ptc__seq_reserve(vm->arena, l, vm->nstack - start) < 0)
+        return VM_ERR(vm, PTC_ENOMEM, "out of memory growing a list");
     for (size_t i = start; i < vm->nstack; i++)
         if (ptc__seq_push(vm->arena, l, vm->stack[i]) < 0)
             return VM_ERR(vm, PTC_ENOMEM, "out of memory growing a list");
@@ -777,15 +805,9 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             vm->marks[vm->nmarks++] = vm->nstack;
             break;
         case OP_NONE:
-            if (!(v = new_value(vm, PTC_VALUE_NONE, err, &rc)) || (rc = push(vm, v, err)) < 0)
-                return rc;
-            break;
-        case OP_NEWTRUE:
         case OP_NEWFALSE:
-            if (!(v = new_value(vm, PTC_VALUE_BOOL, err, &rc)))
-                return rc;
-            v->u.b = op == OP_NEWTRUE;
-            if ((rc = push(vm, v, err)) < 0)
+        case OP_NEWTRUE:
+            if (!(v = singleton(vm, op, err, &rc)) || (rc = push(vm, v, err)) < 0)
                 return rc;
             break;
         case OP_BININT:

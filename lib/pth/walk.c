@@ -50,8 +50,8 @@ int ptc_budget_charge(ptc_budget *b, uint64_t nodes, uint64_t bytes, ptc_error *
     if (bytes > b->max_bytes - b->bytes)
         return ptc__err(err, PTC_ELIMIT, "", -1,
                         "work budget exceeded: this needs more than %llu bytes of tensor data read "
-                        "or written (%llu so far, %llu more asked; the default is 64 x the file's "
-                        "size + 1 GiB)",
+                        "or written (%llu so far, %llu more asked; the byte budget defaults to "
+                        "64 x the file's size + 1 GiB)",
                         (unsigned long long)b->max_bytes, (unsigned long long)b->bytes,
                         (unsigned long long)bytes);
     b->nodes += nodes;

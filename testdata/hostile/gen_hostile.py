@@ -1451,13 +1451,50 @@ def update_readme(path):
             f.write(new)
 
 
+def gen_work():
+    """Trees the load accepts whose walks, hashes or conversions would cost far more than the file
+    (issue 13): every command charges a work budget scaled to the file, so each of these must end
+    in a bounded result or a refusal that names the budget (tests/fixtures/check_resources.py)."""
+    z0st = {'0': DATA0}
+
+    def body(obj):
+        """The opcodes that push obj, without PROTO and STOP, and the memo indices they use."""
+        b = dumps(obj)
+        assert b[:2] == P.PROTO + b'\x02' and b[-1:] == P.STOP
+        import pickletools
+        used = [arg for op, arg, _ in pickletools.genops(b) if op.name in ('BINPUT', 'LONG_BINPUT')]
+        return b[2:-1], (max(used) + 1 if used else 0)
+
+    def dag(leaf, levels):
+        """{'x': L} where L0 is leaf and L(k+1) = (Lk, Lk) through the memo: 2^levels leaves."""
+        lb, m = body(leaf)
+        b = P.PROTO + b'\x02' + P.EMPTY_DICT + P.BINUNICODE + struct.pack('<I', 1) + b'x' + lb
+        b += P.LONG_BINPUT + struct.pack('<I', m)
+        for k in range(levels):
+            b += P.LONG_BINGET + struct.pack('<I', m + k) + P.TUPLE2 + P.LONG_BINPUT + struct.pack('<I', m + k + 1)
+        return b + P.SETITEM + P.STOP
+
+    add('p2-work-dag-tensor.pth', 'P2', 'OK', 'a tensor shared through a memo DAG of TUPLE2, 22 levels: '
+        '4,194,304 paths to one tensor in a 1 KB file', torch_zip(dag(tensor(), 22), storages=z0st))
+    add('p2-work-dag-tuple.pth', 'P2', 'OK', 'the same DAG of plain tuples over the int 1: 4,194,304 '
+        'leaves, no tensor', zpkl(dag(1, 22)))
+    add('p2-work-stride0-2e40.pth', 'P2', 'OK', 'torch.zeros(1).expand(2**40) as torch.save writes it: '
+        'one float of storage, 4 TiB as a contiguous tensor',
+        torch_zip(dumps({'x': tensor(numel=1, size=(1 << 40,), stride=(0,))}),
+                  storages={'0': f32(0.0)}))
+    add('p2-work-overlap-2e30.pth', 'P2', 'OK', 'a [1024, 1024, 1024] view with strides (1, 1, 1) over '
+        '3070 floats: overlapping rows, 4 GiB as a contiguous tensor',
+        torch_zip(dumps({'x': tensor(numel=3070, size=(1024, 1024, 1024), stride=(1, 1, 1))}),
+                  storages={'0': bytes(4 * 3070)}))
+
+
 def main():
     global Z0_PKL
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--out', default=HERE, help='directory that receives files/ and manifest.json')
     args = ap.parse_args()
     Z0_PKL = dumps(z0_obj())
-    for g in (gen_u, gen_z, gen_v, gen_t, gen_a, gen_p):
+    for g in (gen_u, gen_z, gen_v, gen_t, gen_a, gen_p, gen_work):
         g()
     files_dir = os.path.join(args.out, 'files')
     os.makedirs(files_dir, exist_ok=True)

@@ -1,5 +1,5 @@
 #!/bin/sh
-# run.sh - a time-boxed libFuzzer campaign on each fuzz target (archive, pickle, load).
+# run.sh - a time-boxed libFuzzer campaign on each fuzz target (archive, pickle, load, walk).
 #
 # make check runs it with a short budget (FUZZ_SECONDS, default 60 seconds per target); longer local
 # campaigns use the same script:
@@ -26,7 +26,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 if [ -z "$top_builddir" ] && [ -e "./config.status" ]; then top_builddir=$(pwd); fi
 : "${top_builddir:=$top_srcdir}"
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-archive pickle load}
+targets=${FUZZ_TARGETS:-archive pickle load walk}
 
 case $seconds in
 '' | *[!0-9]*)
@@ -54,7 +54,7 @@ if ! ${MAKE:-make} -C "$top_builddir" fuzz FUZZ_CC="$FUZZ_CC" >"$tmp/build.log" 
     exit 1
 fi
 
-# The load target sees both a container and pickles, so it gets both dictionaries.
+# The load and walk targets see both a container and pickles, so they get both dictionaries.
 cat "$top_srcdir/tests/fuzz/zip.dict" "$top_srcdir/tests/fuzz/pickle.dict" >"$tmp/load.dict"
 
 status=0
@@ -62,9 +62,9 @@ for target in $targets; do
     case $target in
     archive) dict="$top_srcdir/tests/fuzz/zip.dict" ;;
     pickle) dict="$top_srcdir/tests/fuzz/pickle.dict" ;;
-    load) dict="$tmp/load.dict" ;;
+    load | walk) dict="$tmp/load.dict" ;;
     *)
-        echo "FAIL: unknown target '$target' (archive, pickle, load)"
+        echo "FAIL: unknown target '$target' (archive, pickle, load, walk)"
         status=1
         continue
         ;;
