@@ -57,7 +57,7 @@ struct options {
     const char *map_location;
     regex_t select[MAX_PATTERNS], exclude[MAX_PATTERNS];
     size_t nselect, nexclude;
-    int progress; /* CLI_PROGRESS_* */
+    int progress;    /* CLI_PROGRESS_* */
     uint64_t budget; /* --budget BYTES; 0: the default */
 };
 
@@ -656,10 +656,10 @@ static int charge_cast(conv *cv, uint64_t n, ptc_dtype from, ptc_dtype to, const
     cv->err->member[0] = '\0';
     /* Truncated, if ever, at the end of the budget's own message. */
     if (snprintf(cv->err->message, sizeof cv->err->message,
-             "--dtype: casting '%.120s' (%s: %llu elements of %s to %s) reads and writes %llu "
-             "bytes: %s",
-             cli_buf_str(&cv->path), what, (unsigned long long)n, ptc_dtype_name(from),
-             ptc_dtype_name(to), (unsigned long long)both, e.message) < 0)
+                 "--dtype: casting '%.120s' (%s: %llu elements of %s to %s) reads and writes %llu "
+                 "bytes: %s",
+                 cli_buf_str(&cv->path), what, (unsigned long long)n, ptc_dtype_name(from),
+                 ptc_dtype_name(to), (unsigned long long)both, e.message) < 0)
         cv->err->message[0] = '\0';
     return rc;
 }

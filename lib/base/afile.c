@@ -73,7 +73,10 @@ static struct {
 /* Tests: nonzero forces the named temporary file, as on a file system without O_TMPFILE. */
 static volatile int force_named;
 
-void ptc__afile_force_named(bool on) { force_named = on; }
+void ptc__afile_force_named(bool on)
+{
+    force_named = on;
+}
 
 /* Lists name; the slot, or -1 when the table is full or the name too long. */
 static int slot_take(const char *name)
@@ -225,8 +228,7 @@ static bool open_unnamed(ptc__afile *f)
  * rebuilt from f->path), listed in the table before it exists. 0 or an errno. */
 static int link_temporary(ptc__afile *f, const char *proc)
 {
-    static const char letters[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    static const char letters[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
     static unsigned counter;
     const char *slash = strrchr(f->path, '/');
     const char *base = slash ? slash + 1 : f->path;
@@ -320,7 +322,10 @@ int ptc__afile_open(ptc__afile **out, const char *path, ptc_error *err)
     return 0;
 }
 
-bool ptc__afile_unnamed(const ptc__afile *f) { return f && f->unnamed; }
+bool ptc__afile_unnamed(const ptc__afile *f)
+{
+    return f && f->unnamed;
+}
 
 int ptc__afile_write(ptc__afile *f, const void *p, size_t n, ptc_error *err)
 {

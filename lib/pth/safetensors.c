@@ -882,8 +882,9 @@ int ptc__save_safetensors(const ptc_value *root, const char *path, const ptc_sav
                      (unsigned long long)ptc_storage_nbytes(ptc_tensor_storage(worst->t)));
         }
         ptc__escape(where, sizeof where, path, strlen(path), true);
-        ptc__err_prefix(err, "%s: safetensors stores every tensor contiguously, so this would "
-                             "write %llu bytes of tensor data%s: ",
+        ptc__err_prefix(err,
+                        "%s: safetensors stores every tensor contiguously, so this would "
+                        "write %llu bytes of tensor data%s: ",
                         where, (unsigned long long)off, big);
         goto fail;
     }

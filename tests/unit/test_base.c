@@ -187,7 +187,8 @@ static void test_memory(void)
     ptc_set_allocator(NULL, NULL);
 }
 
-/* ---- atomic files: the unnamed file, the link at commit, signal cleanup ----------------------- */
+/* ---- atomic files: the unnamed file, the link at commit, signal cleanup -----------------------
+ */
 
 static char g_dir[512];
 
@@ -250,8 +251,7 @@ static int child_killed(const char *path, bool named, int sig, bool handler)
             signal(sig, on_term);
         ptc__afile *f;
         ptc_error err;
-        if (ptc__afile_open(&f, path, &err) == 0 &&
-            ptc__afile_write(f, "partial", 7, &err) == 0) {
+        if (ptc__afile_open(&f, path, &err) == 0 && ptc__afile_write(f, "partial", 7, &err) == 0) {
             char c = ptc__afile_unnamed(f) ? 'u' : 'n';
             if (write(fds[1], &c, 1) != 1)
                 _exit(1);
@@ -357,7 +357,9 @@ static void test_afile(void)
     static const struct {
         bool named, handler;
         int sig;
-    } kills[] = {{true, true, SIGTERM}, {true, true, SIGINT}, {false, true, SIGTERM},
+    } kills[] = {{true, true, SIGTERM},
+                 {true, true, SIGINT},
+                 {false, true, SIGTERM},
                  {false, false, SIGKILL}};
     for (size_t i = 0; i < sizeof kills / sizeof kills[0]; i++) {
         if (!kills[i].named && !tmpfile)
