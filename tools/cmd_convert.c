@@ -21,6 +21,15 @@
  * shared node stays shared, except under --select/--exclude, whose result depends on the path.
  *
  * The output is written by ptc_save, which is atomic: on any failure an existing OUT is untouched.
+ *
+ * Work budget (ptc_budget, --budget BYTES): every node the rebuild visits is charged, every cast
+ * its bytes read and written, and ptc_save the bytes of tensor data the output will hold before
+ * it creates anything: safetensors stores each tensor contiguously (numel x element size, so a
+ * stride-0 view of one element expanded to 2^40 would be 4 TiB and is refused), torch's zip
+ * format each storage once as it is. While OUT is written a SIGINT, SIGTERM or SIGHUP first
+ * removes the temporary file (ptc_save_remove_temporaries), then ends the process as the signal
+ * would; where the file system has O_TMPFILE the file has no name until it is complete, so even
+ * SIGKILL leaves nothing.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -30,6 +39,7 @@
 
 #include <getopt.h>
 #include <regex.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +57,8 @@ struct options {
     const char *map_location;
     regex_t select[MAX_PATTERNS], exclude[MAX_PATTERNS];
     size_t nselect, nexclude;
-    int progress; /* CLI_PROGRESS_* */
+    int progress;    /* CLI_PROGRESS_* */
+    uint64_t budget; /* --budget BYTES; 0: the default */
 };
 
 static const char usage_text[] =
@@ -71,6 +82,10 @@ static const char usage_text[] =
     "  --dtype DTYPE       cast floating-point tensors to float32, float16 or bfloat16\n"
     "  --map-location DEV  save every storage as on device DEV (cpu, cuda:0, mps, ...), as\n"
     "                      torch.load's map_location would place it; default: where it was\n"
+    "  --budget BYTES      bytes of tensor data the conversion may read and write (casts\n"
+    "                      and the output; K, M, G, T suffixes); default 64 x IN's size +\n"
+    "                      1 GiB. safetensors writes every tensor contiguously, so a view\n"
+    "                      larger than its storage costs its full size\n"
     "  --progress          show progress even when stderr is not a terminal\n"
     "  --no-progress       never show progress\n"
     "  -h, --help          show this help\n";
@@ -575,6 +590,7 @@ typedef struct conv {
     int filtering;   /* --select or --exclude: results depend on the path */
     ptrmap memo;     /* input node -> its output node (containers, cast tensors) */
     ptrmap storages; /* input storage -> its cast copy */
+    ptc_budget *budget;
     uint64_t visits;
     size_t ntensors, nkept, ncast;
     cli_progress progress;
@@ -622,6 +638,32 @@ static int storage_castable(const ptc_tensor *t, const ptc_storage *s)
            es > 0 && ptc_storage_nbytes(s) >= 0 && ptc_storage_nbytes(s) % (int64_t)es == 0;
 }
 
+/* Charges a cast of n elements from one dtype to another: n x the source's size read, n x the
+ * target's written. The refusal names the tensor's path and the bytes. */
+static int charge_cast(conv *cv, uint64_t n, ptc_dtype from, ptc_dtype to, const char *what)
+{
+    uint64_t rd, wr, both;
+    ptc_error e = {0};
+    int rc;
+    if (__builtin_mul_overflow(n, (uint64_t)ptc_dtype_size(from), &rd) ||
+        __builtin_mul_overflow(n, (uint64_t)ptc_dtype_size(to), &wr) ||
+        __builtin_add_overflow(rd, wr, &both))
+        both = UINT64_MAX;
+    if ((rc = ptc_budget_charge(cv->budget, 0, both, &e)) == 0)
+        return 0;
+    cv->err->code = rc;
+    cv->err->offset = -1;
+    cv->err->member[0] = '\0';
+    /* Truncated, if ever, at the end of the budget's own message. */
+    if (snprintf(cv->err->message, sizeof cv->err->message,
+                 "--dtype: casting '%.120s' (%s: %llu elements of %s to %s) reads and writes %llu "
+                 "bytes: %s",
+                 cli_buf_str(&cv->path), what, (unsigned long long)n, ptc_dtype_name(from),
+                 ptc_dtype_name(to), (unsigned long long)both, e.message) < 0)
+        cv->err->message[0] = '\0';
+    return rc;
+}
+
 static int cast_tensor(conv *cv, const ptc_value *v, const ptc_value **out)
 {
     const ptc_tensor *t = ptc_value_tensor(v);
@@ -642,6 +684,8 @@ static int cast_tensor(conv *cv, const ptc_value *v, const ptc_value **out)
             /* The whole storage as one 1-d tensor, cast once; its views follow below. */
             ptc_dtype dt = ptc_tensor_dtype(t);
             int64_t n = ptc_storage_nbytes(s) / (int64_t)ptc_dtype_size(dt);
+            if (charge_cast(cv, (uint64_t)n, dt, to, "its storage") < 0)
+                return cv->err->code;
             const ptc_value *whole = ptc_doc_tensor(cv->d, s, dt, 1, &n, NULL, 0, 0);
             const ptc_value *cw = whole ? ptc_doc_cast(cv->d, ptc_value_tensor(whole), to) : NULL;
             if (!cw)
@@ -656,6 +700,11 @@ static int cast_tensor(conv *cv, const ptc_value *v, const ptc_value **out)
         if (nv && ptc_tensor_is_parameter(t))
             nv = ptc_doc_parameter(cv->d, nv, ptc_tensor_requires_grad(t));
     } else {
+        /* One by one: the view's every element is read and written, however small its storage
+         * (a stride-0 expand with the neg bit is numel elements, not one). */
+        if (charge_cast(cv, (uint64_t)ptc_tensor_numel(t), ptc_tensor_dtype(t), to,
+                        "the view, element by element") < 0)
+            return cv->err->code;
         nv = ptc_doc_cast(cv->d, t, to);
     }
     if (!nv)
@@ -735,6 +784,8 @@ static int transform(conv *cv, const ptc_value *v, int has_path, const ptc_value
         return conv_fail(cv, PTC_ELIMIT,
                          "the tree has more than 16777216 nodes once shared "
                          "nodes are counted each time");
+    if ((rc = ptc_budget_charge(cv->budget, 1, 0, cv->err)) < 0)
+        return rc;
     if (k == PTC_VALUE_TENSOR) {
         cv->ntensors++;
         cli_progress_update(&cv->progress, cv->ntensors);
@@ -759,28 +810,36 @@ static int transform(conv *cv, const ptc_value *v, int has_path, const ptc_value
     return rc;
 }
 
-/* Number of tensors ptc_walk reports, for the progress line. */
-static uint64_t count_tensors(const ptc_value *root)
+/* Number of tensors ptc_walk reports, for the progress line; 0 (unknown) past the node budget,
+ * which the rebuild itself then reports. */
+static uint64_t count_tensors(const ptc_value *root, const ptc_budget *budget)
 {
     ptc_walk *w = NULL;
     const char *path;
     const ptc_tensor *t;
     uint64_t n = 0;
+    ptc_budget b = *budget;
     if (ptc_walk_new(&w, root, NULL) < 0)
         return 0;
-    while (ptc_walk_next(w, &path, &t) > 0)
+    ptc_walk_set_budget(w, &b);
+    int rc;
+    while ((rc = ptc_walk_next(w, &path, &t)) > 0)
         n++;
     ptc_walk_free(w);
-    return n;
+    return rc < 0 ? 0 : n;
 }
 
-static int filter_and_cast(const struct options *opt, ptc_doc *d, const ptc_value **root,
-                           ptc_error *err)
+static int filter_and_cast(const struct options *opt, ptc_doc *d, ptc_budget *budget,
+                           const ptc_value **root, ptc_error *err)
 {
-    conv cv = {.opt = opt, .d = d, .err = err, .filtering = opt->nselect || opt->nexclude};
+    conv cv = {.opt = opt,
+               .d = d,
+               .err = err,
+               .budget = budget,
+               .filtering = opt->nselect || opt->nexclude};
     const ptc_value *out = NULL;
     cli_progress_start_mode(&cv.progress, opt->cast ? "casting tensors" : "selecting tensors",
-                            opt->progress == CLI_PROGRESS_NEVER ? 0 : count_tensors(*root),
+                            opt->progress == CLI_PROGRESS_NEVER ? 0 : count_tensors(*root, budget),
                             opt->progress);
     int rc = transform(&cv, *root, 1, &out);
     cli_progress_end(&cv.progress);
@@ -936,7 +995,8 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
         OPT_STATE_DICT,
         OPT_PROGRESS,
         OPT_NO_PROGRESS,
-        OPT_MAP_LOCATION
+        OPT_MAP_LOCATION,
+        OPT_BUDGET
     };
     static const struct option longopts[] = {
         {"to", required_argument, NULL, OPT_TO},
@@ -949,6 +1009,7 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
         {"progress", no_argument, NULL, OPT_PROGRESS},
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
         {"map-location", required_argument, NULL, OPT_MAP_LOCATION},
+        {"budget", required_argument, NULL, OPT_BUDGET},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -999,6 +1060,10 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
         case OPT_MAP_LOCATION:
             opt->map_location = optarg;
             break;
+        case OPT_BUDGET:
+            if ((status = cli_parse_budget(optarg, &opt->budget)) != CLI_EXIT_OK)
+                return status;
+            break;
         case 'h':
             fputs(usage_text, stdout);
             *done = 1;
@@ -1017,6 +1082,40 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
     if (!*opt->in || !*opt->out)
         return cli_usage_error("empty file name");
     return out_format(to, opt->out, &opt->format);
+}
+
+/* ---- signals while OUT is written ------------------------------------------------------------
+ * The handler removes the named temporary file (async-signal-safe: unlink only), restores the
+ * default action and re-raises, so that the process ends as the signal would have ended it. A
+ * signal the caller ignored (nohup) stays ignored. */
+static const int cleanup_signals[] = {SIGINT, SIGTERM, SIGHUP};
+#define NCLEANUP (sizeof cleanup_signals / sizeof cleanup_signals[0])
+
+static void on_signal(int sig)
+{
+    ptc_save_remove_temporaries();
+    signal(sig, SIG_DFL);
+    raise(sig); /* blocked in the handler; delivered, by the default action, on return */
+}
+
+static void cleanup_on_signals(struct sigaction *old)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < NCLEANUP; i++)
+        sigaddset(&sa.sa_mask, cleanup_signals[i]);
+    for (size_t i = 0; i < NCLEANUP; i++) {
+        if (sigaction(cleanup_signals[i], NULL, &old[i]) == 0 && old[i].sa_handler != SIG_IGN)
+            sigaction(cleanup_signals[i], &sa, NULL);
+    }
+}
+
+static void restore_signals(const struct sigaction *old)
+{
+    for (size_t i = 0; i < NCLEANUP; i++)
+        sigaction(cleanup_signals[i], &old[i], NULL);
 }
 
 int cmd_convert(int argc, char **argv)
@@ -1045,6 +1144,8 @@ int cmd_convert(int argc, char **argv)
     const ptc_value *root = ptc_ckpt_root(c);
     if (opt.state_dict && (status = select_state_dict(&opt, &root)) != CLI_EXIT_OK)
         goto done;
+    ptc_budget budget;
+    ptc_budget_init(&budget, c, opt.budget);
 
     memset(&err, 0, sizeof err);
     if ((rc = ptc_doc_new(&d, &err)) < 0) {
@@ -1070,8 +1171,8 @@ int cmd_convert(int argc, char **argv)
         }
     }
     if ((opt.nselect || opt.nexclude || opt.cast) &&
-        (rc = filter_and_cast(&opt, d, &root, &err)) < 0) {
-        status = cli_report(rc, &err);
+        (rc = filter_and_cast(&opt, d, &budget, &root, &err)) < 0) {
+        status = cli_report_budget(rc, &err);
         goto done;
     }
     if (opt.format == PTC_SAVE_SAFETENSORS && (status = check_flat(&opt, root)) != CLI_EXIT_OK)
@@ -1084,11 +1185,15 @@ int cmd_convert(int argc, char **argv)
     sp.map_location = opt.map_location;
     sp.progress = save_progress;
     sp.progress_ctx = &progress;
+    sp.budget = &budget;
     memset(&err, 0, sizeof err);
+    struct sigaction old[NCLEANUP];
+    cleanup_on_signals(old);
     cli_progress_start_mode(&progress, "writing", 0, opt.progress);
     rc = ptc_save(root, opt.out, &sp, &err);
     cli_progress_end(&progress);
-    status = rc < 0 ? cli_report(rc, &err) : CLI_EXIT_OK;
+    restore_signals(old);
+    status = rc < 0 ? cli_report_budget(rc, &err) : CLI_EXIT_OK;
 
 done:
     ptc_doc_free(d);

@@ -1,21 +1,32 @@
 /*
- * afile.c - atomic files: a file is written under a temporary name beside its destination and
- * renamed over the destination only once it is complete and on disk.
+ * afile.c - atomic files: a file is written without a name (or under a temporary name) beside its
+ * destination and put in place under the destination's name only once it is complete and on disk.
  *
  * Sequence (the contract is in base.h, "atomic files"):
- *   open    mkostemp("<folder>/.<basename>.ptc-XXXXXX") in the destination's folder, so that the
- *           final rename stays inside one file system and is atomic;
+ *   open    open(<folder>, O_TMPFILE): a file in the destination's folder that has no name at
+ *           all, so that a kill at any point (SIGKILL included) leaves nothing behind; where the
+ *           file system cannot (EOPNOTSUPP, EISDIR, EINVAL: any failure) or /proc/self/fd is
+ *           missing, mkostemp("<folder>/.<basename>.ptc-XXXXXX"), a named temporary file. Either
+ *           stays inside the destination's file system, so that the final rename is atomic;
  *   write   bytes collect in a 1 MiB buffer; a write at least as large as the buffer goes to the
  *           file directly (after the buffered bytes), so big storages are not copied twice;
- *   commit  flush, fchmod to the mode a plain creation would give, fsync(file), close,
+ *   commit  flush, fchmod to the mode a plain creation would give, fsync(file); an unnamed file
+ *           is then linked: linkat("/proc/self/fd/N", destination) when no destination exists
+ *           (done), else linkat to a fresh ".<basename>.ptc-XXXXXX" name; close,
  *           rename(temporary, destination), fsync(folder) so that the rename itself survives a
  *           power loss;
- *   abort   close and unlink the temporary file.
+ *   abort   close (an unnamed file vanishes with its descriptor) and unlink the temporary name.
+ *
+ * Temporary names that exist are listed in a fixed table that ptc_save_remove_temporaries reads:
+ * it unlinks them with nothing but unlink(2), so that a SIGINT or SIGTERM handler may call it and
+ * then re-raise the signal. Only a SIGKILL in the window between a name's creation and the final
+ * rename (all of the write for a file system without O_TMPFILE, else a link and a rename) can
+ * leave one behind.
  *
  * Invariants:
- *   - until commit's rename succeeds the destination is untouched: a crash or a kill at any earlier
- *     point leaves the previous file (or none) under the final name and at worst a stray
- *     ".<basename>.ptc-XXXXXX" beside it, which nothing ever reads;
+ *   - until commit's rename (or link) succeeds the destination is untouched: a crash or a kill at
+ *     any earlier point leaves the previous file (or none) under the final name and at worst a
+ *     stray ".<basename>.ptc-XXXXXX" beside it, which nothing ever reads;
  *   - once a write fails the handle is poisoned: every later write and the commit fail with
  *     PTC_EIO, so a caller that ignores one error can never commit a file with a hole in it;
  *   - offset counts every byte accepted, buffered or written;
@@ -46,10 +57,69 @@
 /* Bytes of the basename kept in the temporary name, so that ".<name>.ptc-XXXXXX" stays within
  * NAME_MAX (255) for any destination name that itself fits. */
 #define AFILE_NAME_KEEP 200
+/* Temporary names ptc_save_remove_temporaries can reach: saves in progress at once, and the
+ * longest name listed (a longer one is still removed on every path but a signal's). */
+#define AFILE_SLOTS    16
+#define AFILE_SLOT_LEN 4096
+
+/* The table of temporary names that exist. state: 0 free, 1 taken (being filled or emptied),
+ * 2 listed (the name is complete and may be unlinked by a signal handler). Updated with atomic
+ * builtins only, so that a handler interrupting any step sees either a whole name or none. */
+static struct {
+    volatile int state;
+    char name[AFILE_SLOT_LEN];
+} live[AFILE_SLOTS];
+
+/* Tests: nonzero forces the named temporary file, as on a file system without O_TMPFILE. */
+static volatile int force_named;
+
+void ptc__afile_force_named(bool on)
+{
+    force_named = on;
+}
+
+/* Lists name; the slot, or -1 when the table is full or the name too long. */
+static int slot_take(const char *name)
+{
+    size_t n = strlen(name);
+    if (n >= AFILE_SLOT_LEN)
+        return -1;
+    for (int i = 0; i < AFILE_SLOTS; i++) {
+        int expected = 0;
+        if (__atomic_compare_exchange_n(&live[i].state, &expected, 1, false, __ATOMIC_ACQ_REL,
+                                        __ATOMIC_RELAXED)) {
+            memcpy(live[i].name, name, n + 1);
+            __atomic_store_n(&live[i].state, 2, __ATOMIC_RELEASE);
+            return i;
+        }
+    }
+    return -1;
+}
+
+static void slot_give(int *slot)
+{
+    if (*slot < 0)
+        return;
+    __atomic_store_n(&live[*slot].state, 1, __ATOMIC_RELEASE);
+    live[*slot].name[0] = '\0';
+    __atomic_store_n(&live[*slot].state, 0, __ATOMIC_RELEASE);
+    *slot = -1;
+}
+
+void ptc_save_remove_temporaries(void)
+{
+    int saved = errno;
+    for (int i = 0; i < AFILE_SLOTS; i++)
+        if (__atomic_load_n(&live[i].state, __ATOMIC_ACQUIRE) == 2)
+            unlink(live[i].name);
+    errno = saved;
+}
 
 struct ptc__afile {
     int fd;
     bool failed;     /* a write failed: only abort remains */
+    bool unnamed;    /* fd is an O_TMPFILE file, not linked anywhere yet */
+    int slot;        /* tmp's place in the table of live names, or -1 */
     char *path;      /* final name, as given */
     char *tmp;       /* temporary name; "" once it no longer exists */
     char *dir;       /* folder of both, for the fsync after rename */
@@ -121,6 +191,73 @@ static mode_t current_umask(void)
     return m;
 }
 
+/* "/proc/self/fd/N", the name through which an unnamed file is linked. */
+static void proc_fd_path(char *buf, size_t n, int fd)
+{
+    snprintf(buf, n, "/proc/self/fd/%d", fd);
+}
+
+/* Opens an unnamed file in f->dir: true on success (f->fd set), false when the named temporary
+ * file is to be used instead. */
+static bool open_unnamed(ptc__afile *f)
+{
+#ifdef O_TMPFILE
+    if (force_named)
+        return false;
+    int fd = open(f->dir, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0600);
+    if (fd < 0)
+        return false; /* EOPNOTSUPP, EISDIR (no O_TMPFILE in the kernel), EINVAL, ... */
+    /* The link at commit goes through /proc; without it the file could never get a name. */
+    char proc[64];
+    struct stat st;
+    proc_fd_path(proc, sizeof proc, fd);
+    if (stat(proc, &st) != 0 || !S_ISREG(st.st_mode)) {
+        close(fd);
+        return false;
+    }
+    f->fd = fd;
+    f->unnamed = true;
+    return true;
+#else
+    (void)f;
+    return false;
+#endif
+}
+
+/* Gives the unnamed file f->fd the name f->tmp, a fresh ".<basename>.ptc-XXXXXX" (the pattern
+ * rebuilt from f->path), listed in the table before it exists. 0 or an errno. */
+static int link_temporary(ptc__afile *f, const char *proc)
+{
+    static const char letters[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    static unsigned counter;
+    const char *slash = strrchr(f->path, '/');
+    const char *base = slash ? slash + 1 : f->path;
+    size_t nbase = strlen(base) > AFILE_NAME_KEEP ? AFILE_NAME_KEEP : strlen(base);
+    size_t ntmp = strlen(f->dir) + 1 + 1 + nbase + strlen(".ptc-XXXXXX") + 1;
+    snprintf(f->tmp, ntmp, "%s%s.%.*s.ptc-XXXXXX", f->dir, strcmp(f->dir, "/") ? "/" : "",
+             (int)nbase, base);
+    char *x = f->tmp + strlen(f->tmp) - 6;
+    uint64_t seed = (uint64_t)getpid() * 0x9E3779B97F4A7C15ULL ^ (uint64_t)(uintptr_t)f;
+    for (int attempt = 0; attempt < 100; attempt++) {
+        uint64_t h = seed + (uint64_t)__atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED) *
+                                0xBF58476D1CE4E5B9ULL;
+        h ^= h >> 31;
+        for (int i = 0; i < 6; i++, h /= 62)
+            x[i] = letters[h % 62];
+        f->slot = slot_take(f->tmp);
+        if (linkat(AT_FDCWD, proc, AT_FDCWD, f->tmp, AT_SYMLINK_FOLLOW) == 0)
+            return 0;
+        int e = errno;
+        slot_give(&f->slot);
+        if (e != EEXIST) {
+            f->tmp[0] = '\0';
+            return e;
+        }
+    }
+    f->tmp[0] = '\0';
+    return EEXIST;
+}
+
 int ptc__afile_open(ptc__afile **out, const char *path, ptc_error *err)
 {
     if (!out || !path)
@@ -145,6 +282,7 @@ int ptc__afile_open(ptc__afile **out, const char *path, ptc_error *err)
     if (!f)
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory opening %s", shown);
     f->fd = -1;
+    f->slot = -1;
     memcpy(f->shown, shown, sizeof shown);
 
     /* The folder: "." without a slash, "/" for a file at the root, else everything before the
@@ -164,6 +302,11 @@ int ptc__afile_open(ptc__afile **out, const char *path, ptc_error *err)
     snprintf(f->tmp, ntmp, "%s%s.%.*s.ptc-XXXXXX", f->dir, strcmp(f->dir, "/") ? "/" : "",
              (int)nbase, base);
 
+    if (open_unnamed(f)) {
+        f->tmp[0] = '\0'; /* the pattern is made again at commit, if a name is needed */
+        *out = f;
+        return 0;
+    }
     int fd = mkostemp(f->tmp, O_CLOEXEC);
     if (fd < 0) {
         int e = errno;
@@ -174,8 +317,14 @@ int ptc__afile_open(ptc__afile **out, const char *path, ptc_error *err)
         return rc;
     }
     f->fd = fd;
+    f->slot = slot_take(f->tmp);
     *out = f;
     return 0;
+}
+
+bool ptc__afile_unnamed(const ptc__afile *f)
+{
+    return f && f->unnamed;
 }
 
 int ptc__afile_write(ptc__afile *f, const void *p, size_t n, ptc_error *err)
@@ -248,19 +397,44 @@ int ptc__afile_commit(ptc__afile *f, ptc_error *err)
             goto fail;
         }
     }
+    bool in_place = false;
+    if (f->unnamed) {
+        /* A new destination gets the file's first name directly: linkat never replaces, so a
+         * destination that appeared meanwhile (EEXIST) takes the rename path below, as an
+         * existing one does. */
+        char proc[64];
+        struct stat st;
+        proc_fd_path(proc, sizeof proc, f->fd);
+        if (lstat(f->path, &st) != 0 && errno == ENOENT) {
+            if (linkat(AT_FDCWD, proc, AT_FDCWD, f->path, AT_SYMLINK_FOLLOW) == 0)
+                in_place = true;
+            else if (errno != EEXIST) {
+                rc = io_err(f, err, "link the new file as", errno);
+                goto fail;
+            }
+        }
+        int e = in_place ? 0 : link_temporary(f, proc);
+        if (e) {
+            rc = io_err(f, err, "link a temporary file for", e);
+            goto fail;
+        }
+        f->unnamed = false;
+    }
     /* close can report a delayed write error (NFS); after fsync it should not, but a failing
-     * close still means the content is in doubt. EINTR leaves the descriptor closed on Linux. */
+     * close still means the content is in doubt. EINTR leaves the descriptor closed on Linux.
+     * (A file already in place stays: its content was synced.) */
     int fd = f->fd;
     f->fd = -1;
-    if (close(fd) != 0 && errno != EINTR) {
+    if (close(fd) != 0 && errno != EINTR && !in_place) {
         rc = io_err(f, err, "close", errno);
         goto fail;
     }
-    if (rename(f->tmp, f->path) != 0) {
+    if (!in_place && rename(f->tmp, f->path) != 0) {
         rc = io_err(f, err, "rename a temporary file to", errno);
         goto fail;
     }
     f->tmp[0] = '\0'; /* the temporary name no longer exists */
+    slot_give(&f->slot);
 
     /* The new directory entry is durable only once the folder is synced. The file is already in
      * place, so a failure here is reported but nothing is removed. Some file systems cannot sync
@@ -293,6 +467,7 @@ void ptc__afile_abort(ptc__afile *f)
         close(f->fd);
     if (f->tmp && f->tmp[0])
         unlink(f->tmp);
+    slot_give(&f->slot);
     ptc__free(f->buf);
     ptc__free(f->tmp);
     ptc__free(f->dir);

@@ -151,17 +151,22 @@ char *ptc__escape(char *dst, size_t dstsz, const void *src, size_t n, bool keep_
 bool ptc__utf8_valid(const uint8_t *s, size_t n);
 
 /* ---- atomic files ------------------------------------------------------------------------------
- * A file written under a temporary name in the destination's folder (".<name>.ptc-XXXXXX") and
- * renamed over the final name only when complete: commit flushes, fsyncs the file, renames it and
- * fsyncs the folder; abort (or any failure inside commit) removes the temporary file. Either way
- * the handle is freed. A crash at any point leaves the previous file under the final name intact
- * and at worst a stray temporary file. Writes are buffered. */
+ * A file written without a name (O_TMPFILE) in the destination's folder, or where the file system
+ * cannot, under a temporary name there (".<name>.ptc-XXXXXX"), and put under the final name only
+ * when complete: commit flushes, fsyncs the file, links it as the final name when none exists or
+ * else under a temporary name renamed over the final one, and fsyncs the folder; abort (or any
+ * failure inside commit) removes the temporary file. Either way the handle is freed. A crash at
+ * any point leaves the previous file under the final name intact; an unnamed file leaves nothing,
+ * a named one at worst a stray temporary file (ptc_save_remove_temporaries, for signal handlers,
+ * unlinks those that exist). Writes are buffered. */
 typedef struct ptc__afile ptc__afile;
 int ptc__afile_open(ptc__afile **out, const char *path, ptc_error *err);
 int ptc__afile_write(ptc__afile *f, const void *p, size_t n, ptc_error *err);
 uint64_t ptc__afile_offset(const ptc__afile *f); /* bytes written so far */
 int ptc__afile_commit(ptc__afile *f, ptc_error *err);
 void ptc__afile_abort(ptc__afile *f);
+bool ptc__afile_unnamed(const ptc__afile *f); /* true while the file has no name (O_TMPFILE) */
+void ptc__afile_force_named(bool on);         /* tests: always the named temporary file */
 
 /* ---- CRC-32 ------------------------------------------------------------------------------------
  * The zip checksum, with zlib's conventions (start from 0; feed pieces in order), faster than

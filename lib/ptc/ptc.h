@@ -447,7 +447,9 @@ PTC_API ptc_value *ptc_doc_cast(ptc_doc *d, const ptc_tensor *t, ptc_dtype dt);
  * records) with the pickle torch's pickler would write for it; or as safetensors (a flat dict of
  * str to tensor). Saving is atomic: the bytes go to a temporary file in the same folder, which is
  * flushed to disk and renamed over the final name; on any failure the previous file under that
- * name is untouched and no temporary file is left behind.
+ * name is untouched and no temporary file is left behind. The temporary file has no name at all
+ * (O_TMPFILE, linked at the end) where the file system allows, so that even a SIGKILL leaves
+ * nothing; elsewhere it is ".<name>.ptc-XXXXXX", which ptc_save_remove_temporaries unlinks.
  */
 typedef enum ptc_save_format {
     PTC_SAVE_AUTO,       /* from the extension: .safetensors, anything else torch's zip */
@@ -469,11 +471,20 @@ typedef struct ptc_save_params {
      * those torch.load restores by itself), as torch.load's map_location moves them when
      * reading; NULL keeps each storage's own (ptc_storage_location). */
     const char *map_location;
+    /* Charged, before anything is written, with the bytes of tensor data the file will hold
+     * (safetensors: every tensor contiguous, numel x element size; pth: every storage once, as
+     * it is) and one node per value written; an exceeded budget is PTC_ELIMIT and no file.
+     * Borrowed; NULL: no budget. */
+    ptc_budget *budget;
 } ptc_save_params;
 
 PTC_API void ptc_save_params_default(ptc_save_params *p);
 PTC_API int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *params,
                      ptc_error *err);
+/* Unlinks the named temporary files of the saves in progress in this process (none exist where
+ * the file system has O_TMPFILE). Async-signal-safe: for a SIGINT/SIGTERM handler, which then
+ * restores the default action and re-raises the signal; those saves cannot complete after it. */
+PTC_API void ptc_save_remove_temporaries(void);
 
 /* ---------------------------------------------------------------------------------------------
  * Verifying untrusted files. ptc_verify never executes anything: it runs the same load as

@@ -861,6 +861,33 @@ int ptc__save_safetensors(const ptc_value *root, const char *path, const ptc_sav
         }
         ents[i].end = off;
     }
+    /* safetensors stores every tensor contiguously: a view larger than its storage (a stride-0
+     * expand of one element to 2^40) is written out whole, so the bytes are charged first. */
+    if (p && p->budget && (rc = ptc_budget_charge(p->budget, (uint64_t)n + 1, off, err)) < 0) {
+        char where[160], big[320] = "";
+        const wr_entry *worst = NULL;
+        uint64_t wn = 0;
+        for (size_t i = 0; i < n; i++) {
+            const ptc_storage *st = ptc_tensor_storage(ents[i].t);
+            uint64_t tn = ents[i].end - ents[i].begin;
+            if (st && tn > (uint64_t)ptc_storage_nbytes(st) && tn > wn) {
+                worst = &ents[i];
+                wn = tn;
+            }
+        }
+        if (worst) {
+            shown(nm, sizeof nm, worst->name, worst->name_len);
+            snprintf(big, sizeof big, " (\"%.80s\" is a view of %llu bytes over a storage of %llu)",
+                     nm, (unsigned long long)wn,
+                     (unsigned long long)ptc_storage_nbytes(ptc_tensor_storage(worst->t)));
+        }
+        ptc__escape(where, sizeof where, path, strlen(path), true);
+        ptc__err_prefix(err,
+                        "%s: safetensors stores every tensor contiguously, so this would "
+                        "write %llu bytes of tensor data%s: ",
+                        where, (unsigned long long)off, big);
+        goto fail;
+    }
     if ((rc = build_header(ents, n, meta, &header, &hlen, err)) < 0)
         goto fail;
     uint8_t nb[8];

@@ -44,6 +44,7 @@ typedef struct saver {
     size_t *index; /* open addressing: storage pointer -> position + 1 */
     size_t index_cap;
     const char *location; /* every storage's location tag; NULL: each storage's own */
+    ptc_budget *budget;   /* one node per value written; NULL: none */
     ptc_error *err;
     int rc;
 } saver;
@@ -353,6 +354,10 @@ static int save(saver *s, const ptc_value *v, int depth)
     }
     if (ptc__pw_get(&s->pw, v))
         return 0;
+    /* Each object is written once (later references are memo fetches), so this counts the
+     * distinct values, never the paths to them. */
+    if (s->budget && ptc_budget_charge(s->budget, 1, 0, s->err) < 0)
+        return s->rc = s->err ? s->err->code : PTC_ELIMIT;
     switch (v->kind) {
     case PTC_VALUE_STR:
         ptc__pw_str(&s->pw, v->u.s.p, v->u.s.n);
@@ -536,7 +541,10 @@ void ptc_save_params_default(ptc_save_params *p)
 static int save_pth(const ptc_value *root, const char *path, const ptc_save_params *p,
                     ptc_error *err)
 {
-    saver s = {.location = p->map_location, .err = err};
+    ptc_error local;
+    if (!err)
+        err = &local;
+    saver s = {.location = p->map_location, .budget = p->budget, .err = err};
     ptc__pw_init(&s.pw);
     ptc__zipw *w = NULL;
     int rc = 0;
@@ -556,9 +564,19 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
         snprintf(prefix, sizeof prefix, "%s", p->archive_name);
     else
         archive_name(path, prefix, sizeof prefix);
-    uint64_t total = s.pw.out.len, done_bytes = 0;
+    uint64_t total = s.pw.out.len, done_bytes = 0, data = 0;
     for (size_t i = 0; i < s.nst; i++)
-        total += (uint64_t)s.st[i].s->nbytes;
+        data += (uint64_t)s.st[i].s->nbytes;
+    total += data;
+    /* Storages are written as they are, each once however many tensors view it: a view larger
+     * than its storage (a stride-0 expand) costs its storage's bytes only. */
+    if (p->budget && (rc = ptc_budget_charge(p->budget, 0, data, err)) < 0) {
+        char shown[160];
+        ptc__escape(shown, sizeof shown, path, strlen(path), true);
+        ptc__err_prefix(err, "%s would hold %llu bytes of tensor data in %zu storages: ", shown,
+                        (unsigned long long)data, s.nst);
+        goto done;
+    }
     if ((rc = ptc__zipw_open(&w, path, prefix, err)) < 0)
         goto done;
     if ((rc = ptc__zipw_add(w, "data.pkl", s.pw.out.data, s.pw.out.len, err)) < 0 ||

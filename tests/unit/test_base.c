@@ -5,8 +5,16 @@
  */
 #include "base/base.h"
 
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include "check.h"
@@ -179,6 +187,195 @@ static void test_memory(void)
     ptc_set_allocator(NULL, NULL);
 }
 
+/* ---- atomic files: the unnamed file, the link at commit, signal cleanup -----------------------
+ */
+
+static char g_dir[512];
+
+static int entries(const char *dir)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    if (!d)
+        return -1;
+    while ((e = readdir(d)))
+        n += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    closedir(d);
+    return n;
+}
+
+static int has_content(const char *path, const char *want)
+{
+    char buf[64] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    return n == strlen(want) && memcmp(buf, want, n) == 0;
+}
+
+static int tmpfile_supported(const char *dir)
+{
+#ifdef O_TMPFILE
+    int fd = open(dir, O_TMPFILE | O_WRONLY, 0600);
+    if (fd >= 0) {
+        close(fd);
+        return 1;
+    }
+#endif
+    (void)dir;
+    return 0;
+}
+
+static void on_term(int sig)
+{
+    ptc_save_remove_temporaries();
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+/* A child opens an atomic file, writes, reports through a pipe and waits for the signal sig;
+ * returns the child's wait status. With handler set it installs on_term for sig first. */
+static int child_killed(const char *path, bool named, int sig, bool handler)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        ptc__afile_force_named(named);
+        if (handler)
+            signal(sig, on_term);
+        ptc__afile *f;
+        ptc_error err;
+        if (ptc__afile_open(&f, path, &err) == 0 && ptc__afile_write(f, "partial", 7, &err) == 0) {
+            char c = ptc__afile_unnamed(f) ? 'u' : 'n';
+            if (write(fds[1], &c, 1) != 1)
+                _exit(1);
+        }
+        for (;;)
+            pause();
+    }
+    close(fds[1]);
+    char c = 0;
+    CHECK_INT(read(fds[0], &c, 1), 1);
+    close(fds[0]);
+    if (!named && tmpfile_supported(g_dir))
+        CHECK_INT(c, 'u');
+    if (named)
+        CHECK_INT(c, 'n');
+    kill(pid, sig);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return status;
+}
+
+static void test_afile(void)
+{
+    printf("atomic files:\n");
+    const char *t = getenv("TMPDIR");
+    snprintf(g_dir, sizeof g_dir, "%s/ptc-base-XXXXXX", t && t[0] ? t : "/tmp");
+    if (!mkdtemp(g_dir)) {
+        CHECK(0);
+        return;
+    }
+    char path[600];
+    snprintf(path, sizeof path, "%s/out.safetensors", g_dir);
+    int tmpfile = tmpfile_supported(g_dir);
+    mode_t um = umask(022);
+    umask(um);
+    ptc_error err;
+    ptc__afile *f;
+
+    /* Unnamed: nothing in the folder until commit, which links the file as the new name. */
+    CHECK_CODE(ptc__afile_open(&f, path, &err), 0, &err);
+    CHECK_INT(ptc__afile_unnamed(f), tmpfile);
+    CHECK_CODE(ptc__afile_write(f, "first", 5, &err), 0, &err);
+    CHECK_INT(entries(g_dir), tmpfile ? 0 : 1);
+    CHECK_CODE(ptc__afile_commit(f, &err), 0, &err);
+    CHECK(has_content(path, "first"));
+    CHECK_INT(entries(g_dir), 1);
+    struct stat st;
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == (0666 & ~um));
+    printf("  new destination: %s, mode %03o, nothing else in the folder\n",
+           tmpfile ? "unnamed file linked in place" : "named temporary file renamed",
+           (unsigned)(st.st_mode & 0777));
+
+    /* Over an existing file: linked under a temporary name, renamed over it; mode kept. */
+    chmod(path, 0640);
+    CHECK_CODE(ptc__afile_open(&f, path, &err), 0, &err);
+    CHECK_CODE(ptc__afile_write(f, "second", 6, &err), 0, &err);
+    CHECK_INT(entries(g_dir), tmpfile ? 1 : 2);
+    CHECK_CODE(ptc__afile_commit(f, &err), 0, &err);
+    CHECK(has_content(path, "second"));
+    CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0640);
+    CHECK_INT(entries(g_dir), 1);
+
+    /* A destination that appears between open and commit is replaced, not an error. */
+    unlink(path);
+    CHECK_CODE(ptc__afile_open(&f, path, &err), 0, &err);
+    CHECK_CODE(ptc__afile_write(f, "third", 5, &err), 0, &err);
+    FILE *other = fopen(path, "wb");
+    if (other)
+        fclose(other);
+    CHECK_CODE(ptc__afile_commit(f, &err), 0, &err);
+    CHECK(has_content(path, "third"));
+    CHECK_INT(entries(g_dir), 1);
+
+    /* Abort: the unnamed file vanishes, the named one is unlinked; the old file stays. */
+    for (int named = 0; named < 2; named++) {
+        ptc__afile_force_named(named);
+        CHECK_CODE(ptc__afile_open(&f, path, &err), 0, &err);
+        CHECK_CODE(ptc__afile_write(f, "lost", 4, &err), 0, &err);
+        ptc__afile_abort(f);
+        CHECK(has_content(path, "third"));
+        CHECK_INT(entries(g_dir), 1);
+    }
+
+    /* ptc_save_remove_temporaries unlinks the live temporary names (a signal handler's job):
+     * the save then fails at commit and the old file stays. */
+    ptc__afile_force_named(true);
+    CHECK_CODE(ptc__afile_open(&f, path, &err), 0, &err);
+    CHECK_CODE(ptc__afile_write(f, "doomed", 6, &err), 0, &err);
+    CHECK_INT(entries(g_dir), 2);
+    ptc_save_remove_temporaries();
+    CHECK_INT(entries(g_dir), 1);
+    CHECK_CODE(ptc__afile_commit(f, &err), PTC_EIO, &err);
+    CHECK(has_content(path, "third"));
+    CHECK_INT(entries(g_dir), 1);
+    printf("  ptc_save_remove_temporaries, then commit -> %s\n", err.message);
+    ptc__afile_force_named(false);
+    ptc_save_remove_temporaries(); /* nothing listed any more: harmless */
+    CHECK(has_content(path, "third"));
+
+    /* Killed half way. SIGTERM and SIGINT with a handler that calls
+     * ptc_save_remove_temporaries and re-raises: nothing left, the named file included; SIGKILL:
+     * nothing left where the file is unnamed. */
+    static const struct {
+        bool named, handler;
+        int sig;
+    } kills[] = {{true, true, SIGTERM},
+                 {true, true, SIGINT},
+                 {false, true, SIGTERM},
+                 {false, false, SIGKILL}};
+    for (size_t i = 0; i < sizeof kills / sizeof kills[0]; i++) {
+        if (!kills[i].named && !tmpfile)
+            continue;
+        int status = child_killed(path, kills[i].named, kills[i].sig, kills[i].handler);
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == kills[i].sig);
+        CHECK(has_content(path, "third"));
+        CHECK_INT(entries(g_dir), 1);
+        printf("  %s temporary file, %s%s: old file intact, nothing left\n",
+               kills[i].named ? "named" : "unnamed", strsignal(kills[i].sig),
+               kills[i].handler ? " (handler)" : "");
+    }
+    unlink(path);
+    rmdir(g_dir);
+}
+
 int main(void)
 {
     test_errors();
@@ -187,5 +384,6 @@ int main(void)
     test_sha256();
     test_crc32();
     test_memory();
+    test_afile();
     return check_exit("test_base");
 }

@@ -334,6 +334,88 @@ static void test_map_location(void)
     ptc_ckpt_close(c);
 }
 
+/* The work budget: a stride-0 view of one float expanded to 2^40 elements is 4 TiB in safetensors
+ * (contiguous) and 4 bytes in torch's zip (its storage as it is). A save past the budget is
+ * PTC_ELIMIT before any file exists, with the bytes it would write in the message; shared storages
+ * are charged once. */
+static void test_budget(void)
+{
+    printf("work budget:\n");
+    ptc_doc *d = NULL;
+    ptc_error err;
+    CHECK_CODE(ptc_doc_new(&d, &err), 0, &err);
+    if (!d)
+        return;
+    float one = 1.5f;
+    ptc_storage *s = ptc_doc_storage(d, PTC_FLOAT32, 4, &one, 1, NULL);
+    int64_t shape[1] = {(int64_t)1 << 40}, stride[1] = {0};
+    ptc_value *x = ptc_doc_tensor(d, s, PTC_FLOAT32, 1, shape, stride, 0, 0);
+    ptc_value *y = ptc_doc_tensor(d, s, PTC_FLOAT32, 1, shape, stride, 0, 0);
+    ptc_value *root = ptc_doc_dict(d, 0);
+    CHECK(x && y && root);
+    CHECK_INT(ptc_doc_set(d, root, ptc_doc_str(d, "x", 1), x), 0);
+    CHECK_INT(ptc_doc_set(d, root, ptc_doc_str(d, "y", 1), y), 0);
+
+    char st[4400], pth[4400];
+    snprintf(st, sizeof st, "%s/view.safetensors", tmpdir);
+    snprintf(pth, sizeof pth, "%s/view.pth", tmpdir);
+    ptc_budget b = {.max_nodes = 1000, .max_bytes = (uint64_t)1 << 30};
+    ptc_save_params p;
+    ptc_save_params_default(&p);
+    p.budget = &b;
+    CHECK_CODE(ptc_save(root, st, &p, &err), PTC_ELIMIT, &err);
+    CHECK(strstr(err.message, "would write 8796093022208 bytes") != NULL);
+    CHECK(strstr(err.message, "is a view of 4398046511104 bytes over a storage of 4") != NULL);
+    CHECK(strstr(err.message, "work budget exceeded") != NULL);
+    CHECK(access(st, F_OK) != 0);
+    CHECK_INT(b.bytes, 0); /* a refused charge is not made */
+    printf("  safetensors of two 2^40 stride-0 views -> %s\n", err.message);
+
+    /* torch's zip: the one storage, once, for both views. */
+    CHECK_CODE(ptc_save(root, pth, &p, &err), 0, &err);
+    CHECK_INT(b.bytes, 4);
+    CHECK(b.nodes >= 3 && b.nodes < 20);
+    ptc_ckpt *c = NULL;
+    CHECK_CODE(ptc_ckpt_open(&c, pth, NULL, &err), 0, &err);
+    if (c) {
+        const ptc_tensor *t = ptc_state_dict_get(ptc_ckpt_root(c), "y");
+        CHECK(t && ptc_tensor_numel(t) == shape[0] && ptc_tensor_stride(t)[0] == 0);
+        CHECK_INT(ptc_ckpt_nstorages(c), 1);
+        ptc_ckpt_close(c);
+    }
+    printf("  pth of the same: %llu bytes of tensor data charged, %llu nodes\n",
+           (unsigned long long)b.bytes, (unsigned long long)b.nodes);
+
+    /* A budget that the storages exceed refuses the pth too, naming the bytes. */
+    ptc_budget tiny = {.max_nodes = 1000, .max_bytes = 3};
+    p.budget = &tiny;
+    unlink(pth);
+    CHECK_CODE(ptc_save(root, pth, &p, &err), PTC_ELIMIT, &err);
+    CHECK(strstr(err.message, "would hold 4 bytes of tensor data in 1 storages") != NULL);
+    CHECK(access(pth, F_OK) != 0);
+    /* The node budget: three values (dict, two tensors, two keys) do not fit in two. */
+    ptc_budget few = {.max_nodes = 2, .max_bytes = 1000};
+    p.budget = &few;
+    CHECK_CODE(ptc_save(root, pth, &p, &err), PTC_ELIMIT, &err);
+    CHECK(access(pth, F_OK) != 0);
+    /* Within the budget, a safetensors of a small view writes it out whole. */
+    int64_t four[1] = {4};
+    ptc_value *small = ptc_doc_dict(d, 0);
+    CHECK_INT(ptc_doc_set(d, small, ptc_doc_str(d, "v", 1),
+                          ptc_doc_tensor(d, s, PTC_FLOAT32, 1, four, stride, 0, 0)),
+              0);
+    ptc_budget ok = {.max_nodes = 1000, .max_bytes = 16};
+    p.budget = &ok;
+    CHECK_CODE(ptc_save(small, st, &p, &err), 0, &err);
+    CHECK_INT(ok.bytes, 16);
+    ptc_budget short_by_one = {.max_nodes = 1000, .max_bytes = 15};
+    p.budget = &short_by_one;
+    CHECK_CODE(ptc_save(small, st, &p, &err), PTC_ELIMIT, &err);
+    unlink(st);
+    unlink(pth);
+    ptc_doc_free(d);
+}
+
 int main(void)
 {
     const char *t = getenv("top_srcdir");
@@ -346,6 +428,7 @@ int main(void)
     test_fixtures();
     test_document();
     test_map_location();
+    test_budget();
     rmdir(tmpdir);
     return check_exit("test_save");
 }

@@ -140,6 +140,9 @@ static int64_t first_diff(const char *a, const char *b)
 }
 
 /* Number of entries of folder dir whose name starts with prefix ("" counts all but . and ..). */
+static int g_named;   /* the named temporary file is forced (ptc__afile_force_named) */
+static int g_tmpfile; /* g_tmp's file system has O_TMPFILE */
+
 static int count_entries(const char *dir, const char *prefix)
 {
     DIR *d = opendir(dir);
@@ -429,7 +432,9 @@ static void test_atomic(void)
     CHECK_CODE(ptc__afile_open(&f, path, &err), 0, EP(err));
     CHECK_CODE(ptc__afile_write(f, "old\n", 4, &err), 0, EP(err));
     CHECK_INT(ptc__afile_offset(f), 4);
-    CHECK_INT(count_entries(g_tmp, ".model.pth.ptc-"), 1);
+    /* Unnamed (O_TMPFILE) where the file system allows: no name at all until commit. */
+    CHECK_INT(ptc__afile_unnamed(f), !g_named && g_tmpfile);
+    CHECK_INT(count_entries(g_tmp, ".model.pth.ptc-"), ptc__afile_unnamed(f) ? 0 : 1);
     CHECK_CODE(ptc__afile_commit(f, &err), 0, EP(err));
     CHECK_INT(file_mode(path), 0666 & ~um);
     CHECK_INT(count_entries(g_tmp, ""), 1);
@@ -606,6 +611,8 @@ static void test_failures_in_children(void)
     /* The one thing a SIGKILL leaves: the temporary file, which nothing reads. */
     int stray = count_entries(g_tmp, ".model.pth.ptc-");
     CHECK(stray <= 1);
+    if (!g_named && g_tmpfile)
+        CHECK_INT(stray, 0); /* an unnamed file vanishes with the process */
     CHECK_INT(count_entries(g_tmp, ""), 1 + stray);
     printf("  SIGKILL half way: old file intact, %d stray temporary file(s) (at most 1 expected)\n",
            stray);
@@ -810,9 +817,23 @@ int main(int argc, char **argv)
         perror("mkdtemp");
         return 1;
     }
+#ifdef O_TMPFILE
+    int probe = open(g_tmp, O_TMPFILE | O_WRONLY, 0600);
+    g_tmpfile = probe >= 0;
+    if (probe >= 0)
+        close(probe);
+#endif
     test_writer_rules();
     test_atomic();
     test_failures_in_children();
+    /* Again as on a file system without O_TMPFILE: the named temporary file. */
+    g_named = 1;
+    ptc__afile_force_named(true);
+    printf("named temporary files (no O_TMPFILE):\n");
+    test_atomic();
+    test_failures_in_children();
+    ptc__afile_force_named(false);
+    g_named = 0;
     test_alloc_failures();
     test_rewrite_fixtures();
     test_timing();
