@@ -64,6 +64,10 @@ static char *rstr(ptc_report *r, const char *s)
 static int add_finding(ptc_report *r, ptc_verdict v, int code, const char *kind, const char *member,
                        int64_t offset, const char *detail, bool torch_refuses)
 {
+    if (r->nf == REPORT_CAP) { /* full: no search for a duplicate, which would cost as much */
+        r->dropped++;
+        return 0;
+    }
     for (size_t i = 0; i < r->nf; i++) {
         const ptc_finding *f = &r->f[i];
         if (f->verdict == v && f->offset == offset && strcmp(f->member, member) == 0) {
@@ -212,6 +216,16 @@ static int scan_item(void *ud, const ptc__scan_item *it)
                      !python_name(it->module, it->module_len) ||
                      !python_name(it->name, it->name_len)))
         return 0;
+    /* The report is full: what a torch-run pickle references still decides the prediction,
+     * anything else would only be counted as not listed. */
+    if (r->ng == REPORT_CAP && r->nf == REPORT_CAP && !c->torch_runs && !c->suspect) {
+        r->dropped++;
+        if (it->kind != PTC__SCAN_OPCODE) {
+            c->refs++;
+            c->bad++;
+        }
+        return 0;
+    }
     if (it->kind == PTC__SCAN_OPCODE) {
         /* Out of the subset but neither importing nor calling by itself, except OBJ and
          * NEWOBJ_EX, which call a class. */
@@ -391,10 +405,10 @@ static int sweep_region_skip(scan_ctx *c, const uint8_t *data, size_t len, uint6
             pos = (size_t)skip->b;
             continue;
         }
-        size_t reach = start + 1;
-        ptc_error e;
+        size_t reach = 1;
+        /* No error message: most decodes here end at a byte that is no opcode. */
         ptc__pickle_scan_ex(data + start, len - start, line_limit > start ? line_limit - start : 0,
-                            c->member, base + start, true, scan_item, c, NULL, &reach, &e);
+                            c->member, base + start, true, scan_item, c, NULL, &reach, NULL);
         if ((rc = c->fatal))
             break;
         pos = start + (reach > 1 ? reach : 1);
