@@ -12,12 +12,22 @@
  *      any loader: every member of a zip (not only data.pkl), pickles after STOP, all legacy
  *      pickles, tar members, and, when the zip is broken or ambiguous so that readers could
  *      disagree, every local header found in the file, whatever the central directory says.
- *      Tensor records (data/N) are never read as pickles: no loader unpickles them.
+ *      Then every byte a reader could take for a pickle is swept (sweep_region): every zip member
+ *      (the dot-records and the tensor records data/N included), the extra fields of both headers
+ *      and the comment of every entry, the archive comment, and for any other format or a zip the
+ *      strict reader refuses, the whole file; each is decoded from its first byte and from every
+ *      PROTO opcode (0x80 then 2 to 5) in it. Those bytes are mostly not pickles (tensor data
+ *      holds PROTO bytes and opcodes by chance), so there only a reference by name to a global
+ *      whose module and name are Python names counts; one outside the policy makes the file
+ *      unsafe, and is listed with its member (or "<record> [local extra field]", "[central extra
+ *      field]", "[comment]", "archive comment"; "" for the file) and offset in it.
  * A file is unsafe when either pass finds a reference outside the policy, malformed when only
  * structure is wrong, ok when the load succeeds and the scan finds nothing.
  *
- * Work is bounded: the scan is linear in the bytes; inflated members are capped (limits, and
- * 64 MiB per member for the scan); the report keeps at most REPORT_CAP findings and references.
+ * Work is bounded: the scan is linear in the bytes (a sweep decodes each byte at most once);
+ * inflated members are capped (limits, and 64 MiB per member for the scan: a larger deflated
+ * member is not swept); the report keeps at most REPORT_CAP findings and references, and once
+ * it is full what the sweep finds is only counted.
  */
 #include "pth/pth.h"
 
