@@ -62,6 +62,11 @@ typedef struct ptc__zip_entry {
     uint64_t header_offset; /* local header */
     uint64_t data_offset;   /* first data byte: header + 30 + local name length + local extra length */
     uint64_t end_offset;    /* first byte after data and data descriptor */
+    /* Where the bytes no reader takes for the record lie (ptc verify scans them too): the local
+     * extra area at header_offset + 30 + name_len, the central entry at central_offset with its
+     * extra area at central_offset + 46 + name_len and its comment right after that. */
+    uint64_t central_offset;
+    uint16_t name_len, local_extra_len, central_extra_len, comment_len;
 } ptc__zip_entry;
 
 typedef struct ptc__zip ptc__zip;
@@ -73,6 +78,8 @@ int ptc__zip_open(ptc__zip **out, ptc__source *src, const ptc_limits *limits, pt
 void ptc__zip_close(ptc__zip *z);
 const char *ptc__zip_prefix(const ptc__zip *z);
 size_t ptc__zip_count(const ptc__zip *z);
+/* The archive comment: file offset and length (0 when there is none). */
+void ptc__zip_comment(const ptc__zip *z, uint64_t *offset, uint64_t *len);
 /* Entries in central-directory order. */
 const ptc__zip_entry *ptc__zip_entry_at(const ptc__zip *z, size_t i);
 /* Exact, case-sensitive lookup of a record name after the prefix ("data.pkl", "data/0"). */

@@ -124,6 +124,8 @@ struct ptc__zip {
     ptc_limits limits;
     uint64_t cd_offset;       /* first byte of the central directory */
     uint64_t cd_size;
+    uint64_t comment_offset;  /* the archive comment */
+    uint64_t comment_len;
     size_t n;                 /* entries */
     ptc__zip_entry *entries;  /* [n], central-directory order */
     char *names;              /* names_len bytes: every name, NUL-terminated */
@@ -532,6 +534,8 @@ static int read_end(ptc__zip *z, ptc_error *err)
     z->n = (size_t)n;
     z->cd_offset = cd_off;
     z->cd_size = cd_size;
+    z->comment_offset = end_off + END_LEN;
+    z->comment_len = comment;
     rc = 0;
 done:
     give(z, owned, win_len);
@@ -769,6 +773,10 @@ static int read_central(ptc__zip *z, const uint8_t *cd, central_aux *aux, ptc_er
         e->method = method;
         e->flags = flags;
         e->crc32 = crc;
+        e->central_offset = at;
+        e->name_len = nlen;
+        e->central_extra_len = xlen;
+        e->comment_len = clen;
         aux[i].pos = at;
 
         /* miniz takes disk 1 for the only disk too. */
@@ -965,6 +973,7 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
         return rec_stricter(err, true, PTC_EFORMAT, e, "local header at 0x%llx: %s",
                             (unsigned long long)at, why);
     bool local_zip64 = x.zip64 != NULL;
+    e->local_extra_len = xlen;
 
     uint64_t data_end;
     if (!ptc__add_u64_ok(data, e->comp_size, &data_end) || data_end > z->cd_offset)
@@ -1541,6 +1550,12 @@ void ptc__zip_close(ptc__zip *z)
 const char *ptc__zip_prefix(const ptc__zip *z) { return z ? z->prefix : NULL; }
 
 size_t ptc__zip_count(const ptc__zip *z) { return z ? z->n : 0; }
+
+void ptc__zip_comment(const ptc__zip *z, uint64_t *offset, uint64_t *len)
+{
+    *offset = z ? z->comment_offset : 0;
+    *len = z ? z->comment_len : 0;
+}
 
 const ptc__zip_entry *ptc__zip_entry_at(const ptc__zip *z, size_t i)
 {

@@ -194,6 +194,14 @@ typedef int (*ptc__scan_fn)(void *ud, const ptc__scan_item *item);
 
 int ptc__pickle_scan(const uint8_t *data, size_t len, const char *member, uint64_t base_offset,
                      bool stop_at_first, ptc__scan_fn fn, void *ud, size_t *consumed, ptc_error *err);
+/* The same with two more controls, for sweeps that start a decode at many offsets of a region:
+ * line arguments (GLOBAL, INST, the text opcodes) end at a '\n' found in data[0..line_limit) only
+ * (pass one past the region's last '\n': a line with no '\n' after it then fails at once instead
+ * of searching to the end), and *reach (may be NULL) receives one past the last byte the decode
+ * read, the failing opcode and the arguments it read included, whether it succeeded or not. */
+int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, const char *member,
+                        uint64_t base_offset, bool stop_at_first, ptc__scan_fn fn, void *ud,
+                        size_t *consumed, size_t *reach, ptc_error *err);
 
 /* torch's Python-2 name mapping (IMPORT_MAPPING / NAME_MAPPING): rewrites *module and *name
  * when they name a Python-2 location ("__builtin__", "set" -> "builtins", "set"). The results

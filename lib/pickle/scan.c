@@ -87,7 +87,17 @@ static int report(ptc__scan_fn fn, void *ud, ptc__scan_kind kind, uint8_t op, ui
 int ptc__pickle_scan(const uint8_t *data, size_t len, const char *member, uint64_t base_offset,
                      bool stop_at_first, ptc__scan_fn fn, void *ud, size_t *consumed, ptc_error *err)
 {
+    return ptc__pickle_scan_ex(data, len, len, member, base_offset, stop_at_first, fn, ud, consumed,
+                               NULL, err);
+}
+
+int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, const char *member,
+                        uint64_t base_offset, bool stop_at_first, ptc__scan_fn fn, void *ud,
+                        size_t *consumed, size_t *reach, ptc_error *err)
+{
     size_t pos = 0;
+    if (line_limit > len)
+        line_limit = len;
     strref last[2] = {{NULL, 0}, {NULL, 0}}; /* the two most recent string pushes */
     bool ended_with_stop = false;
     int rc;
@@ -99,6 +109,8 @@ int ptc__pickle_scan(const uint8_t *data, size_t len, const char *member, uint64
         if (arg_of(op, &k) < 0) {
             if (consumed)
                 *consumed = at;
+            if (reach)
+                *reach = pos;
             return ptc__err(err, PTC_EFORMAT, member, (int64_t)off, "invalid opcode 0x%02x", op);
         }
         const uint8_t *arg = data + pos, *arg2 = NULL;
@@ -109,7 +121,8 @@ int ptc__pickle_scan(const uint8_t *data, size_t len, const char *member, uint64
         case A_NONE: break;
         case A_LINE:
         case A_2LINES: {
-            const uint8_t *nl = memchr(data + pos, '\n', len - pos);
+            const uint8_t *nl =
+                pos < line_limit ? memchr(data + pos, '\n', line_limit - pos) : NULL;
             if (!nl) {
                 truncated = true;
                 break;
@@ -118,7 +131,7 @@ int ptc__pickle_scan(const uint8_t *data, size_t len, const char *member, uint64
             pos += alen + 1;
             if (k == A_2LINES) {
                 arg2 = data + pos;
-                nl = memchr(data + pos, '\n', len - pos);
+                nl = pos < line_limit ? memchr(data + pos, '\n', line_limit - pos) : NULL;
                 if (!nl) {
                     truncated = true;
                     break;
@@ -147,6 +160,8 @@ int ptc__pickle_scan(const uint8_t *data, size_t len, const char *member, uint64
             if (w == 4 && (op == 'T' || op == 0x8b) && (int32_t)n < 0) {
                 if (consumed)
                     *consumed = at;
+                if (reach)
+                    *reach = pos;
                 return ptc__err(err, PTC_EFORMAT, member, (int64_t)off, "%s with a negative length",
                                 ptc__pickle_opname(op));
             }
@@ -164,6 +179,8 @@ int ptc__pickle_scan(const uint8_t *data, size_t len, const char *member, uint64
         if (truncated) {
             if (consumed)
                 *consumed = at;
+            if (reach)
+                *reach = pos;
             return ptc__err(err, PTC_EFORMAT, member, (int64_t)off,
                             "truncated: %s runs past the end of the pickle", ptc__pickle_opname(op));
         }
@@ -205,11 +222,15 @@ int ptc__pickle_scan(const uint8_t *data, size_t len, const char *member, uint64
         if (op == '.' && stop_at_first) {
             if (consumed)
                 *consumed = pos;
+            if (reach)
+                *reach = pos;
             return 0;
         }
     }
     if (consumed)
         *consumed = pos;
+    if (reach)
+        *reach = pos;
     if (!ended_with_stop)
         return ptc__err(err, PTC_EFORMAT, member, (int64_t)(base_offset + len),
                         "truncated: the pickle ends without STOP");

@@ -513,7 +513,9 @@ typedef struct ptc_finding {
     ptc_verdict verdict; /* PTC_VERDICT_UNSAFE or PTC_VERDICT_MALFORMED */
     int code;            /* PTC_EUNSAFE, PTC_EFORMAT, PTC_ECRC, PTC_ELIMIT ... */
     const char *kind;    /* "global", "opcode", "torchscript", "hidden-pickle", "load", "crc" */
-    const char *member;  /* the record or zip member ("" for the file itself); escaped */
+    const char *member;  /* the record or zip member ("" for the file itself), or a zip region:
+                          * "<record> [local extra field]", "[central extra field]", "[comment]",
+                          * "archive comment" (offsets in that region); escaped */
     int64_t offset;      /* in the member (or the file when member is ""); -1 when none applies */
     const char *detail;  /* printable, every byte from the file escaped */
     int torch_refuses;   /* torch 2.6 refuses the file for this too; false where ptc is stricter */

@@ -291,6 +291,39 @@ static int check_byteorder(ptc_ckpt *c, ptc_error *err)
                     ptc__escape(esc, sizeof esc, buf, (size_t)e->size, false));
 }
 
+/* torch 2.6 hands .data/serialization_id to Python as a str after unpickling data.pkl
+ * (torch.load.metadata), so bytes that are not UTF-8 make torch.load raise UnicodeDecodeError:
+ * refused here the same way, at the first byte that is not. Any other content, even empty or
+ * with NUL bytes, torch accepts. */
+static int check_serialization_id(ptc_ckpt *c, ptc_error *err)
+{
+    const ptc__zip_entry *e = ptc__zip_find(c->zip, ".data/serialization_id");
+    if (!e || e->size == 0)
+        return 0;
+    const uint8_t *data;
+    void *owned = NULL;
+    int rc = ptc__zip_read(c->zip, e, &data, &owned, err);
+    if (rc < 0)
+        return rc;
+    size_t n = (size_t)e->size, i = 0;
+    while (i < n) {
+        uint8_t b = data[i];
+        size_t k = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3
+                 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+        if (k == 0 || k > n - i || (k > 1 && !ptc__utf8_valid(data + i, k)))
+            break;
+        i += k;
+    }
+    unsigned bad = i < n ? data[i] : 0;
+    ptc__zip_release(c->zip, e, owned);
+    if (i < n)
+        return ptc__err(err, PTC_EFORMAT, e->record, (int64_t)i,
+                        "serialization id is not UTF-8 (byte 0x%02x); torch 2.6 refuses it "
+                        "(UnicodeDecodeError)",
+                        bad);
+    return 0;
+}
+
 int ptc__load_zip(ptc_ckpt *c, ptc_error *err)
 {
     int rc = ptc__zip_open(&c->zip, c->src, &c->limits, &c->budget,
@@ -315,6 +348,8 @@ int ptc__load_zip(ptc_ckpt *c, ptc_error *err)
                         "this is a TorchScript archive; ptc refuses TorchScript because it "
                         "carries code (torch.load refuses it with weights_only=True too)");
     if ((rc = check_byteorder(c, err)) < 0)
+        return rc;
+    if ((rc = check_serialization_id(c, err)) < 0)
         return rc;
     const ptc__zip_entry *pkl = ptc__zip_find(c->zip, "data.pkl");
     if (!pkl)

@@ -12,16 +12,27 @@
  *      any loader: every member of a zip (not only data.pkl), pickles after STOP, all legacy
  *      pickles, tar members, and, when the zip is broken or ambiguous so that readers could
  *      disagree, every local header found in the file, whatever the central directory says.
- *      Tensor records (data/N) are never read as pickles: no loader unpickles them.
+ *      Then every byte a reader could take for a pickle is swept (sweep_region): every zip member
+ *      (the dot-records and the tensor records data/N included), the extra fields of both headers
+ *      and the comment of every entry, the archive comment, and for any other format or a zip the
+ *      strict reader refuses, the whole file; each is decoded from its first byte and from every
+ *      PROTO opcode (0x80 then 2 to 5) in it. Those bytes are mostly not pickles (tensor data
+ *      holds PROTO bytes and opcodes by chance), so there only a reference by name to a global
+ *      whose module and name are Python names counts; one outside the policy makes the file
+ *      unsafe, and is listed with its member (or "<record> [local extra field]", "[central extra
+ *      field]", "[comment]", "archive comment"; "" for the file) and offset in it.
  * A file is unsafe when either pass finds a reference outside the policy, malformed when only
  * structure is wrong, ok when the load succeeds and the scan finds nothing.
  *
- * Work is bounded: the scan is linear in the bytes; inflated members are capped (limits, and
- * 64 MiB per member for the scan); the report keeps at most REPORT_CAP findings and references.
+ * Work is bounded: the scan is linear in the bytes (a sweep decodes each byte at most once);
+ * inflated members are capped (limits, and 64 MiB per member for the scan: a larger deflated
+ * member is not swept); the report keeps at most REPORT_CAP findings and references, and once
+ * it is full what the sweep finds is only counted.
  */
 #include "pth/pth.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -63,6 +74,10 @@ static char *rstr(ptc_report *r, const char *s)
 static int add_finding(ptc_report *r, ptc_verdict v, int code, const char *kind, const char *member,
                        int64_t offset, const char *detail, bool torch_refuses)
 {
+    if (r->nf == REPORT_CAP) { /* full: no search for a duplicate, which would cost as much */
+        r->dropped++;
+        return 0;
+    }
     for (size_t i = 0; i < r->nf; i++) {
         const ptc_finding *f = &r->f[i];
         if (f->verdict == v && f->offset == offset && strcmp(f->member, member) == 0) {
@@ -150,6 +165,11 @@ typedef struct scan_ctx {
     bool suspect_hit; /* a suspect pickle does */
     unsigned refs;    /* references found in the member being scanned */
     unsigned bad;     /* ... of which outside the policy */
+    bool sweep;       /* decoding from a PROTO found anywhere (see sweep_region) */
+    const uint8_t *map; /* the whole file */
+    uint64_t size;
+    struct span { uint64_t a, b; } *cov; /* file bytes a full scan read (sweep_file skips them) */
+    size_t ncov, capcov;
     int fatal;        /* PTC_ENOMEM from the report */
 } scan_ctx;
 
@@ -166,6 +186,30 @@ static bool allows(const ptc_policy *p, const char *m, const char *n)
     return ptc__policy_lookup(p, m, n, &id, &dt, NULL, -1, NULL) == 0;
 }
 
+/* A name Python's find_class could import or look up: dot-separated identifiers (ASCII letters,
+ * digits and '_', not starting with a digit; any non-ASCII UTF-8, which Python may accept in
+ * identifiers). Bytes that are not such a name raise before anything is imported. */
+static bool python_name(const char *s, size_t n)
+{
+    if (n == 0 || strlen(s) != n || !ptc__utf8_valid((const uint8_t *)s, n))
+        return false;
+    bool start = true;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = (unsigned char)s[i];
+        if (ch == '.') {
+            if (start)
+                return false;
+            start = true;
+            continue;
+        }
+        bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || ch >= 0x80;
+        if (!alpha && !(ch >= '0' && ch <= '9' && !start))
+            return false;
+        start = false;
+    }
+    return !start;
+}
+
 static int scan_item(void *ud, const ptc__scan_item *it)
 {
     scan_ctx *c = ud;
@@ -175,6 +219,23 @@ static int scan_item(void *ud, const ptc__scan_item *it)
     int rc = 0;
     if (it->kind == PTC__SCAN_PROTO)
         return 0;
+    /* A sweep decodes bytes that are mostly not pickles (tensor data, headers, text): random
+     * bytes hold PROTO, REDUCE or a STACK_GLOBAL over nothing often enough, a GLOBAL of two
+     * Python names almost never. Only references by name count there. */
+    if (c->sweep && (it->kind != PTC__SCAN_GLOBAL || it->truncated ||
+                     !python_name(it->module, it->module_len) ||
+                     !python_name(it->name, it->name_len)))
+        return 0;
+    /* The report is full: what a torch-run pickle references still decides the prediction,
+     * anything else would only be counted as not listed. */
+    if (r->ng == REPORT_CAP && r->nf == REPORT_CAP && !c->torch_runs && !c->suspect) {
+        r->dropped++;
+        if (it->kind != PTC__SCAN_OPCODE) {
+            c->refs++;
+            c->bad++;
+        }
+        return 0;
+    }
     if (it->kind == PTC__SCAN_OPCODE) {
         /* Out of the subset but neither importing nor calling by itself, except OBJ and
          * NEWOBJ_EX, which call a class. */
@@ -248,21 +309,25 @@ static int scan_item(void *ud, const ptc__scan_item *it)
 /* Scans the pickles one after another in data[0..len) until one does not parse, at most max of
  * them (where raw bytes follow the pickles, as in a legacy stream, scanning on would read tensor
  * bytes as opcodes). The first torch_first of them are pickles torch runs. Returns the number of
- * pickles that ended in STOP, or PTC_ENOMEM. */
+ * pickles that ended in STOP, or PTC_ENOMEM; *end (may be NULL) receives the end of the last of
+ * them, *reach (may be NULL) one past the last byte any decode read (a sweep starts there). */
 static int scan_pickles_at(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base,
-                           unsigned torch_first, unsigned max, bool suspect, size_t *end)
+                           unsigned torch_first, unsigned max, bool suspect, size_t *end,
+                           size_t *reach)
 {
-    size_t pos = 0;
+    size_t pos = 0, far = 0;
     int n = 0;
     while (pos < len && (unsigned)n < max) {
-        size_t used = 0;
+        size_t used = 0, got = 0;
         ptc_error e;
         c->torch_runs = (unsigned)n < torch_first;
         c->suspect = suspect && n == 0;
-        int rc = ptc__pickle_scan(data + pos, len - pos, c->member, base + pos, true, scan_item, c,
-                                  &used, &e);
+        int rc = ptc__pickle_scan_ex(data + pos, len - pos, len - pos, c->member, base + pos, true,
+                                     scan_item, c, &used, &got, &e);
         if (c->fatal)
             return c->fatal;
+        if (pos + got > far)
+            far = pos + got;
         if (rc < 0 || used == 0)
             break; /* structure is the load's business; the scan only looks for references */
         pos += used;
@@ -271,13 +336,131 @@ static int scan_pickles_at(scan_ctx *c, const uint8_t *data, size_t len, uint64_
     c->torch_runs = c->suspect = false;
     if (end)
         *end = pos;
+    if (reach)
+        *reach = far > pos ? far : pos;
     return n;
 }
 
 static int scan_pickles(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base,
-                        unsigned torch_first, unsigned max, bool suspect)
+                        unsigned torch_first, unsigned max, bool suspect, size_t *reach)
 {
-    return scan_pickles_at(c, data, len, base, torch_first, max, suspect, NULL);
+    return scan_pickles_at(c, data, len, base, torch_first, max, suspect, NULL, reach);
+}
+
+static int swept_finding(scan_ctx *c, const char *what);
+
+/* Notes that a full scan read the file bytes [a, b): the sweep of the whole file skips them. */
+static void cover(scan_ctx *c, uint64_t a, uint64_t b)
+{
+    if (b <= a || c->fatal)
+        return;
+    if (c->ncov == c->capcov) {
+        size_t cap = c->capcov ? c->capcov * 2 : 16;
+        struct span *n = ptc__realloc(c->cov, cap * sizeof *n);
+        if (!n) {
+            c->fatal = PTC_ENOMEM;
+            return;
+        }
+        c->cov = n;
+        c->capcov = cap;
+    }
+    c->cov[c->ncov++] = (struct span){a, b};
+}
+
+static int cmp_span(const void *x, const void *y)
+{
+    const struct span *a = x, *b = y;
+    return a->a < b->a ? -1 : a->a > b->a;
+}
+
+/* Decodes region[from..len) wherever a reader could start a pickle: at from itself (when
+ * at_from) and at every PROTO opcode (0x80 then a protocol 2 to 5) after it, each decode stopping
+ * at its STOP or at the first byte that does not parse. A PROTO inside bytes an earlier decode of
+ * the region already read (its opcodes and their arguments) starts no decode of its own: every
+ * byte is read by at most one decode, and line arguments look for their '\n' only up to the
+ * region's last one, so the sweep is linear in the region. Only references by name to a global
+ * count (scan_item, c->sweep): tensor bytes decode as short runs of random opcodes. base is added
+ * to the offsets reported. Returns 0 or PTC_ENOMEM. */
+static int sweep_region_skip(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base,
+                             size_t from, bool at_from, const struct span *skip, size_t nskip)
+{
+    if (from >= len)
+        return 0;
+    const uint8_t *last_nl = memrchr(data + from, '\n', len - from);
+    size_t line_limit = last_nl ? (size_t)(last_nl - data) + 1 : 0;
+    size_t pos = from;
+    bool saved_sweep = c->sweep;
+    c->sweep = true;
+    c->torch_runs = c->suspect = false;
+    int rc = 0;
+    while (pos < len) {
+        size_t start = pos;
+        if (!at_from || start != from) {
+            const uint8_t *p = data + pos;
+            for (;;) {
+                p = memchr(p, 0x80, len - (size_t)(p - data));
+                if (!p || (size_t)(p - data) + 1 >= len)
+                    goto done;
+                if (p[1] >= 2 && p[1] <= 5)
+                    break;
+                p++;
+            }
+            start = (size_t)(p - data);
+        }
+        while (nskip && skip->b <= start) {
+            skip++;
+            nskip--;
+        }
+        if (nskip && skip->a <= start) {
+            pos = (size_t)skip->b;
+            continue;
+        }
+        size_t reach = 1;
+        /* No error message: most decodes here end at a byte that is no opcode. */
+        ptc__pickle_scan_ex(data + start, len - start, line_limit > start ? line_limit - start : 0,
+                            c->member, base + start, true, scan_item, c, NULL, &reach, NULL);
+        if ((rc = c->fatal))
+            break;
+        pos = start + (reach > 1 ? reach : 1);
+    }
+done:
+    c->sweep = saved_sweep;
+    return rc;
+}
+
+static int sweep_region(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base, size_t from,
+                        bool at_from)
+{
+    return sweep_region_skip(c, data, len, base, from, at_from, NULL, 0);
+}
+
+/* The whole file, raw, as one region (labelled "", offsets in the file), less the bytes full
+ * scans read: where no container reading can be trusted (a zip the strict reader refuses, a
+ * legacy stream past its pickles, tar, safetensors, a file of no known format). */
+static int sweep_file(scan_ctx *c)
+{
+    if (c->fatal)
+        return c->fatal;
+    if (c->ncov)
+        qsort(c->cov, c->ncov, sizeof *c->cov, cmp_span);
+    c->member = "";
+    c->refs = c->bad = 0;
+    int rc = sweep_region_skip(c, c->map, (size_t)c->size, 0, 0, true, c->cov, c->ncov);
+    return rc ? rc : swept_finding(c, "the file");
+}
+
+/* A sweep found references outside the policy in a region: one finding for the region. */
+static int swept_finding(scan_ctx *c, const char *what)
+{
+    if (!c->bad)
+        return 0;
+    char detail[640];
+    snprintf(detail, sizeof detail,
+             "%s holds a pickle that references globals outside the policy (found by decoding "
+             "from a PROTO opcode or the first byte; no loader is known to run it)",
+             what);
+    return add_finding(c->r, PTC_VERDICT_UNSAFE, PTC_EUNSAFE, "hidden-pickle", c->member, -1,
+                       detail, false);
 }
 
 static int ignore_item(void *ud, const ptc__scan_item *it)
@@ -302,14 +485,20 @@ static bool looks_like_pickle(const uint8_t *data, size_t len)
     return ptc__pickle_scan(data, len, "", 0, true, ignore_item, NULL, &used, &e) == 0 && used > 0;
 }
 
-/* Records that are never pickles: tensor bytes and the small text records. */
+/* Records that are never pickles: tensor bytes. They are swept all the same (sweep_region). */
 static bool plain_record(const char *rec)
+{
+    return strncmp(rec, "data/", 5) == 0;
+}
+
+/* The small text records torch writes. A local header alone may not say where they end (flag bit
+ * 3): read to the end of the file, "little" would decode as LIST and INST over whatever follows.
+ * The scan of local headers leaves them to the sweep of the whole file. */
+static bool text_record(const char *rec)
 {
     static const char *const text[] = {"byteorder", "version", ".data/version",
                                        ".data/serialization_id", ".format_version",
                                        ".storage_alignment", ""};
-    if (strncmp(rec, "data/", 5) == 0)
-        return true;
     for (size_t i = 0; i < sizeof text / sizeof *text; i++)
         if (strcmp(rec, text[i]) == 0)
             return true;
@@ -348,9 +537,60 @@ static int torchscript_finding(scan_ctx *c, const char *rec, bool *constants)
                        k);
 }
 
-/* The zip as ptc's strict reader sees it: every member that is not tensor bytes or a text record
- * is scanned; with check_crc (the load failed, perhaps at the first bad CRC) every record's CRC is
- * checked too (those read here are checked by the read itself). */
+/* Sweeps the zip's bytes that are no record's data: the local and central extra areas and the
+ * comment of each entry, and the archive comment. Each is labelled "<record> [local extra field]"
+ * and so on, with offsets in that area. */
+static int sweep_zip_headers(scan_ctx *c, ptc__zip *z)
+{
+    static const char *const what[3] = {"local extra field", "central extra field", "comment"};
+    char label[360];
+    int rc;
+    if (!c->map)
+        return 0;
+    for (size_t i = 0; i < ptc__zip_count(z); i++) {
+        const ptc__zip_entry *en = ptc__zip_entry_at(z, i);
+        uint64_t at[3] = {en->header_offset + 30u + en->name_len,
+                          en->central_offset + 46u + en->name_len,
+                          en->central_offset + 46u + en->name_len + en->central_extra_len};
+        uint64_t len[3] = {en->local_extra_len, en->central_extra_len, en->comment_len};
+        for (int k = 0; k < 3; k++) {
+            if (len[k] == 0 || at[k] > c->size || len[k] > c->size - at[k])
+                continue;
+            char rec[300];
+            ptc__escape(rec, sizeof rec, en->record, strlen(en->record), true);
+            snprintf(label, sizeof label, "%s [%s]", rec, what[k]);
+            c->member = label;
+            c->refs = c->bad = 0;
+            if ((rc = sweep_region(c, c->map + at[k], (size_t)len[k], 0, 0, true)))
+                return rc;
+            char where[400];
+            snprintf(where, sizeof where, "the %s of %s (file offset 0x%llx, %llu bytes)", what[k],
+                     rec, (unsigned long long)at[k], (unsigned long long)len[k]);
+            if ((rc = swept_finding(c, where)))
+                return rc;
+        }
+    }
+    uint64_t off, n;
+    ptc__zip_comment(z, &off, &n);
+    if (n && off <= c->size && n <= c->size - off) {
+        c->member = "archive comment";
+        c->refs = c->bad = 0;
+        if ((rc = sweep_region(c, c->map + off, (size_t)n, 0, 0, true)))
+            return rc;
+        char where[120];
+        snprintf(where, sizeof where, "the archive comment (file offset 0x%llx, %llu bytes)",
+                 (unsigned long long)off, (unsigned long long)n);
+        if ((rc = swept_finding(c, where)))
+            return rc;
+    }
+    return 0;
+}
+
+/* The zip as ptc's strict reader sees it: every member is read; members that are not tensor
+ * bytes are scanned as pickles when they look like one, and every member is then swept from its
+ * first byte (or where that scan stopped) and from every PROTO in it. With check_crc (the load
+ * failed, perhaps at the first bad CRC) every record's CRC is checked too (those inflated here
+ * are checked by the read itself). Then the headers' extra fields and comments are swept. */
 static int scan_zip_entries(scan_ctx *c, ptc__zip *z, bool check_crc, bool *constants)
 {
     ptc_error e;
@@ -361,9 +601,8 @@ static int scan_zip_entries(scan_ctx *c, ptc__zip *z, bool check_crc, bool *cons
         ptc__escape(label, sizeof label, en->record, strlen(en->record), true);
         c->member = label;
         c->refs = c->bad = 0;
-        bool will_read = !plain_record(en->record) &&
-                         !(en->size > SCAN_INFLATE_CAP && en->method != 0);
-        if (check_crc && !(will_read && en->method != 0) && ptc__zip_check_crc(z, en, &e) < 0) {
+        bool will_inflate = en->method != 0 && en->size <= SCAN_INFLATE_CAP;
+        if (check_crc && !will_inflate && ptc__zip_check_crc(z, en, &e) < 0) {
             if (e.code == PTC_ENOMEM) {
                 rc = PTC_ENOMEM;
                 break;
@@ -376,8 +615,6 @@ static int scan_zip_entries(scan_ctx *c, ptc__zip *z, bool check_crc, bool *cons
         }
         if (torchscript_record(en->record) && (rc = torchscript_finding(c, en->record, constants)))
             break;
-        if (plain_record(en->record))
-            continue;
         const uint8_t *data;
         void *owned = NULL;
         if (en->size > SCAN_INFLATE_CAP && en->method != 0)
@@ -392,17 +629,29 @@ static int scan_zip_entries(scan_ctx *c, ptc__zip *z, bool check_crc, bool *cons
             continue;
         }
         bool is_data_pkl = strcmp(en->record, "data.pkl") == 0;
+        bool full = is_data_pkl ||
+                    (!plain_record(en->record) && looks_like_pickle(data, (size_t)en->size));
         int n = 0;
-        if (is_data_pkl || looks_like_pickle(data, (size_t)en->size))
-            n = scan_pickles(c, data, (size_t)en->size, 0, is_data_pkl ? 1 : 0, UINT32_MAX, false);
+        size_t reach = 0;
+        if (full)
+            n = scan_pickles(c, data, (size_t)en->size, 0, is_data_pkl ? 1 : 0, UINT32_MAX, false,
+                             &reach);
+        if (n >= 0 && !is_data_pkl)
+            rc = hidden_pickle(c, n, c->bad, torchscript_record(en->record));
+        if (n >= 0 && rc == 0) {
+            c->refs = c->bad = 0;
+            n = sweep_region(c, data, (size_t)en->size, 0, reach, !full);
+            if (n == 0)
+                rc = swept_finding(c, label);
+        }
         ptc__zip_release(z, en, owned);
         if (n < 0) {
             rc = n;
             break;
         }
-        if (!is_data_pkl && (rc = hidden_pickle(c, n, c->bad, torchscript_record(en->record))))
-            break;
     }
+    if (rc == 0)
+        rc = sweep_zip_headers(c, z);
     return rc;
 }
 
@@ -516,17 +765,21 @@ static int scan_local_headers(scan_ctx *c, const uint8_t *map, uint64_t size, bo
         int rc;
         if (torchscript_record(rec) && (rc = torchscript_finding(c, rec, constants)))
             return rc;
-        if (plain_record(rec))
+        if (plain_record(rec) || text_record(rec))
             continue;
         bool sized = csize != 0 && csize != 0xFFFFFFFFu && csize <= size - data;
         uint64_t avail = sized ? csize : size - data;
         bool is_data_pkl = strcmp(rec, "data.pkl") == 0;
         int n;
+        size_t reach = 0;
+        unsigned full_bad = 0;
         if (method == 0) {
+            /* The raw bytes are swept with the whole file (sweep_file). */
             n = 0;
             if (looks_like_pickle(map + data, (size_t)avail))
                 n = scan_pickles(c, map + data, (size_t)avail, 0, 0, sized ? UINT32_MAX : 1,
-                                 is_data_pkl);
+                                 is_data_pkl, &reach);
+            cover(c, data, data + reach);
         } else {
             uint8_t *buf;
             int64_t got = inflate_capped(map + data, (size_t)avail, SCAN_INFLATE_CAP, &buf);
@@ -534,8 +787,17 @@ static int scan_local_headers(scan_ctx *c, const uint8_t *map, uint64_t size, bo
                 return PTC_ENOMEM;
             n = 0;
             if (looks_like_pickle(buf, (size_t)got))
-                n = scan_pickles(c, buf, (size_t)got, 0, 0, UINT32_MAX, is_data_pkl);
+                n = scan_pickles(c, buf, (size_t)got, 0, 0, UINT32_MAX, is_data_pkl, &reach);
+            full_bad = c->bad;
+            if (n >= 0) {
+                c->bad = 0;
+                if ((rc = sweep_region(c, buf, (size_t)got, 0, reach, reach == 0)) == 0)
+                    rc = swept_finding(c, label);
+                c->bad = full_bad;
+            }
             ptc__free(buf);
+            if (rc)
+                return rc;
         }
         if (n < 0)
             return n;
@@ -576,8 +838,10 @@ static int scan_tar(scan_ctx *c, const uint8_t *map, uint64_t size)
         c->member = label;
         c->refs = c->bad = 0;
         int rc = 0;
+        size_t reach = 0;
         if (looks_like_pickle(map + data, (size_t)n))
-            rc = scan_pickles(c, map + data, (size_t)n, 0, 0, 1, false);
+            rc = scan_pickles(c, map + data, (size_t)n, 0, 0, 1, false, &reach);
+        cover(c, data, data + reach);
         if (rc < 0)
             return rc;
         if (c->bad && (rc = hidden_pickle(c, rc, c->bad, true)))
@@ -606,6 +870,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     ptc_ckpt *ck = NULL;
     const ptc_policy *policy = params ? params->policy : NULL;
     ptc_report *r = ptc__calloc(1, sizeof *r);
+    scan_ctx c = {0};
     int rc = 0;
     if (!r || ptc_policy_new(&torch_policy, PTC_POLICY_DEFAULT, err) < 0 ||
         (!policy && ptc_policy_new(&own_policy, PTC_POLICY_DEFAULT, err) < 0)) {
@@ -657,15 +922,15 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     }
 
     /* 2. The static pass. */
-    scan_ctx c = {.r = r, .policy = policy, .torch_policy = torch_policy};
+    c = (scan_ctx){.r = r, .policy = policy, .torch_policy = torch_policy, .map = map, .size = size};
     bool constants = false, any_local = false;
     r->format = "unknown";
     if (size >= 4 && memcmp(map, "PK\x03\x04", 4) == 0) {
         r->format = "zip";
         int zr = loaded && ck->zip ? scan_zip_entries(&c, ck->zip, false, &constants)
                                    : scan_zip_strict(&c, src, &lim, &constants);
-        if (zr == 1)
-            zr = scan_local_headers(&c, map, size, &constants, &any_local);
+        if (zr == 1 && (zr = scan_local_headers(&c, map, size, &constants, &any_local)) == 0)
+            zr = sweep_file(&c);
         if ((rc = zr) < 0)
             goto fail;
     } else if (size >= sizeof legacy_magic && memcmp(map, legacy_magic, sizeof legacy_magic) == 0) {
@@ -678,9 +943,11 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
         for (int i = 0; i < 5 && pos < size; i++) {
             size_t used = 0;
             c.member = parts[i];
+            size_t reach = 0;
             if ((rc = scan_pickles_at(&c, map + pos, (size_t)(size - pos), pos, 1, 1, false,
-                                      &used)) < 0)
+                                      &used, &reach)) < 0)
                 goto fail;
+            cover(&c, pos, pos + reach);
             if (rc == 0)
                 break;
             pos += used;
@@ -698,16 +965,22 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
         else if (size && map[0] == 0x80)
             r->format = "pickle";
         c.member = "";
+        size_t first_reach = 0;
         /* A pickle stream that is not a torch.save one: torch's legacy loader runs its first
          * pickle (to read the magic number) before refusing it; a legacy-like layout has five. */
         if (looks_like_pickle(map, (size_t)size) &&
-            (rc = scan_pickles(&c, map, (size_t)size, 0, 1, 5, false)) < 0)
+            (rc = scan_pickles(&c, map, (size_t)size, 0, 1, 5, false, &first_reach)) < 0)
             goto fail;
+        cover(&c, 0, first_reach);
         /* A zip inside anything else (a 7z with the Copy coder, a polyglot). */
         if ((rc = scan_local_headers(&c, map, size, &constants, &any_local)) < 0)
             goto fail;
         rc = 0;
     }
+    /* Every format but an accepted zip (swept member by member above): the raw file. */
+    if (strcmp(r->format, "zip") != 0 && (rc = sweep_file(&c)) < 0)
+        goto fail;
+    rc = 0;
     if (constants)
         r->format = "torchscript";
 
@@ -733,6 +1006,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     else
         r->torch = PTC_TORCH_LOADS;
 
+    ptc__free(c.cov);
     ptc_ckpt_close(ck);
     ptc_policy_free(torch_policy);
     ptc_policy_free(own_policy);
@@ -740,6 +1014,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     return 0;
 
 fail:
+    ptc__free(c.cov);
     ptc_ckpt_close(ck);
     ptc_policy_free(torch_policy);
     ptc_policy_free(own_policy);
