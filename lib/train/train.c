@@ -468,22 +468,19 @@ static void run_free(run *r)
     ptc__free(r->dlogits);
 }
 
-static int load_data(const recipe *re, ptc__dataset **out, ptc_error *err)
+/* The dataset; with max_samples only the first N samples of each split are held (the rest of the
+ * train split is streamed through the statistics, which stay those of the whole split). For an
+ * evaluation (test_only) the train split is not held: IDX streams its images for the statistics
+ * Normalize uses, CIFAR-10 (constant normalisation) does not read it at all. */
+static int load_data(const recipe *re, bool test_only, ptc__dataset **out, ptc_error *err)
 {
     const ptc_train_params *p = re->p;
     ptc__data_params dp = ptc__data_params_default();
     dp.format = re->format;
     dp.dir = p->data_dir;
-    int rc = ptc__dataset_new(out, &dp, err);
-    if (rc < 0)
-        return rc;
-    if (p->max_samples > 0) { /* a prefix of each split (tests, quick runs) */
-        if ((*out)->train.n > p->max_samples)
-            (*out)->train.n = p->max_samples;
-        if ((*out)->test.n > p->max_samples)
-            (*out)->test.n = p->max_samples;
-    }
-    return 0;
+    dp.keep = p->max_samples > 0 ? p->max_samples : 0;
+    dp.test_only = test_only;
+    return ptc__dataset_new(out, &dp, err);
 }
 
 /* The epoch's loss sum, correct count and images over every rank (each rank's own when alone). */
@@ -568,7 +565,7 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     if (ptc__schedule_parse(&sched, p->schedule ? p->schedule : "constant", r.rc.lr) < 0)
         return ptc__err(err, PTC_EINVAL, "", -1, "unknown schedule \"%s\"", p->schedule);
     const int world = r.rc.world, rank = r.rc.rank;
-    rc = load_data(&r.rc, &r.data, err);
+    rc = load_data(&r.rc, false, &r.data, err);
     if (rc == 0)
         rc = open_backend(p->backend, threads_per_rank(p->threads, p->comm), &r.ops, &r.be,
                           err);
@@ -744,7 +741,7 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
     run r = {.p = p};
     int rc = resolve(p, &r.rc, err);
     if (rc == 0)
-        rc = load_data(&r.rc, &r.data, err);
+        rc = load_data(&r.rc, true, &r.data, err);
     if (rc == 0)
         rc = open_backend(p->backend, p->threads, &r.ops, &r.be, err);
     ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, 0};
