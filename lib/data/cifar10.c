@@ -36,7 +36,7 @@ static int open_measured(const char *path, int *fd_out, int64_t *nrec, ptc_error
     ptc__data_member(shown, sizeof shown, path);
     int fd;
     do {
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0)
         return ptc__err(err, errno == ENOENT ? PTC_ENOTFOUND : PTC_EIO, shown, -1,

@@ -112,8 +112,10 @@ static int idx_open(idx_file *f, const char *path, ptc_error *err)
     memset(f, 0, sizeof *f);
     f->fd = -1;
     ptc__data_member(f->shown, sizeof f->shown, path);
+    /* O_NONBLOCK: a FIFO in the file's place is refused below instead of waiting for a writer
+     * (it changes nothing for a regular file). */
     do {
-        f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        f->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     } while (f->fd < 0 && errno == EINTR);
     if (f->fd < 0)
         return ptc__err(err, errno == ENOENT ? PTC_ENOTFOUND : PTC_EIO, f->shown, -1,
