@@ -7,11 +7,18 @@
  *     u8   pixels[3][32][32] red plane, green plane, blue plane; each row-major, top row first
  * which is already the presented CHW layout, so a record's pixels are copied as they are.
  *
- * Checks, all before the first byte of data is used: each file is a regular file whose size is a
- * positive multiple of 3073; the sample count over all files fits max_samples; then while reading,
- * every label is < 10. One allocation per array, sized from the files' sizes (which are real
- * bytes on disk, not a header's claim). A file that shrinks while it is read is reported as
+ * Checks, all before the first byte of data is used: each file is a regular file without holes
+ * (a sparse file's size is not bytes on disk: ptc__data_check_dense) whose size is a positive
+ * multiple of 3073; the sample count over all files fits max_samples; then while reading, every
+ * label is < 10. One allocation per array, sized from the files' sizes (which are real bytes on
+ * disk, not a header's claim) and the number of samples kept. Without statistics to gather,
+ * reading stops after the kept samples. A file that shrinks while it is read is reported as
  * truncated; one that grows is read up to the size it had when it was measured.
+ *
+ * The size of a file is not bounded by the 10,000 records of the distributed batches: synthetic
+ * CIFAR-10 folders (the benchmarks write one data_batch_1.bin of any length) are legitimate, and a
+ * file that is really that long on disk costs memory in proportion to its size only as far as
+ * the caller keeps its samples (--max-samples).
  */
 #include "data/data.h"
 
@@ -29,7 +36,7 @@ static int open_measured(const char *path, int *fd_out, int64_t *nrec, ptc_error
     ptc__data_member(shown, sizeof shown, path);
     int fd;
     do {
-        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+        fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
     } while (fd < 0 && errno == EINTR);
     if (fd < 0)
         return ptc__err(err, errno == ENOENT ? PTC_ENOTFOUND : PTC_EIO, shown, -1,
@@ -45,6 +52,11 @@ static int open_measured(const char *path, int *fd_out, int64_t *nrec, ptc_error
         return ptc__err(err, PTC_EIO, shown, -1, "not a regular file");
     }
     uint64_t size = (uint64_t)st.st_size;
+    int rc = ptc__data_check_dense(fd, size, shown, err);
+    if (rc < 0) {
+        close(fd);
+        return rc;
+    }
     if (size == 0) {
         close(fd);
         return ptc__err(err, PTC_EFORMAT, shown, 0,
@@ -87,12 +99,17 @@ static int read_full(int fd, uint8_t *buf, size_t n, const char *shown, uint64_t
     return 0;
 }
 
-/* Copies nrec records of one open file into images/labels (from sample `base` on). */
+/* Reads the records of one open file from sample `base` on: the first `keep` samples of the split
+ * are copied into out, every record's pixels counted into hist (when not NULL). Reads no record
+ * past the kept ones without hist. */
 static int read_records(int fd, const char *path, int64_t nrec, uint8_t *chunk, ptc__split *out,
-                        int64_t base, ptc_error *err)
+                        int64_t base, int64_t keep, uint64_t (*hist)[256], ptc_error *err)
 {
     char shown[128];
     ptc__data_member(shown, sizeof shown, path);
+    const int HW = PTC__DATA_H * PTC__DATA_W;
+    if (!hist && nrec > keep - base)
+        nrec = keep - base > 0 ? keep - base : 0;
     for (int64_t r0 = 0; r0 < nrec; r0 += CHUNK_RECORDS) {
         int64_t k = nrec - r0 < CHUNK_RECORDS ? nrec - r0 : CHUNK_RECORDS;
         uint64_t offset = (uint64_t)r0 * PTC__CIFAR_RECORD;
@@ -106,7 +123,13 @@ static int read_records(int fd, const char *path, int64_t nrec, uint8_t *chunk, 
                                 (int64_t)(offset + (uint64_t)i * PTC__CIFAR_RECORD),
                                 "record %lld: label %u is not below %d", (long long)(r0 + i),
                                 rec[0], PTC__DATA_CLASSES);
+            if (hist)
+                for (int c = 0; c < 3; c++)
+                    for (int q = 0; q < HW; q++)
+                        hist[c][rec[1 + c * HW + q]]++;
             int64_t s = base + r0 + i;
+            if (s >= keep)
+                continue;
             out->labels[s] = rec[0];
             memcpy(out->images + (size_t)s * PTC__DATA_PIXELS, rec + 1, PTC__DATA_PIXELS);
         }
@@ -117,9 +140,17 @@ static int read_records(int fd, const char *path, int64_t nrec, uint8_t *chunk, 
 int ptc__cifar10_read(ptc__split *out, const char *const *paths, int npaths, int64_t max_samples,
                       ptc_error *err)
 {
-    if (!out || !paths || npaths < 1 || npaths > 64)
+    ptc__read_params rp = {max_samples, -1, NULL};
+    return ptc__cifar10_read_ex(out, paths, npaths, &rp, err);
+}
+
+int ptc__cifar10_read_ex(ptc__split *out, const char *const *paths, int npaths,
+                         const ptc__read_params *rp, ptc_error *err)
+{
+    if (!out || !paths || npaths < 1 || npaths > 64 || !rp)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc__cifar10_read: invalid argument");
     memset(out, 0, sizeof *out);
+    const int64_t max_samples = rp->max_samples;
     int fds[64];
     int64_t counts[64];
     int nopen = 0, rc = 0;
@@ -140,24 +171,28 @@ int ptc__cifar10_read(ptc__split *out, const char *const *paths, int npaths, int
             goto fail;
         }
     }
+    int64_t keep = rp->keep >= 0 && rp->keep < total ? rp->keep : total;
     uint64_t nbytes;
-    if (!ptc__mul_u64_ok((uint64_t)total, PTC__DATA_PIXELS, &nbytes) || nbytes > SIZE_MAX) {
-        rc = ptc__err(err, PTC_ELIMIT, "", -1, "%lld samples do not fit in memory",
-                      (long long)total);
+    if (!ptc__mul_u64_ok((uint64_t)keep, PTC__DATA_PIXELS, &nbytes) || nbytes > SIZE_MAX) {
+        rc =
+            ptc__err(err, PTC_ELIMIT, "", -1, "%lld samples do not fit in memory", (long long)keep);
         goto fail;
     }
-    s.n = total;
-    s.images = ptc__malloc((size_t)nbytes);
-    s.labels = ptc__malloc((size_t)total);
+    s.n = keep;
+    if (keep > 0) {
+        s.images = ptc__malloc((size_t)nbytes);
+        s.labels = ptc__malloc((size_t)keep);
+    }
     chunk = ptc__malloc((size_t)CHUNK_RECORDS * PTC__CIFAR_RECORD);
-    if (!s.images || !s.labels || !chunk) {
+    if ((keep > 0 && (!s.images || !s.labels)) || !chunk) {
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory for %lld CIFAR-10 samples",
-                      (long long)total);
+                      (long long)keep);
         goto fail;
     }
     int64_t base = 0;
     for (int f = 0; f < npaths; f++) {
-        if ((rc = read_records(fds[f], paths[f], counts[f], chunk, &s, base, err)) < 0)
+        if ((rc = read_records(fds[f], paths[f], counts[f], chunk, &s, base, keep, rp->hist, err)) <
+            0)
             goto fail;
         base += counts[f];
     }

@@ -17,7 +17,22 @@
  *                     0x00000801, u32 BE n, then n bytes (< 10). Both files must declare the same
  *                     n and hold exactly the declared bytes (nothing after them). For a .gz file
  *                     the offsets in errors are offsets in the inflated content, and never more
- *                     than the header's dimensions promise is inflated.
+ *                     than the header's dimensions promise is inflated. A .gz file may hold
+ *                     several gzip members (gzip -c a b > c), read as one stream; anything else
+ *                     after the last member is refused.
+ *
+ * Bounded by what is on disk: nothing is allocated for data before the sizes are proven against
+ * the file, and what is held grows with what has really been read.
+ *   - A file with a hole (a sparse file: lseek SEEK_HOLE finds one before its end) is refused at
+ *     open, so st_size is always bytes really stored.
+ *   - A plain IDX file must be exactly as long as its header declares (16 + n*784 or 8 + n bytes).
+ *   - A gzip IDX file inflates to at most PTC__DATA_GZ_RATIO times its compressed size (or
+ *     PTC__DATA_GZ_FLOOR bytes, if more): a header declaring more is refused before anything is
+ *     read, and the stream is held to the bound while it inflates. Real IDX files compress less
+ *     than 3:1.
+ *   - ptc__data_params.keep: only the first keep samples of each split are held (and, of a split
+ *     that no statistics are needed of, read), the rest of a train split streamed only through
+ *     the statistics, so they are those of the whole split whatever keep is.
  *
  * Presentation: every sample is an image of 3x32x32 uint8, planes in the order R, G, B, each
  * row-major (CHW), so that the model is exactly torchvision's resnet18(num_classes=10). An IDX
@@ -44,6 +59,12 @@
  * 12 GiB of presented images. CIFAR-10 has 50,000 + 10,000, Fashion-MNIST 60,000 + 10,000. */
 #define PTC__DATA_MAX_SAMPLES  ((int64_t)1 << 22)
 #define PTC__FASHION_MNIST_DIR "/usr/share/datasets/fashion-mnist"
+/* The most a gzip IDX file may inflate to, as a multiple of its compressed size (the zip reader's
+ * rule): real IDX files compress less than 3:1, so nothing real comes near it. */
+#define PTC__DATA_GZ_RATIO 100
+/* ... or to this many bytes whatever its size: a small file of sorted or periodic labels (60,000
+ * labels in 10 runs) compresses far beyond 100:1, and 1 MiB costs nothing. */
+#define PTC__DATA_GZ_FLOOR ((uint64_t)1 << 20)
 
 /* The normalization constants of the PyTorch CIFAR-10 tutorial, which the trainer uses for
  * CIFAR-10 (the computed statistics are reported beside them). */
@@ -67,9 +88,15 @@ typedef struct ptc__data_params {
     const char *dir;     /* the directory holding the files; NULL: PTC__FASHION_MNIST_DIR for IDX
                             (required for CIFAR-10) */
     int64_t max_samples; /* per split, larger ones refused with PTC_ELIMIT; <= 0: the default */
+    int64_t keep;        /* per split, only the first keep samples are held; <= 0: all. The
+                            statistics still cover the whole train split (streamed, not held). */
+    bool test_only;      /* the train split is not held (train.n = 0): for IDX only its images
+                            file is streamed, for the statistics Normalize needs; for CIFAR-10,
+                            normalised with constants, it is not read at all (mean and std 0) */
 } ptc__data_params;
 
-/* format = PTC__DATA_IDX, dir = NULL, max_samples = PTC__DATA_MAX_SAMPLES. */
+/* format = PTC__DATA_IDX, dir = NULL, max_samples = PTC__DATA_MAX_SAMPLES, keep = 0 (all),
+ * test_only = false. */
 ptc__data_params ptc__data_params_default(void);
 
 typedef struct ptc__dataset {
@@ -93,20 +120,44 @@ typedef struct ptc__dataset {
  *   PTC_EFORMAT    a size, magic number, dimension count, label or sample count is wrong, a file
  *                  is truncated or has bytes after its data, a .gz stream is corrupt
  *   PTC_EUNSUPPORTED  IDX images that are not 28x28
- *   PTC_ELIMIT     a split has more than max_samples samples
+ *                  or has a hole (a sparse file)
+ *   PTC_ELIMIT     a split has more than max_samples samples, a .gz file declares or inflates to
+ *                  more than PTC__DATA_GZ_RATIO times its size
  *   PTC_EINVAL, PTC_ENOMEM */
 int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_error *err);
 void ptc__dataset_free(ptc__dataset *d);
 
+/* How a reader reads one split. */
+typedef struct ptc__read_params {
+    int64_t max_samples; /* a split declaring more is refused with PTC_ELIMIT */
+    int64_t keep;        /* the first keep samples are held (out->n = min(n, keep)); < 0: all */
+    /* NULL, or [3][256]: the count of every byte value of every presented pixel of every sample
+     * of the split, by channel, is added here; the whole split is then read (and checked), however
+     * few samples are kept. Without it, reading stops after the kept samples. */
+    uint64_t (*hist)[256];
+} ptc__read_params;
+
 /* The readers ptc__dataset_new uses, one split at a time. On success *out owns its arrays (free
- * them with ptc__split_free); on failure *out is empty. */
+ * them with ptc__split_free); on failure *out is empty. The short forms read and hold the whole
+ * split. ptc__idx_read_ex takes labels_path NULL to read images only (keep must then be 0). */
 int ptc__cifar10_read(ptc__split *out, const char *const *paths, int npaths, int64_t max_samples,
                       ptc_error *err);
+int ptc__cifar10_read_ex(ptc__split *out, const char *const *paths, int npaths,
+                         const ptc__read_params *rp, ptc_error *err);
 int ptc__idx_read(ptc__split *out, const char *images_path, const char *labels_path,
                   int64_t max_samples, ptc_error *err);
+int ptc__idx_read_ex(ptc__split *out, const char *images_path, const char *labels_path,
+                     const ptc__read_params *rp, ptc_error *err);
 void ptc__split_free(ptc__split *s); /* frees the arrays and empties s; accepts NULL */
 /* The statistics described in ptc__dataset, of any split (zeros for an empty one). */
 void ptc__split_stats(const ptc__split *s, double mean[3], double std[3]);
+/* The same statistics from the per-channel histograms a reader filled (ptc__read_params.hist):
+ * ptc__split_stats counts its split into such histograms and calls this, so both give the same
+ * bits for the same pixels. */
+void ptc__hist_stats(const uint64_t hist[3][256], double mean[3], double std[3]);
+/* PTC_EFORMAT when the open file fd of size bytes has a hole before its end (a sparse file);
+ * 0 otherwise, also where the file system cannot tell. Leaves the file position at 0. */
+int ptc__data_check_dense(int fd, uint64_t size, const char *shown, ptc_error *err);
 
 /* Shared by the readers: the path as it appears in error messages (escaped; the tail kept when
  * it is long, so the file name is always visible), in dst of dstsz bytes. */

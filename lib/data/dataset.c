@@ -2,6 +2,12 @@
  * dataset.c - a dataset made of its two splits: finding the files of a CIFAR-10 or IDX directory,
  * reading them (cifar10.c, idx.c), and the per-channel statistics of the train split.
  *
+ * The readers count the train split's presented pixels into byte histograms as they stream it,
+ * whether they hold every sample or only the first keep (or none, for an evaluation); the
+ * statistics come from those histograms, so they are the whole split's whatever is held, and
+ * ptc__split_stats (over a held split) goes through the same ptc__hist_stats, so both give the
+ * same bits.
+ *
  * The statistics are exact up to the final division: a byte histogram per channel gives the sums
  * of v and v^2 as integers (n * 1024 pixels * 65025 fits in 64 bits for any n below 2^38 images,
  * far beyond what memory holds), then mean = S1 / (255 N) and var = S2 / (255^2 N) - mean^2 in
@@ -14,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 ptc__data_params ptc__data_params_default(void)
 {
@@ -49,6 +56,26 @@ void ptc__split_free(ptc__split *s)
     s->n = 0;
 }
 
+void ptc__hist_stats(const uint64_t hist[3][256], double mean[3], double std[3])
+{
+    for (int c = 0; c < 3; c++) {
+        uint64_t n = 0, s1 = 0, s2 = 0;
+        for (uint64_t v = 0; v < 256; v++) {
+            n += hist[c][v];
+            s1 += v * hist[c][v];
+            s2 += v * v * hist[c][v];
+        }
+        if (n == 0) {
+            mean[c] = std[c] = 0.0;
+            continue;
+        }
+        double m = (double)s1 / (255.0 * (double)n);
+        double var = (double)s2 / (255.0 * 255.0 * (double)n) - m * m;
+        mean[c] = m;
+        std[c] = var > 0 ? sqrt(var) : 0.0;
+    }
+}
+
 void ptc__split_stats(const ptc__split *s, double mean[3], double std[3])
 {
     for (int c = 0; c < 3; c++)
@@ -64,18 +91,27 @@ void ptc__split_stats(const ptc__split *s, double mean[3], double std[3])
             for (int k = 0; k < HW; k++)
                 hist[c][img[c * HW + k]]++;
     }
-    for (int c = 0; c < 3; c++) {
-        uint64_t n = 0, s1 = 0, s2 = 0;
-        for (uint64_t v = 0; v < 256; v++) {
-            n += hist[c][v];
-            s1 += v * hist[c][v];
-            s2 += v * v * hist[c][v];
-        }
-        double m = (double)s1 / (255.0 * (double)n);
-        double var = (double)s2 / (255.0 * 255.0 * (double)n) - m * m;
-        mean[c] = m;
-        std[c] = var > 0 ? sqrt(var) : 0.0;
-    }
+    ptc__hist_stats((const uint64_t(*)[256])hist, mean, std);
+}
+
+int ptc__data_check_dense(int fd, uint64_t size, const char *shown, ptc_error *err)
+{
+    /* A hole is a region no block holds: its bytes read as zeros but cost nothing on disk, so a
+     * sparse file's size says nothing about what it took to make. SEEK_HOLE names holes exactly
+     * (unlike st_blocks, which a compressing file system also makes smaller than st_size), and
+     * where the file system cannot tell it reports the end of the file: no hole. */
+    int rc = 0;
+#ifdef SEEK_HOLE
+    off_t hole = lseek(fd, 0, SEEK_HOLE);
+    if (hole >= 0 && (uint64_t)hole < size)
+        rc = ptc__err(err, PTC_EFORMAT, shown, (int64_t)hole,
+                      "a hole at this offset: the file of %llu bytes is sparse (not all of it "
+                      "is stored on disk); sparse data files are refused",
+                      (unsigned long long)size);
+#endif
+    if (lseek(fd, 0, SEEK_SET) != 0 && rc == 0)
+        rc = ptc__err(err, PTC_EIO, shown, -1, "cannot seek: %s", strerror(errno));
+    return rc;
 }
 
 /* 1 when path names an existing file (of any type), 0 when it does not exist, negative on an
@@ -104,34 +140,40 @@ static int join(char *dst, size_t dstsz, const char *dir, const char *name, cons
 
 #define PATH_CAP 4096
 
-static int read_cifar10(ptc__dataset *d, const char *dir, int64_t max_samples, ptc_error *err)
+static int read_cifar10(ptc__dataset *d, const char *dir, const ptc__data_params *p,
+                        uint64_t hist[3][256], ptc_error *err)
 {
-    char paths[5][PATH_CAP];
-    const char *train[5];
-    int ntrain = 0, rc;
-    for (int i = 0; i < 5; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "data_batch_%d.bin", i + 1);
-        if ((rc = join(paths[ntrain], PATH_CAP, dir, name, "", err)) < 0)
-            return rc;
-        if ((rc = exists(paths[ntrain], err)) < 0)
-            return rc;
-        if (rc == 1) {
-            train[ntrain] = paths[ntrain];
-            ntrain++;
+    ptc__read_params rp = {p->max_samples, p->keep > 0 ? p->keep : -1, hist};
+    int rc;
+    if (!p->test_only) {
+        char paths[5][PATH_CAP];
+        const char *train[5];
+        int ntrain = 0;
+        for (int i = 0; i < 5; i++) {
+            char name[32];
+            snprintf(name, sizeof name, "data_batch_%d.bin", i + 1);
+            if ((rc = join(paths[ntrain], PATH_CAP, dir, name, "", err)) < 0)
+                return rc;
+            if ((rc = exists(paths[ntrain], err)) < 0)
+                return rc;
+            if (rc == 1) {
+                train[ntrain] = paths[ntrain];
+                ntrain++;
+            }
         }
+        char shown[256];
+        if (ntrain == 0)
+            return ptc__err(err, PTC_ENOTFOUND, ptc__data_member(shown, sizeof shown, dir), -1,
+                            "no CIFAR-10 train file (data_batch_1.bin .. data_batch_5.bin)");
+        if ((rc = ptc__cifar10_read_ex(&d->train, train, ntrain, &rp, err)) < 0)
+            return rc;
     }
-    char shown[256];
-    if (ntrain == 0)
-        return ptc__err(err, PTC_ENOTFOUND, ptc__data_member(shown, sizeof shown, dir), -1,
-                        "no CIFAR-10 train file (data_batch_1.bin .. data_batch_5.bin)");
-    if ((rc = ptc__cifar10_read(&d->train, train, ntrain, max_samples, err)) < 0)
-        return rc;
     char test[PATH_CAP];
     if ((rc = join(test, PATH_CAP, dir, "test_batch.bin", "", err)) < 0)
         return rc;
     const char *tests[1] = {test};
-    return ptc__cifar10_read(&d->test, tests, 1, max_samples, err);
+    rp.hist = NULL;
+    return ptc__cifar10_read_ex(&d->test, tests, 1, &rp, err);
 }
 
 /* The plain file when it exists, else the .gz one; PTC_ENOTFOUND when neither does. */
@@ -151,7 +193,8 @@ static int find_idx(char *dst, const char *dir, const char *name, ptc_error *err
                     "no such file (nor without .gz)");
 }
 
-static int read_idx(ptc__dataset *d, const char *dir, int64_t max_samples, ptc_error *err)
+static int read_idx(ptc__dataset *d, const char *dir, const ptc__data_params *p,
+                    uint64_t hist[3][256], ptc_error *err)
 {
     static const char *const names[2][2] = {
         {"train-images-idx3-ubyte", "train-labels-idx1-ubyte"},
@@ -160,10 +203,16 @@ static int read_idx(ptc__dataset *d, const char *dir, int64_t max_samples, ptc_e
     ptc__split *splits[2] = {&d->train, &d->test};
     for (int s = 0; s < 2; s++) {
         char images[PATH_CAP], labels[PATH_CAP];
+        /* The train split always goes through the statistics; with test_only its images alone
+         * are streamed and none is held. */
+        bool stats_only = s == 0 && p->test_only;
+        ptc__read_params rp = {p->max_samples, p->keep > 0 ? p->keep : -1, s == 0 ? hist : NULL};
+        if (stats_only)
+            rp.keep = 0;
         int rc;
         if ((rc = find_idx(images, dir, names[s][0], err)) < 0 ||
-            (rc = find_idx(labels, dir, names[s][1], err)) < 0 ||
-            (rc = ptc__idx_read(splits[s], images, labels, max_samples, err)) < 0)
+            (!stats_only && (rc = find_idx(labels, dir, names[s][1], err)) < 0) ||
+            (rc = ptc__idx_read_ex(splits[s], images, stats_only ? NULL : labels, &rp, err)) < 0)
             return rc;
     }
     return 0;
@@ -188,13 +237,15 @@ int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_err
     if (!d)
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory for a dataset");
     d->format = p.format;
-    int rc = p.format == PTC__DATA_CIFAR10 ? read_cifar10(d, p.dir, p.max_samples, err)
-                                           : read_idx(d, p.dir, p.max_samples, err);
+    uint64_t hist[3][256];
+    memset(hist, 0, sizeof hist);
+    int rc = p.format == PTC__DATA_CIFAR10 ? read_cifar10(d, p.dir, &p, hist, err)
+                                           : read_idx(d, p.dir, &p, hist, err);
     if (rc < 0) {
         ptc__dataset_free(d);
         return rc;
     }
-    ptc__split_stats(&d->train, d->mean, d->std);
+    ptc__hist_stats((const uint64_t(*)[256])hist, d->mean, d->std);
     static const double cifar_mean[3] = PTC__CIFAR10_MEAN, cifar_std[3] = PTC__CIFAR10_STD;
     for (int c = 0; c < 3; c++) {
         d->norm_mean[c] = p.format == PTC__DATA_CIFAR10 ? cifar_mean[c] : d->mean[c];

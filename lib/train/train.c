@@ -12,7 +12,11 @@
  * "step": optimizer steps, "model_state_dict": OrderedDict, "optimizer_state_dict": exactly
  * torch.optim.SGD.state_dict() ({"state": {i: {"momentum_buffer": tensor}}, "param_groups":
  * [{"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize", "foreach",
- * "differentiable", "fused", "params": [0..61]}]}), "seed", "arch", "world"}.
+ * "differentiable", "fused", "params": [0..61]}]}), "seed", "arch", "world"}. A checkpoint to
+ * resume from is hostile input like any file: epoch must be at most the epochs asked for, step at
+ * most 2^22 per completed epoch (one step per sample of the largest split), world from 1 to 65536
+ * and equal to this run's, the optimizer state at most one entry per parameter keyed by its index,
+ * one parameter group; anything else is refused with the key and its range named (resume()).
  *
  * Several processes (p->comm of size > 1) run DistributedDataParallel's recipe: rank r trains on
  * DistributedSampler's shard r of every epoch with its own augmentation stream, lib/dist's
@@ -362,8 +366,48 @@ static int save_file(ptc__model *m, const recipe *p, const char *path, int epoch
     return rc;
 }
 
-/* Loads a checkpoint written by save_file(full): weights, momentum buffers, epochs and steps. */
-static int resume(ptc__model *m, const char *path, int world, int *epoch, int64_t *step,
+/* Most optimizer steps one epoch can take: one per sample of the largest split the data layer
+ * accepts (batch size 1, one process). */
+#define MAX_STEPS_PER_EPOCH PTC__DATA_MAX_SAMPLES
+#define MAX_WORLD           65536
+
+/* root[key] as an integer in [lo, hi]: 0, or PTC_EFORMAT naming the key, the value and the range
+ * (why says what the range comes from). A missing key is *out = dflt when dflt >= 0. */
+static int checked_int(const ptc_value *root, const char *key, int64_t lo, int64_t hi, int64_t dflt,
+                       const char *why, const char *path, int64_t *out, ptc_error *err)
+{
+    const ptc_value *v = ptc_dict_get(root, key);
+    if (!v && dflt >= 0) {
+        *out = dflt;
+        return 0;
+    }
+    if (!v)
+        return ptc__err(err, PTC_EFORMAT, "", -1,
+                        "%s is not a ptc training checkpoint: \"%s\" is missing (epoch, step, "
+                        "model_state_dict and optimizer_state_dict are needed)",
+                        path, key);
+    int64_t x;
+    int rc = ptc_value_kind_of(v) == PTC_VALUE_INT ? ptc_value_int(v, &x) : PTC_EFORMAT;
+    if (rc == PTC_ERANGE)
+        return ptc__err(err, PTC_EFORMAT, "", -1,
+                        "%s: \"%s\" does not fit in 64 bits; it must be from %lld to %lld (%s)",
+                        path, key, (long long)lo, (long long)hi, why);
+    if (rc < 0)
+        return ptc__err(err, PTC_EFORMAT, "", -1, "%s: \"%s\" is not an integer", path, key);
+    if (x < lo || x > hi)
+        return ptc__err(err, PTC_EFORMAT, "", -1,
+                        "%s: \"%s\" is %lld; it must be from %lld to %lld (%s)", path, key,
+                        (long long)x, (long long)lo, (long long)hi, why);
+    *out = x;
+    return 0;
+}
+
+/* Loads a checkpoint written by save_file(full): weights, momentum buffers, epochs and steps. The
+ * file is as hostile as any other: every number in it is range-checked before it is used (epoch
+ * against the epochs asked for, step against what that many epochs can take, so that nothing
+ * after can overflow; world against the processes running; the optimizer's state against the
+ * model's parameters). */
+static int resume(ptc__model *m, const char *path, int world, int epochs, int *epoch, int64_t *step,
                   ptc_error *err)
 {
     ptc_ckpt *c;
@@ -375,30 +419,65 @@ static int resume(ptc__model *m, const char *path, int world, int *epoch, int64_
     const ptc_value *root = ptc_ckpt_root(c);
     const ptc_value *sd = ptc_dict_get(root, "model_state_dict");
     const ptc_value *opt = ptc_dict_get(root, "optimizer_state_dict");
-    int64_t e = -1, s = -1;
-    if (!sd || !opt || ptc_value_int(ptc_dict_get(root, "epoch"), &e) < 0 ||
-        ptc_value_int(ptc_dict_get(root, "step"), &s) < 0 || e < 0 || s < 0) {
-        ptc_ckpt_close(c);
-        return ptc__err(err, PTC_EFORMAT, "", -1,
-                        "%s is not a ptc training checkpoint (epoch, step, model_state_dict and "
-                        "optimizer_state_dict are needed)",
-                        path);
+    int64_t e = -1, s = -1, w = 1, nparams = 0;
+    for (size_t i = 0; i < ptc__model_nentries(m); i++)
+        nparams += ptc__model_entry(m, i)->kind == PTC__ENTRY_PARAM;
+    const ptc_value *state = opt ? ptc_dict_get(opt, "state") : NULL;
+    const ptc_value *groups = opt ? ptc_dict_get(opt, "param_groups") : NULL;
+    if (ptc_value_kind_of(root) != PTC_VALUE_DICT || !sd || !opt ||
+        ptc_value_kind_of(sd) != PTC_VALUE_DICT || ptc_value_kind_of(opt) != PTC_VALUE_DICT) {
+        rc = ptc__err(err, PTC_EFORMAT, "", -1,
+                      "%s is not a ptc training checkpoint (epoch, step, model_state_dict and "
+                      "optimizer_state_dict are needed)",
+                      path);
+        goto done;
     }
-    int64_t w = 1; /* checkpoints before "world" was written came from one process */
-    const ptc_value *wv = ptc_dict_get(root, "world");
-    if (wv && (ptc_value_int(wv, &w) < 0 || w < 1)) {
-        ptc_ckpt_close(c);
-        return ptc__err(err, PTC_EFORMAT, "", -1, "%s: \"world\" is not a process count", path);
-    }
+    /* Checkpoints before "world" was written came from one process. */
+    if ((rc = checked_int(root, "epoch", 0, epochs, -1,
+                          "the epochs completed, at most the epochs this run is asked for", path,
+                          &e, err)) < 0 ||
+        (rc = checked_int(root, "step", 0, e * MAX_STEPS_PER_EPOCH, -1,
+                          "steps taken: at most 4194304 per completed epoch", path, &s, err)) < 0 ||
+        (rc = checked_int(root, "world", 1, MAX_WORLD, 1, "a process count", path, &w, err)) < 0)
+        goto done;
     if (w != world) {
-        ptc_ckpt_close(c);
-        return ptc__err(err, PTC_EINVAL, "", -1,
-                        "%s was written by a run of %lld process(es); resuming it with %d would "
-                        "change every epoch's sample order (use the same number of processes)",
-                        path, (long long)w, world);
+        rc = ptc__err(err, PTC_EINVAL, "", -1,
+                      "%s was written by a run of %lld process(es); resuming it with %d would "
+                      "change every epoch's sample order (use the same number of processes)",
+                      path, (long long)w, world);
+        goto done;
+    }
+    /* torch.optim.SGD.state_dict(): at most one state per parameter, keyed by its index; one
+     * parameter group listing every parameter. */
+    if (state &&
+        (ptc_value_kind_of(state) != PTC_VALUE_DICT || (int64_t)ptc_value_len(state) > nparams)) {
+        rc = ptc__err(err, PTC_EFORMAT, "", -1,
+                      "%s: optimizer_state_dict.state is not a dict of at most %lld entries (one "
+                      "per parameter of the model)",
+                      path, (long long)nparams);
+        goto done;
+    }
+    if (groups && (ptc_value_kind_of(groups) != PTC_VALUE_LIST || ptc_value_len(groups) != 1)) {
+        rc = ptc__err(err, PTC_EFORMAT, "", -1,
+                      "%s: optimizer_state_dict.param_groups is not a list of one group (ptc "
+                      "trains with one)",
+                      path);
+        goto done;
+    }
+    uint8_t seen[1024] = {0};
+    for (size_t k = 0; state && k < ptc_value_len(state); k++) {
+        int64_t key;
+        const ptc_value *kv = ptc_dict_key(state, k);
+        if (ptc_value_kind_of(kv) != PTC_VALUE_INT || ptc_value_int(kv, &key) < 0 || key < 0 ||
+            key >= nparams || key >= (int64_t)sizeof seen || seen[key]++) {
+            rc = ptc__err(err, PTC_EFORMAT, "", -1,
+                          "%s: optimizer_state_dict.state entry %zu: its key is not a parameter "
+                          "index from 0 to %lld, or repeats one",
+                          path, k, (long long)nparams - 1);
+            goto done;
+        }
     }
     rc = ptc__model_load_state_dict(m, sd, NULL, 1, err);
-    const ptc_value *state = ptc_dict_get(opt, "state");
     float *buf = NULL;
     int64_t idx = 0;
     for (size_t i = 0; rc == 0 && i < ptc__model_nentries(m); i++) {
@@ -420,23 +499,27 @@ static int resume(ptc__model *m, const char *path, int world, int *epoch, int64_
                           path, e2->name, (long long)ptc_tensor_numel(t));
             break;
         }
+        if (ptc_tensor_dtype(t) != PTC_FLOAT32) {
+            rc = ptc__err(err, PTC_EFORMAT, "", -1, "%s: momentum buffer of %s is not float32",
+                          path, e2->name);
+            break;
+        }
         float *nb = ptc__realloc(buf, (size_t)e2->numel * sizeof *nb);
         if (!nb) {
             rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
             break;
         }
         buf = nb;
-        if ((rc = ptc_tensor_read(t, buf, (size_t)e2->numel * 4, err)) == 0 &&
-            ptc_tensor_dtype(t) != PTC_FLOAT32)
-            rc = ptc__err(err, PTC_EFORMAT, "", -1, "%s: momentum buffer of %s is not float32",
-                          path, e2->name);
-        if (rc == 0)
+        if ((rc = ptc_tensor_read(t, buf, (size_t)e2->numel * 4, err)) == 0)
             rc = ptc__model_write_momentum(m, e2, buf, err);
     }
     ptc__free(buf);
+done:
     ptc_ckpt_close(c);
-    *epoch = (int)e;
-    *step = s;
+    if (rc == 0) {
+        *epoch = (int)e; /* e <= epochs, an int */
+        *step = s;
+    }
     return rc;
 }
 
@@ -468,22 +551,19 @@ static void run_free(run *r)
     ptc__free(r->dlogits);
 }
 
-static int load_data(const recipe *re, ptc__dataset **out, ptc_error *err)
+/* The dataset; with max_samples only the first N samples of each split are held (the rest of the
+ * train split is streamed through the statistics, which stay those of the whole split). For an
+ * evaluation (test_only) the train split is not held: IDX streams its images for the statistics
+ * Normalize uses, CIFAR-10 (constant normalisation) does not read it at all. */
+static int load_data(const recipe *re, bool test_only, ptc__dataset **out, ptc_error *err)
 {
     const ptc_train_params *p = re->p;
     ptc__data_params dp = ptc__data_params_default();
     dp.format = re->format;
     dp.dir = p->data_dir;
-    int rc = ptc__dataset_new(out, &dp, err);
-    if (rc < 0)
-        return rc;
-    if (p->max_samples > 0) { /* a prefix of each split (tests, quick runs) */
-        if ((*out)->train.n > p->max_samples)
-            (*out)->train.n = p->max_samples;
-        if ((*out)->test.n > p->max_samples)
-            (*out)->test.n = p->max_samples;
-    }
-    return 0;
+    dp.keep = p->max_samples > 0 ? p->max_samples : 0;
+    dp.test_only = test_only;
+    return ptc__dataset_new(out, &dp, err);
 }
 
 /* The epoch's loss sum, correct count and images over every rank (each rank's own when alone). */
@@ -568,7 +648,7 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     if (ptc__schedule_parse(&sched, p->schedule ? p->schedule : "constant", r.rc.lr) < 0)
         return ptc__err(err, PTC_EINVAL, "", -1, "unknown schedule \"%s\"", p->schedule);
     const int world = r.rc.world, rank = r.rc.rank;
-    rc = load_data(&r.rc, &r.data, err);
+    rc = load_data(&r.rc, false, &r.data, err);
     if (rc == 0)
         rc = open_backend(p->backend, threads_per_rank(p->threads, p->comm), &r.ops, &r.be,
                           err);
@@ -580,7 +660,7 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     int start_epoch = 0;
     int64_t step = 0;
     if (rc == 0 && p->resume)
-        rc = resume(r.model, p->resume, world, &start_epoch, &step, err);
+        rc = resume(r.model, p->resume, world, p->epochs, &start_epoch, &step, err);
     if (rc == 0 && world > 1) {
         ptc__reducer_params rp = {(size_t)1 << 20, (size_t)(p->bucket_cap_mb * 1048576.0)};
         rc = ptc__reducer_new(&r.reducer, r.rc.comm, r.model, &rp, err);
@@ -744,7 +824,7 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
     run r = {.p = p};
     int rc = resolve(p, &r.rc, err);
     if (rc == 0)
-        rc = load_data(&r.rc, &r.data, err);
+        rc = load_data(&r.rc, true, &r.data, err);
     if (rc == 0)
         rc = open_backend(p->backend, p->threads, &r.ops, &r.be, err);
     ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, 0};

@@ -7,9 +7,16 @@
  *   2. IDX files, plain and gzip-compressed (written with zlib's gz*), read back with the padding
  *      and channel replication checked pixel by pixel; bad magic, dimensions, counts, truncated,
  *      trailing, corrupt and lying headers refused, the last without a large allocation.
+ *   2b. Bounded by what is on disk: a .gz header declaring more than 100 times the file refused
+ *      before any allocation, one lying within the ratio refused when the stream ends; bytes after
+ *      the last gzip member refused (two members read as one stream); sparse files refused at open;
+ *      keep (--max-samples) holds only its prefix, reads no further where no statistics are
+ *      needed, and leaves the statistics bit-identical to those of the whole split; test_only
+ *      (ptc eval) holds no train sample and never opens the CIFAR-10 train files.
  *   3. The real Fashion-MNIST in /usr/share/datasets/fashion-mnist when it is there (60000 and
- *      10000 images, 6000 / 1000 per class), with its statistics printed; skipped with a note
- *      otherwise.
+ *      10000 images, 6000 / 1000 per class), with its statistics printed and pinned to the bits of
+ *      the statistics computed from the whole held split (and with keep and test_only too);
+ *      skipped with a note otherwise.
  *   4. The sampler against DistributedSampler's outputs computed by hand (tests/interop/
  *      check_sampler.py compares with torch itself), shuffle invariants and a pinned permutation;
  *      the evaluation sharding covers every sample once.
@@ -558,9 +565,18 @@ static void test_idx_bad(void)
         tally_reset_peak();
         size_t base = g_tally.bytes;
         snprintf(sub, sizeof sub, "ib_lie%d", gz);
-        CHECK_CODE(idx_try(sub, im, li, lb2, ll, gz, PTC__DATA_MAX_SAMPLES, &err), PTC_EFORMAT,
-                   &err);
-        CHECK(has(&err, "declares 4000000 images, the file ends inside image 2"));
+        if (gz) { /* refused from the header: 3 GB cannot come out of a file of a few hundred */
+            CHECK_CODE(idx_try(sub, im, li, lb2, ll, gz, PTC__DATA_MAX_SAMPLES, &err), PTC_ELIMIT,
+                       &err);
+            CHECK(has(&err, "images.gz+0x4: the header declares 4000000 images (3136000016 "
+                            "bytes), more than 100 times the "));
+        } else { /* refused from the file's size, before reading */
+            CHECK_CODE(idx_try(sub, im, li, lb2, ll, gz, PTC__DATA_MAX_SAMPLES, &err), PTC_EFORMAT,
+                       &err);
+            CHECK(has(&err, "declares 4000000 images, the file ends inside image 2"));
+            snprintf(want, sizeof want, "images+0x%zx: truncated", li);
+            CHECK(has(&err, want));
+        }
         CHECK(g_tally.peak - base < ((size_t)8 << 20));
         if (g_tally.peak - base >= ((size_t)8 << 20))
             fprintf(stderr, "  peak allocation %zu bytes\n", g_tally.peak - base);
@@ -655,6 +671,344 @@ static void test_idx_bad(void)
     free(lb);
 }
 
+/* ---- 2b. bounded by what is on disk --------------------------------------------------------- */
+
+/* gzip of data (one member, level 9), malloc'd. */
+static uint8_t *gz_bytes(const void *data, size_t n, size_t *len)
+{
+    uLongf cap = compressBound((uLong)n) + 64;
+    uint8_t *z = malloc(cap);
+    z_stream zs;
+    memset(&zs, 0, sizeof zs);
+    deflateInit2(&zs, 9, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+    zs.next_in = (Bytef *)data;
+    zs.avail_in = (uInt)n;
+    zs.next_out = z;
+    zs.avail_out = (uInt)cap;
+    deflate(&zs, Z_FINISH);
+    *len = zs.total_out;
+    deflateEnd(&zs);
+    return z;
+}
+
+/* 1 when the file system of g_tmp reports holes (SEEK_HOLE), else 0 with a note. */
+static int holes_visible(void)
+{
+    char p[4300];
+    snprintf(p, sizeof p, "%s/hole_probe", g_tmp);
+    FILE *f = fopen(p, "wb");
+    if (!f)
+        return 0;
+    int ok = ftruncate(fileno(f), 1 << 24) == 0;
+#ifdef SEEK_HOLE
+    ok = ok && lseek(fileno(f), 0, SEEK_HOLE) == 0;
+#else
+    ok = 0;
+#endif
+    fclose(f);
+    remove(p);
+    if (!ok)
+        printf("note: %s reports no holes (SEEK_HOLE); the sparse-file checks are skipped\n",
+               g_tmp);
+    return ok;
+}
+
+static void test_bounded(void)
+{
+    ptc_error err;
+    ptc__split s;
+    char pi[4300], pl[4300], want[160];
+    size_t li, ll, zl, zl2;
+    make_dir("bd");
+    path_of(pi, sizeof pi, "bd", "images.gz");
+    path_of(pl, sizeof pl, "bd", "labels.gz");
+
+    /* A header that lies within the ratio: 30 declared, 2 present; refused when the stream ends. */
+    uint8_t *im = idx_images(0x803, 30, 28, 28, 2, &li);
+    uint8_t *lb = idx_labels(0x801, 30, 30, &ll);
+    uint8_t *z = gz_bytes(im, li, &zl);
+    CHECK(30 * 784 + 16 < 100 * zl);
+    write_file(pi, z, zl);
+    free(z);
+    z = gz_bytes(lb, ll, &zl);
+    write_file(pl, z, zl);
+    free(z);
+    CHECK_CODE(ptc__idx_read(&s, pi, pl, 100, &err), PTC_EFORMAT, &err);
+    CHECK(has(&err, "images.gz+0x630: truncated: the header declares 30 images, the file ends "
+                    "inside image 2"));
+    free(im);
+    free(lb);
+
+    /* Bytes after the gzip stream: not gzip, a lone 0x1f, zeros; each refused with its offset in
+     * the compressed file. Two members are one stream. */
+    im = idx_images(0x803, 4, 28, 28, 4, &li);
+    lb = idx_labels(0x801, 4, 4, &ll);
+    uint8_t *zi = gz_bytes(im, li, &zl);
+    uint8_t *zb = gz_bytes(lb, ll, &zl2);
+    write_file(pl, zb, zl2);
+    static const struct {
+        const char *tail;
+        size_t len;
+    } tails[3] = {{"not gzip\n", 9}, {"\x1f", 1}, {"\0\0\0\0", 4}};
+    for (int t = 0; t < 3; t++) {
+        uint8_t *b = malloc(zl + tails[t].len);
+        memcpy(b, zi, zl);
+        memcpy(b + zl, tails[t].tail, tails[t].len);
+        write_file(pi, b, zl + tails[t].len);
+        free(b);
+        CHECK_CODE(ptc__idx_read(&s, pi, pl, 100, &err), PTC_EFORMAT, &err);
+        snprintf(want, sizeof want, "images.gz+0x%zx: %zu bytes after the gzip stream", zl,
+                 tails[t].len);
+        CHECK(has(&err, want));
+        CHECK(has(&err, "are not a gzip member"));
+        CHECK(s.images == NULL && s.n == 0);
+    }
+    write_file(pi, zi, zl);
+    uint8_t *b = malloc(zl2 + 3);
+    memcpy(b, zb, zl2);
+    memcpy(b + zl2, "xyz", 3);
+    write_file(pl, b, zl2 + 3);
+    free(b);
+    CHECK_CODE(ptc__idx_read(&s, pi, pl, 100, &err), PTC_EFORMAT, &err);
+    snprintf(want, sizeof want, "labels.gz+0x%zx: 3 bytes after the gzip stream", zl2);
+    CHECK(has(&err, want));
+    write_file(pl, zb, zl2);
+    {
+        size_t h1, h2;
+        uint8_t *m1 = gz_bytes(im, 1000, &h1), *m2 = gz_bytes(im + 1000, li - 1000, &h2);
+        b = malloc(h1 + h2);
+        memcpy(b, m1, h1);
+        memcpy(b + h1, m2, h2);
+        write_file(pi, b, h1 + h2);
+        CHECK_CODE(ptc__idx_read(&s, pi, pl, 100, &err), 0, &err);
+        CHECK_INT(s.n, 4);
+        CHECK_INT(idx_mismatches(&s), 0);
+        ptc__split_free(&s);
+        /* the second member damaged: its CRC */
+        b[h1 + h2 - 6] ^= 1;
+        write_file(pi, b, h1 + h2);
+        CHECK_CODE(ptc__idx_read(&s, pi, pl, 100, &err), PTC_EFORMAT, &err);
+        CHECK(has(&err, "corrupt gzip data"));
+        free(b);
+        free(m1);
+        free(m2);
+    }
+    free(zi);
+    free(zb);
+
+    /* keep: the first 2 of 4 images; without statistics the rest is never read (a damaged tail
+     * goes unseen), with them the whole file is read and checked. */
+    {
+        ptc__read_params rp = {100, 2, NULL};
+        write_file(pi, im, li - 10); /* plain, and cut short: refused from its size anyway */
+        path_of(pi, sizeof pi, "bd", "images");
+        path_of(pl, sizeof pl, "bd", "labels");
+        write_file(pl, lb, ll);
+        zi = gz_bytes(im, li, &zl);
+        zi[zl - 6] ^= 1; /* the CRC, checked only at the end of the stream */
+        path_of(pi, sizeof pi, "bd", "images_crc.gz");
+        write_file(pi, zi, zl);
+        free(zi);
+        CHECK_CODE(ptc__idx_read_ex(&s, pi, pl, &rp, &err), 0, &err);
+        CHECK_INT(s.n, 2);
+        CHECK_INT(idx_mismatches(&s), 0);
+        ptc__split_free(&s);
+        uint64_t hist[3][256];
+        memset(hist, 0, sizeof hist);
+        rp.hist = hist;
+        CHECK_CODE(ptc__idx_read_ex(&s, pi, pl, &rp, &err), PTC_EFORMAT, &err);
+        CHECK(has(&err, "incorrect data check"));
+        CHECK(s.images == NULL && s.n == 0);
+        /* labels NULL: images only, nothing held, the histogram filled */
+        memset(hist, 0, sizeof hist);
+        rp.keep = 0;
+        path_of(pi, sizeof pi, "bd", "images4");
+        write_file(pi, im, li);
+        CHECK_CODE(ptc__idx_read_ex(&s, pi, NULL, &rp, &err), 0, &err);
+        CHECK(s.n == 0 && s.images == NULL && s.labels == NULL);
+        uint64_t total = 0;
+        for (int v = 0; v < 256; v++)
+            total += hist[1][v];
+        CHECK_INT((int64_t)total, 4 * 1024);
+        rp.keep = 1;
+        CHECK_CODE(ptc__idx_read_ex(&s, pi, NULL, &rp, &err), PTC_EINVAL, &err);
+    }
+    free(im);
+    free(lb);
+
+    /* A plain file longer than its header declares: refused from its size, at the first byte
+     * after the declared images. */
+    im = idx_images(0x803, 4, 28, 28, 5, &li);
+    lb = idx_labels(0x801, 4, 4, &ll);
+    path_of(pi, sizeof pi, "bd", "images5");
+    write_file(pi, im, li);
+    write_file(pl, lb, ll);
+    CHECK_CODE(ptc__idx_read(&s, pi, pl, 100, &err), PTC_EFORMAT, &err);
+    CHECK(has(&err, "images5+0xc50: bytes after the images the header declares (3152 bytes, "
+                    "the file holds 3936)"));
+    free(im);
+    free(lb);
+
+    /* Sparse files: refused at open, before anything large is allocated. */
+    if (holes_visible()) {
+        make_dir("c_sparse");
+        write_cifar("c_sparse", "test_batch.bin", 9, 2);
+        char p[4300];
+        path_of(p, sizeof p, "c_sparse", "data_batch_1.bin");
+        FILE *f = fopen(p, "wb");
+        CHECK(f && ftruncate(fileno(f), (off_t)PTC__CIFAR_RECORD << 20) == 0);
+        if (f)
+            fclose(f);
+        tally_reset_peak();
+        size_t base = g_tally.bytes;
+        CHECK_CODE(cifar_open("c_sparse", &err), PTC_EFORMAT, &err);
+        CHECK(has(&err, "data_batch_1.bin+0x0: a hole at this offset: the file of 3222274048 "
+                        "bytes is sparse"));
+        CHECK(g_tally.peak - base < ((size_t)1 << 20));
+        /* test_only (ptc eval) never opens the train files of CIFAR-10 */
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/c_sparse", g_tmp);
+        ptc__data_params prm = {.format = PTC__DATA_CIFAR10, .dir = dir, .test_only = true};
+        ptc__dataset *d = NULL;
+        CHECK_CODE(ptc__dataset_new(&d, &prm, &err), 0, &err);
+        if (d) {
+            CHECK(d->train.n == 0 && d->train.images == NULL && d->test.n == 2);
+            static const double tm[3] = PTC__CIFAR10_MEAN;
+            CHECK(d->norm_mean[0] == tm[0] && d->mean[0] == 0);
+        }
+        ptc__dataset_free(d);
+        /* ... but the test file it does read: a hole at its end */
+        write_cifar("c_sparse", "test_batch.bin", 9, 2);
+        path_of(p, sizeof p, "c_sparse", "test_batch.bin");
+        f = fopen(p, "r+b");
+        CHECK(f && ftruncate(fileno(f), (off_t)PTC__CIFAR_RECORD * 4096) == 0);
+        if (f)
+            fclose(f);
+        CHECK_CODE(ptc__dataset_new(&d, &prm, &err), PTC_EFORMAT, &err);
+        CHECK(has(&err, "test_batch.bin+0x"));
+        CHECK(has(&err, "sparse data files are refused"));
+        /* an IDX images file with a hole after its header */
+        im = idx_images(0x803, 100000, 28, 28, 0, &li);
+        path_of(pi, sizeof pi, "bd", "images_sparse");
+        write_file(pi, im, li);
+        f = fopen(pi, "r+b");
+        CHECK(f && ftruncate(fileno(f), 16 + 100000 * 784) == 0);
+        if (f)
+            fclose(f);
+        lb = idx_labels(0x801, 100000, 100000, &ll);
+        for (size_t k = 8; k < ll; k++)
+            lb[k] = 0;
+        write_file(pl, lb, ll);
+        CHECK_CODE(ptc__idx_read(&s, pi, pl, PTC__DATA_MAX_SAMPLES, &err), PTC_EFORMAT, &err);
+        CHECK(has(&err, "images_sparse+0x"));
+        CHECK(has(&err, "a hole at this offset"));
+        free(im);
+        free(lb);
+    }
+
+    /* keep on a dataset: the prefix is held, the statistics stay bit-identical to those of the
+     * whole train split (computed the way they were before keep existed: ptc__split_stats over
+     * the held split), for CIFAR-10 and IDX (plain and gz), also with test_only for IDX. */
+    static const char *const subs[3] = {"cifar", "idx_plain", "idx_gz"};
+    for (int k = 0; k < 3; k++) {
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/%s", g_tmp, subs[k]);
+        ptc__data_params prm = ptc__data_params_default();
+        prm.format = k == 0 ? PTC__DATA_CIFAR10 : PTC__DATA_IDX;
+        prm.dir = dir;
+        ptc__dataset *full = NULL, *part = NULL, *ev = NULL;
+        CHECK_CODE(ptc__dataset_new(&full, &prm, &err), 0, &err);
+        prm.keep = 2;
+        CHECK_CODE(ptc__dataset_new(&part, &prm, &err), 0, &err);
+        prm.test_only = true;
+        CHECK_CODE(ptc__dataset_new(&ev, &prm, &err), 0, &err);
+        if (full && part && ev) {
+            double m[3], sd[3];
+            ptc__split_stats(&full->train, m, sd);
+            CHECK_INT(part->train.n, 2);
+            CHECK_INT(part->test.n, 2);
+            CHECK_INT(ev->train.n, 0);
+            CHECK_INT(ev->test.n, 2);
+            CHECK(memcmp(part->train.images, full->train.images, 2 * 3072) == 0);
+            CHECK(memcmp(part->train.labels, full->train.labels, 2) == 0);
+            CHECK(memcmp(part->test.images, full->test.images, 2 * 3072) == 0);
+            CHECK(memcmp(ev->test.images, full->test.images, 2 * 3072) == 0);
+            for (int c = 0; c < 3; c++) {
+                CHECK(full->mean[c] == m[c] && full->std[c] == sd[c]);
+                CHECK(part->mean[c] == m[c] && part->std[c] == sd[c]);
+                CHECK(part->norm_mean[c] == full->norm_mean[c] &&
+                      part->norm_std[c] == full->norm_std[c]);
+                CHECK(ev->norm_mean[c] == full->norm_mean[c] &&
+                      ev->norm_std[c] == full->norm_std[c]);
+                if (k > 0)
+                    CHECK(ev->mean[c] == m[c] && ev->std[c] == sd[c]);
+            }
+        }
+        ptc__dataset_free(full);
+        ptc__dataset_free(part);
+        ptc__dataset_free(ev);
+    }
+
+    /* A generated .gz of 20,000 images: keep 64 holds 64 (a few MiB at most, where the whole
+     * split is 61 MB presented) with the statistics of the 20,000. Its periodic labels compress
+     * 220:1, within the 1 MiB every .gz may inflate to whatever its ratio. */
+    {
+        make_dir("idx_big");
+        const int N = 20000;
+        size_t len = 16 + (size_t)N * 784;
+        uint8_t *big = malloc(len);
+        put_be32(big, 0x803);
+        put_be32(big + 4, (uint32_t)N);
+        put_be32(big + 8, 28);
+        put_be32(big + 12, 28);
+        uint64_t r = 88172645463325252ull;
+        for (size_t q = 16; q < len; q++) {
+            r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+            big[q] = (uint8_t)(r >> 56 & (r & 0x300 ? 0xff : 0x0f));
+        }
+        uint8_t *lab = idx_labels(0x801, (uint32_t)N, N, &ll);
+        char p[4300];
+        static const char *const names[4] = {
+            "train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz",
+            "t10k-labels-idx1-ubyte.gz"};
+        for (int q = 0; q < 4; q++) {
+            path_of(p, sizeof p, "idx_big", names[q]);
+            z = q % 2 ? gz_bytes(lab, ll, &zl) : gz_bytes(big, len, &zl);
+            write_file(p, z, zl);
+            free(z);
+        }
+        free(big);
+        free(lab);
+        char dir[4200];
+        snprintf(dir, sizeof dir, "%s/idx_big", g_tmp);
+        ptc__data_params prm = ptc__data_params_default();
+        prm.dir = dir;
+        prm.keep = 64;
+        ptc__dataset *part = NULL, *full = NULL;
+        tally_reset_peak();
+        size_t base = g_tally.bytes;
+        CHECK_CODE(ptc__dataset_new(&part, &prm, &err), 0, &err);
+        size_t peak = g_tally.peak - base;
+        CHECK(peak < ((size_t)4 << 20));
+        if (peak >= ((size_t)4 << 20))
+            fprintf(stderr, "  keep 64: peak allocation %zu bytes\n", peak);
+        prm.keep = 0;
+        CHECK_CODE(ptc__dataset_new(&full, &prm, &err), 0, &err);
+        if (part && full) {
+            double m[3], sd[3];
+            ptc__split_stats(&full->train, m, sd);
+            CHECK_INT(part->train.n, 64);
+            CHECK_INT(full->train.n, N);
+            for (int c = 0; c < 3; c++)
+                CHECK(part->mean[c] == m[c] && part->std[c] == sd[c] && full->mean[c] == m[c] &&
+                      full->std[c] == sd[c]);
+            CHECK(memcmp(part->train.images, full->train.images, 64 * 3072) == 0);
+        }
+        ptc__dataset_free(part);
+        ptc__dataset_free(full);
+    }
+}
+
 /* ---- 3. the real Fashion-MNIST ------------------------------------------------------------- */
 
 static void test_fashion_mnist(void)
@@ -701,6 +1055,41 @@ static void test_fashion_mnist(void)
     double s28 = sqrt(ex2 - m28 * m28);
     printf("  the same over the 28x28 pixels: mean %.4f, std %.4f\n", m28, s28);
     CHECK(fabs(m28 - 0.2860) < 5e-4 && fabs(s28 - 0.3530) < 5e-4);
+    /* The bits: those of the statistics computed over the whole held split (ptc__split_stats, the
+     * computation before the statistics were streamed; the constants were computed the same way
+     * in Python from the file), and the same with keep (--max-samples 64) and test_only (ptc
+     * eval), which hold 64 and no train images. */
+    static const double fm_mean = 0x1.c082fbe48ba99p-3, fm_std = 0x1.53c65c4de718fp-2;
+    double m[3], s[3];
+    ptc__split_stats(&d->train, m, s);
+    ptc__data_params prm = ptc__data_params_default();
+    prm.keep = 64;
+    ptc__dataset *part = NULL, *ev = NULL;
+    tally_reset_peak();
+    size_t base = g_tally.bytes;
+    CHECK_CODE(ptc__dataset_new(&part, &prm, &err), 0, &err);
+    size_t peak = g_tally.peak - base;
+    printf("  keep 64: peak allocation %zu bytes\n", peak);
+    CHECK(peak < ((size_t)4 << 20));
+    prm.test_only = true;
+    CHECK_CODE(ptc__dataset_new(&ev, &prm, &err), 0, &err);
+    for (int c = 0; c < 3; c++) {
+        CHECK(m[c] == fm_mean && s[c] == fm_std);
+        CHECK(d->mean[c] == fm_mean && d->std[c] == fm_std);
+        CHECK(d->norm_mean[c] == fm_mean && d->norm_std[c] == fm_std);
+        CHECK(part && part->norm_mean[c] == fm_mean && part->norm_std[c] == fm_std);
+        CHECK(ev && ev->norm_mean[c] == fm_mean && ev->norm_std[c] == fm_std);
+    }
+    if (part && ev) {
+        CHECK_INT(part->train.n, 64);
+        CHECK_INT(part->test.n, 64);
+        CHECK_INT(ev->train.n, 0);
+        CHECK_INT(ev->test.n, 64);
+        CHECK(memcmp(part->train.images, d->train.images, 64 * 3072) == 0);
+        CHECK(memcmp(ev->test.labels, d->test.labels, 64) == 0);
+    }
+    ptc__dataset_free(part);
+    ptc__dataset_free(ev);
     ptc__dataset_free(d);
 }
 
@@ -1263,6 +1652,22 @@ static int af_idx(ptc_error *err)
     return rc;
 }
 
+static int af_idx_keep(ptc_error *err)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/idx_gz", g_tmp);
+    ptc__data_params p = {.format = PTC__DATA_IDX, .dir = dir, .keep = 2};
+    ptc__dataset *d = NULL;
+    int rc = ptc__dataset_new(&d, &p, err);
+    ptc__dataset_free(d);
+    if (rc == 0) {
+        p.test_only = true;
+        rc = ptc__dataset_new(&d, &p, err);
+        ptc__dataset_free(d);
+    }
+    return rc;
+}
+
 static ptc__split *g_af_split;
 
 static int af_loader(ptc_error *err)
@@ -1288,6 +1693,7 @@ static void test_alloc_failure(void)
 {
     sweep("CIFAR-10 dataset", af_cifar);
     sweep("IDX.gz dataset", af_idx);
+    sweep("IDX.gz dataset, keep and test_only", af_idx_keep);
     ptc__split s = make_split(11);
     g_af_split = &s;
     sweep("loader epoch", af_loader);
@@ -1307,6 +1713,7 @@ int main(void)
     test_cifar_bad();
     test_idx_ok();
     test_idx_bad();
+    test_bounded();
     test_fashion_mnist();
     test_sampler_fixed();
     test_sampler_shuffle();
