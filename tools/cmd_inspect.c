@@ -45,24 +45,61 @@ struct options {
     int json;
     int hash;
     int values;
+    uint64_t budget; /* --budget BYTES, 0 for the default */
     const char *path;
 };
 
 /* One tensor as ptc_walk_next reported it. */
 typedef struct row {
     char *path; /* owned copy: the walk's pointer lives only until its next call */
-    const ptc_tensor *t;
+    const ptc_tensor *t; /* NULL for a {"$ref"} row of --json: a shared container met again */
+    const char *ref;     /* that row's first path (owned by the shared-container table) */
     size_t shared_with; /* first row on the same storage, NO_ROW for that first row itself */
     uint8_t sha256[32];
 } row;
 
+/* A container (dict, list or tuple with items) of the tree, for --json's walk: how many times the
+ * tree reaches it and, once listed, where it was first met and what its subtree added. */
+typedef struct shared {
+    const ptc_value *v;
+    uint32_t refs;               /* times the tree reaches it; 2 or more: shared */
+    int listed;                  /* its items are listed: later meetings are {"$ref"} entries */
+    int has_tensors, has_values; /* its listing added tensor rows, value entries */
+    char *tpath, *vpath;         /* its first path: ptc_walk's rules, the value listing's */
+    uint64_t ntensors, numel, nbytes; /* what its subtree adds to the totals */
+} shared;
+
+typedef struct shared_map {
+    shared *e;
+    size_t cap, n; /* cap: 0 or a power of two */
+} shared_map;
+
 typedef struct inspect {
     const struct options *opt;
     ptc_ckpt *c;
+    ptc_budget budget; /* every walk, rendering and hash below is charged to it */
     row *rows;
     size_t nrows;
     size_t caprows;
+    uint64_t tot_tensors, tot_numel, tot_bytes; /* --json: totals with the $ref rows expanded */
+    shared_map shared;                          /* --json: the containers of the tree */
 } inspect;
+
+/* The budget charged by render() and json_value(), which recurse through a value's items, and
+ * why it ran out (the CLI is single-threaded; cmd_inspect sets it and clears it). */
+static ptc_budget *render_budget;
+static ptc_error render_err;
+static int render_failed;
+
+/* 1 when rendering may go on: charges one node to the budget. */
+static int render_charge(void)
+{
+    if (render_failed)
+        return 0;
+    if (render_budget && ptc_budget_charge(render_budget, 1, 0, &render_err) < 0)
+        render_failed = 1;
+    return !render_failed;
+}
 
 /* The container's name as the JSON and text outputs spell it. */
 static const char *format_name(const ptc_ckpt *c)
@@ -76,7 +113,7 @@ static const char *format_name(const ptc_ckpt *c)
 }
 
 static const char usage_text[] =
-    "usage: ptc inspect [--json] [--hash] [--no-values] FILE\n"
+    "usage: ptc inspect [--json] [--hash] [--no-values] [--budget BYTES] FILE\n"
     "\n"
     "Show what a PyTorch checkpoint holds: its format, its storages, every tensor (path, dtype,\n"
     "shape, size, which tensors share a storage) and the other values (numbers, strings, ...).\n"
@@ -87,6 +124,10 @@ static const char usage_text[] =
     "  --json       print one JSON object instead of text (schema in ptc-inspect(1))\n"
     "  --hash       add the SHA-256 of each tensor's data (reads every byte)\n"
     "  --no-values  list the tensors only, not the other values\n"
+    "  --budget BYTES\n"
+    "               tensor bytes that --hash may read (4G, 512M, ...; default 64 x the file's\n"
+    "               size + 1 GiB); the nodes visited are bounded by 16 x the pickle's opcodes\n"
+    "               + 1,000,000\n"
     "  -h, --help   show this help\n";
 
 /* ---- rendering values as one line of text ----------------------------------------------------
@@ -304,8 +345,9 @@ static void render(cli_buf *b, const ptc_value *v, int depth, unsigned flags)
     ptc_dtype dt;
     int64_t index;
 
-    if (depth > INLINE_MAX_DEPTH && (k == PTC_VALUE_TUPLE || k == PTC_VALUE_LIST ||
-                                     k == PTC_VALUE_DICT || k == PTC_VALUE_SET)) {
+    if (!render_charge() ||
+        (depth > INLINE_MAX_DEPTH && (k == PTC_VALUE_TUPLE || k == PTC_VALUE_LIST ||
+                                      k == PTC_VALUE_DICT || k == PTC_VALUE_SET))) {
         cli_buf_puts(b, "...");
         return;
     }
@@ -511,6 +553,8 @@ static json_t *json_value(const ptc_value *v, int depth)
     size_t len;
     json_t *j;
 
+    if (!render_charge())
+        return json_null(); /* the walk reports the exceeded budget */
     switch (k) {
     case PTC_VALUE_NONE:
         return json_null();
@@ -753,7 +797,7 @@ static void walk_values(value_sink *out, const ptc_value *root)
                 v = ptc_value_item(f->v, i);
             }
         }
-        if (!v)
+        if (!v || !render_charge())
             break;
         if (++visits > MAX_VALUE_VISITS) {
             out->truncated = 1;
@@ -787,6 +831,26 @@ static char *copy_str(const char *s)
     return d;
 }
 
+/* A tensor row (t), or a {"$ref"} row (t NULL, ref its first path). */
+static int add_row(inspect *in, const char *path, const ptc_tensor *t, const char *ref)
+{
+    if (in->nrows == in->caprows) {
+        size_t ncap = in->caprows ? in->caprows * 2 : 64;
+        row *nr = realloc(in->rows, ncap * sizeof *nr);
+        if (!nr)
+            return PTC_ENOMEM;
+        in->rows = nr;
+        in->caprows = ncap;
+    }
+    char *copy = copy_str(path ? path : "");
+    if (!copy)
+        return PTC_ENOMEM;
+    in->rows[in->nrows++] = (row){.path = copy, .t = t, .ref = ref, .shared_with = NO_ROW};
+    return 0;
+}
+
+/* The text listing's tensors: every path ptc_walk reports (a tensor reached twice is listed
+ * twice), the walk charged to the budget. */
 static int collect_tensors(inspect *in, ptc_error *err)
 {
     ptc_walk *w = NULL;
@@ -795,35 +859,302 @@ static int collect_tensors(inspect *in, ptc_error *err)
     int rc = ptc_walk_new(&w, ptc_ckpt_root(in->c), err);
     if (rc < 0)
         return rc;
+    ptc_walk_set_budget(w, &in->budget);
     while ((rc = ptc_walk_next(w, &path, &t)) > 0) {
-        if (!t)
-            continue;
-        if (in->nrows == in->caprows) {
-            size_t ncap = in->caprows ? in->caprows * 2 : 64;
-            row *nr = realloc(in->rows, ncap * sizeof *nr);
-            if (!nr) {
+        if (t && (rc = add_row(in, path, t, NULL)) < 0)
+            break;
+    }
+    if (rc < 0 && err) {
+        const ptc_error *we = ptc_walk_error(w);
+        if (we && we->code == rc && we->message[0]) {
+            *err = *we;
+            if (rc == PTC_ELIMIT) {
+                char msg[sizeof err->message];
+                snprintf(msg, sizeof msg, "listing the tensors: %.*s", (int)sizeof msg - 32,
+                         we->message);
+                memcpy(err->message, msg, sizeof msg);
+            }
+        } else {
+            err->code = rc;
+            err->offset = -1;
+            err->member[0] = '\0';
+            snprintf(err->message, sizeof err->message, "listing the tensors: %s",
+                     ptc_strerror(rc));
+        }
+    }
+    ptc_walk_free(w);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- the --json walk: shared containers listed once -------------------------------------------
+ * A container with items that the tree reaches from more than one place (a memo DAG: the same
+ * tuple twice in a tuple, twenty levels deep) is listed where the walk first meets it; each later
+ * meeting is one {"path": P, "$ref": FIRST} entry, in "tensors" when the container's listing held
+ * tensors and in "values" when it held other values. Paths follow the rules of each array. */
+
+static size_t ptr_hash(const void *p, size_t cap)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+/* v's entry; when absent, NULL, or with insert a new entry (refs 0; NULL when out of memory). */
+static shared *shared_find(shared_map *m, const ptc_value *v, int insert)
+{
+    if (insert && (m->n + 1) * 2 > m->cap) {
+        size_t ncap = m->cap ? m->cap * 2 : 1024;
+        shared *ne = calloc(ncap, sizeof *ne);
+        if (!ne)
+            return NULL;
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->e[i].v)
+                continue;
+            size_t j = ptr_hash(m->e[i].v, ncap);
+            while (ne[j].v)
+                j = (j + 1) & (ncap - 1);
+            ne[j] = m->e[i];
+        }
+        free(m->e);
+        m->e = ne;
+        m->cap = ncap;
+    }
+    if (m->cap == 0)
+        return NULL;
+    size_t j = ptr_hash(v, m->cap);
+    while (m->e[j].v && m->e[j].v != v)
+        j = (j + 1) & (m->cap - 1);
+    if (m->e[j].v)
+        return &m->e[j];
+    if (!insert)
+        return NULL;
+    m->e[j] = (shared){.v = v};
+    m->n++;
+    return &m->e[j];
+}
+
+static void shared_free(shared_map *m)
+{
+    for (size_t i = 0; i < m->cap; i++) {
+        free(m->e[i].tpath);
+        free(m->e[i].vpath);
+    }
+    free(m->e);
+    *m = (shared_map){0};
+}
+
+static int is_listed_container(const ptc_value *v)
+{
+    return v && is_container(ptc_value_kind_of(v)) && ptc_value_len(v) > 0;
+}
+
+static const ptc_value *child_of(const ptc_value *v, size_t i)
+{
+    return ptc_value_kind_of(v) == PTC_VALUE_DICT ? ptc_dict_value(v, i) : ptc_value_item(v, i);
+}
+
+/* How many times the tree reaches each container: each distinct one is expanded once. */
+static int count_refs(inspect *in, const ptc_value *root, ptc_error *err)
+{
+    const ptc_value **stack = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    if (!is_listed_container(root))
+        return 0;
+    shared *e = shared_find(&in->shared, root, 1);
+    if (!e)
+        return PTC_ENOMEM;
+    e->refs = 1;
+    const ptc_value *v = root;
+    while (v && rc == 0) {
+        size_t len = ptc_value_len(v);
+        for (size_t i = 0; i < len && rc == 0; i++) {
+            const ptc_value *c = child_of(v, i);
+            if (!is_listed_container(c))
+                continue;
+            if ((rc = ptc_budget_charge(&in->budget, 1, 0, err)) < 0)
+                break;
+            if (!(e = shared_find(&in->shared, c, 1))) {
                 rc = PTC_ENOMEM;
                 break;
             }
-            in->rows = nr;
-            in->caprows = ncap;
+            if (e->refs++ > 0)
+                continue;
+            if (n == cap) {
+                size_t ncap = cap ? cap * 2 : 64;
+                const ptc_value **ns = realloc(stack, ncap * sizeof *ns);
+                if (!ns) {
+                    rc = PTC_ENOMEM;
+                    break;
+                }
+                stack = ns;
+                cap = ncap;
+            }
+            stack[n++] = c;
         }
-        char *copy = copy_str(path ? path : "");
-        if (!copy) {
+        v = n > 0 ? stack[--n] : NULL;
+    }
+    free(stack);
+    return rc;
+}
+
+static uint64_t sat_sub(uint64_t now, uint64_t before)
+{
+    return now == UINT64_MAX ? UINT64_MAX : now - before;
+}
+
+static void add_totals(inspect *in, uint64_t ntensors, uint64_t numel, uint64_t nbytes)
+{
+    in->tot_tensors = cli_add_sat(in->tot_tensors, ntensors);
+    in->tot_numel = cli_add_sat(in->tot_numel, numel);
+    in->tot_bytes = cli_add_sat(in->tot_bytes, nbytes);
+}
+
+typedef struct jframe {
+    const ptc_value *v;
+    size_t i, n;
+    size_t tlen, vlen; /* lengths of v's tensor path and value path */
+    int is_root;
+    shared *sh; /* v's entry when it is shared, else NULL */
+    size_t rows0, count0;
+    uint64_t ntensors0, numel0, nbytes0;
+} jframe;
+
+/* A shared container met again: its {"$ref"} entries, and its subtree's totals. */
+static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_buf *tpath,
+                    const cli_buf *vpath)
+{
+    add_totals(in, sh->ntensors, sh->numel, sh->nbytes);
+    if (sh->has_tensors) {
+        int rc = add_row(in, cli_buf_str(tpath), NULL, sh->tpath);
+        if (rc < 0)
+            return rc;
+    }
+    if (sh->has_values && in->opt->values && !out->truncated) {
+        out->count++;
+        json_t *e = json_object();
+        if (!e || json_put(e, "path", json_text(cli_buf_str(vpath), vpath->len)) < 0 ||
+            json_put(e, "$ref", json_cstr(sh->vpath)) < 0 || json_push(out->values, e) < 0) {
+            json_decref(e);
+            return PTC_ENOMEM;
+        }
+    }
+    return 0;
+}
+
+/* --json's one walk: the tensor rows (ptc_walk's paths and order, shared containers once) and,
+ * with values, the value entries (walk_values's paths). */
+static int walk_json(inspect *in, value_sink *out, ptc_error *err)
+{
+    const ptc_value *v = ptc_ckpt_root(in->c);
+    cli_buf tpath = {0}, vpath = {0};
+    jframe *st = NULL;
+    size_t nst = 0, cap = 0, visits = 0;
+    int is_root = 1, values = in->opt->values;
+    int rc = count_refs(in, v, err);
+
+    if (v && rc == 0 && !render_charge())
+        rc = PTC_ELIMIT;
+    while (v && rc == 0) {
+        ptc_value_kind k = ptc_value_kind_of(v);
+        shared *sh = is_listed_container(v) ? shared_find(&in->shared, v, 0) : NULL;
+        if (sh && sh->refs < 2)
+            sh = NULL;
+        if (sh && sh->listed) {
+            rc = emit_ref(in, out, sh, &tpath, &vpath);
+        } else if (k == PTC_VALUE_TENSOR) {
+            const ptc_tensor *t = ptc_value_tensor(v);
+            if (t) {
+                int64_t ne = ptc_tensor_numel(t), nb = ptc_tensor_nbytes(t);
+                add_totals(in, 1, ne > 0 ? (uint64_t)ne : 0, nb > 0 ? (uint64_t)nb : 0);
+                rc = add_row(in, cli_buf_str(&tpath), t, NULL);
+            }
+        } else {
+            if (k == PTC_VALUE_DICT && values && !out->truncated && ptc_dict_attrs(v))
+                emit_attrs(out, &vpath, ptc_dict_attrs(v));
+            if (is_listed_container(v)) {
+                if (nst == cap) {
+                    size_t ncap = cap ? cap * 2 : 32;
+                    jframe *ns = realloc(st, ncap * sizeof *ns);
+                    if (!ns) {
+                        rc = PTC_ENOMEM;
+                        break;
+                    }
+                    st = ns;
+                    cap = ncap;
+                }
+                if (sh) {
+                    sh->listed = 1;
+                    sh->tpath = copy_str(cli_buf_str(&tpath));
+                    sh->vpath = copy_str(cli_buf_str(&vpath));
+                    if (!sh->tpath || !sh->vpath) {
+                        rc = PTC_ENOMEM;
+                        break;
+                    }
+                }
+                st[nst++] = (jframe){v,           0,           ptc_value_len(v), tpath.len,
+                                     vpath.len,   is_root,     sh,               in->nrows,
+                                     out->count,  in->tot_tensors, in->tot_numel, in->tot_bytes};
+            } else if (values && !out->truncated) {
+                emit_leaf(out, &vpath, v); /* scalars, sets, sizes, and empty containers */
+            }
+        }
+        if (rc == 0 && (out->oom || tpath.oom || vpath.oom))
             rc = PTC_ENOMEM;
+        if (rc < 0 || render_failed)
             break;
+
+        /* The next item: the first unlisted item of the innermost unfinished container. */
+        v = NULL;
+        while (nst > 0 && !v) {
+            jframe *f = &st[nst - 1];
+            if (f->i == f->n) {
+                if (f->sh) {
+                    f->sh->has_tensors = in->nrows > f->rows0;
+                    f->sh->has_values = out->count > f->count0;
+                    f->sh->ntensors = sat_sub(in->tot_tensors, f->ntensors0);
+                    f->sh->numel = sat_sub(in->tot_numel, f->numel0);
+                    f->sh->nbytes = sat_sub(in->tot_bytes, f->nbytes0);
+                }
+                nst--;
+                continue;
+            }
+            size_t i = f->i++;
+            const ptc_value *c = child_of(f->v, i);
+            if (!c)
+                continue;
+            int dict = ptc_value_kind_of(f->v) == PTC_VALUE_DICT;
+            cli_buf_truncate(&tpath, f->tlen);
+            if (f->tlen)
+                cli_buf_puts(&tpath, ".");
+            cli_buf_truncate(&vpath, f->vlen);
+            if (!f->is_root)
+                cli_buf_puts(&vpath, ".");
+            if (dict) {
+                cli_key_text(&tpath, ptc_dict_key(f->v, i));
+                append_key(&vpath, ptc_dict_key(f->v, i));
+            } else {
+                cli_buf_printf(&tpath, "%zu", i);
+                cli_buf_printf(&vpath, "%zu", i);
+            }
+            v = c;
         }
-        in->rows[in->nrows++] = (row){.path = copy, .t = t, .shared_with = NO_ROW};
+        if (v && !render_charge())
+            break;
+        if (v && ++visits > MAX_VALUE_VISITS)
+            out->truncated = 1;
+        is_root = 0;
     }
-    ptc_walk_free(w);
-    if (rc < 0 && err) {
-        /* ptc_walk_next gives a code but no detail. */
-        err->code = rc;
-        err->offset = -1;
-        err->member[0] = '\0';
-        snprintf(err->message, sizeof err->message, "listing the tensors: %s", ptc_strerror(rc));
-    }
-    return rc < 0 ? rc : 0;
+    if (rc == 0 && render_failed)
+        rc = PTC_ELIMIT;
+    if (rc == PTC_ELIMIT && render_failed && err)
+        *err = render_err;
+    free(st);
+    cli_buf_free(&tpath);
+    cli_buf_free(&vpath);
+    return rc;
 }
 
 typedef struct by_storage {
@@ -848,7 +1179,7 @@ static int find_sharing(inspect *in)
     if (!s)
         return PTC_ENOMEM;
     for (size_t i = 0; i < in->nrows; i++)
-        s[i] = (by_storage){(uintptr_t)ptc_tensor_storage(in->rows[i].t), i};
+        s[i] = (by_storage){in->rows[i].t ? (uintptr_t)ptc_tensor_storage(in->rows[i].t) : 0, i};
     qsort(s, in->nrows, sizeof *s, cmp_by_storage);
     for (size_t i = 1; i < in->nrows; i++) {
         if (s[i].storage == 0 || s[i].storage != s[i - 1].storage)
@@ -862,16 +1193,53 @@ static int find_sharing(inspect *in)
     return 0;
 }
 
+/* The digest of every tensor row. A tensor listed at several paths is read once (the rows are
+ * matched by tensor pointer); each read is charged to the budget, numel x element size whatever
+ * the strides, before a byte is read: a stride-0 view of 2^40 elements is refused, not hashed. */
 static int hash_tensors(inspect *in, ptc_error *err)
 {
     cli_progress p;
     int rc = 0;
+    by_storage *s = malloc((in->nrows ? in->nrows : 1) * sizeof *s);
+    size_t *first = malloc((in->nrows ? in->nrows : 1) * sizeof *first);
+    if (!s || !first) {
+        free(s);
+        free(first);
+        return PTC_ENOMEM;
+    }
+    for (size_t i = 0; i < in->nrows; i++) {
+        s[i] = (by_storage){(uintptr_t)in->rows[i].t, i};
+        first[i] = i;
+    }
+    qsort(s, in->nrows, sizeof *s, cmp_by_storage);
+    for (size_t i = 1; i < in->nrows; i++)
+        if (s[i].storage == s[i - 1].storage)
+            first[s[i].row] = first[s[i - 1].row];
+    free(s);
+
     cli_progress_start(&p, "hashing tensors", in->nrows);
     for (size_t i = 0; i < in->nrows && rc == 0; i++) {
-        rc = ptc_tensor_sha256(in->rows[i].t, in->rows[i].sha256, err);
+        row *r = &in->rows[i];
+        if (!r->t)
+            continue;
+        if (first[i] != i) {
+            memcpy(r->sha256, in->rows[first[i]].sha256, sizeof r->sha256);
+            continue;
+        }
+        int64_t nb = ptc_tensor_nbytes(r->t);
+        rc = ptc_budget_charge(&in->budget, 0, nb >= 0 ? (uint64_t)nb : UINT64_MAX, err);
+        if (rc < 0) {
+            char msg[sizeof err->message];
+            snprintf(msg, sizeof msg, "hashing tensor %.64s (%" PRId64 " bytes): %.*s",
+                     r->path[0] ? r->path : "(root)", nb, (int)sizeof msg - 128, err->message);
+            memcpy(err->message, msg, sizeof msg);
+            break;
+        }
+        rc = ptc_tensor_sha256(r->t, r->sha256, err);
         cli_progress_update(&p, i + 1);
     }
     cli_progress_end(&p);
+    free(first);
     return rc;
 }
 
@@ -1099,6 +1467,8 @@ static int print_text(inspect *in)
         printf("\nvalues\n");
         walk_values(&out, ptc_ckpt_root(c));
         cli_buf_free(&out.line);
+        if (render_failed)
+            return PTC_ELIMIT;
         if (out.oom)
             return PTC_ENOMEM;
         if (out.count == 0)
@@ -1140,11 +1510,18 @@ static json_t *json_tensor(const inspect *in, size_t i)
 {
     const row *r = &in->rows[i];
     const ptc_tensor *t = r->t;
-    const ptc_storage *s = ptc_tensor_storage(t);
-    int ndim = ptc_tensor_ndim(t);
+    const ptc_storage *s = t ? ptc_tensor_storage(t) : NULL;
+    int ndim = t ? ptc_tensor_ndim(t) : 0;
     json_t *e = json_object();
     if (!e)
         return NULL;
+    if (!t) { /* a shared container met again */
+        if (json_put(e, "path", json_cstr(r->path)) < 0 || json_put(e, "$ref", json_cstr(r->ref)) < 0) {
+            json_decref(e);
+            return NULL;
+        }
+        return e;
+    }
     int bad = json_put(e, "path", json_cstr(r->path)) < 0 ||
               json_put(e, "dtype", json_cstr(ptc_dtype_name(ptc_tensor_dtype(t)))) < 0 ||
               json_put(e, "shape", json_dims(ndim, ptc_tensor_shape(t))) < 0 ||
@@ -1168,12 +1545,12 @@ static json_t *json_tensor(const inspect *in, size_t i)
     return e;
 }
 
-static int print_json(inspect *in)
+/* The document, from walk_json's rows and value entries (out). */
+static int print_json(inspect *in, value_sink *out)
 {
     const struct options *opt = in->opt;
     ptc_ckpt *c = in->c;
     int zip = ptc_ckpt_format(c) == PTC_FORMAT_ZIP;
-    uint64_t numel = 0, tensor_bytes = 0;
     int bad = 0;
     json_t *root = json_object(), *a, *e;
     if (!root)
@@ -1209,30 +1586,23 @@ static int print_json(inspect *in)
     }
 
     bad |= json_put(root, "tensors", a = json_array());
-    for (size_t i = 0; !bad && i < in->nrows; i++) {
+    for (size_t i = 0; !bad && i < in->nrows; i++)
         bad |= json_push(a, json_tensor(in, i));
-        int64_t ne = ptc_tensor_numel(in->rows[i].t), nb = ptc_tensor_nbytes(in->rows[i].t);
-        numel = cli_add_sat(numel, ne > 0 ? (uint64_t)ne : 0);
-        tensor_bytes = cli_add_sat(tensor_bytes, nb > 0 ? (uint64_t)nb : 0);
-    }
 
     if (!bad && opt->values) {
-        value_sink out = {.opt = opt, .values = json_array(), .metadata = json_array()};
-        bad |= json_put(root, "values", out.values);
-        bad |= json_put(root, "metadata", out.metadata);
-        if (!bad)
-            walk_values(&out, ptc_ckpt_root(c));
-        cli_buf_free(&out.line);
-        bad |= out.oom;
-        if (!bad && out.truncated)
+        /* The arrays stay owned by out as well (cmd_inspect frees them). */
+        bad |= json_put(root, "values", json_incref(out->values));
+        bad |= json_put(root, "metadata", json_incref(out->metadata));
+        if (!bad && out->truncated)
             bad |= json_put(root, "values_truncated", json_true());
     }
 
     if (!bad) {
+        /* Counted as if every {"$ref"} were written out in full (as ptc_walk reports them). */
         bad |= json_put(root, "totals", e = json_object());
-        bad |= !e || json_put(e, "tensors", json_u64(in->nrows)) < 0 ||
-               json_put(e, "elements", json_u64(numel)) < 0 ||
-               json_put(e, "nbytes", json_u64(tensor_bytes)) < 0;
+        bad |= !e || json_put(e, "tensors", json_u64(in->tot_tensors)) < 0 ||
+               json_put(e, "elements", json_u64(in->tot_numel)) < 0 ||
+               json_put(e, "nbytes", json_u64(in->tot_bytes)) < 0;
     }
 
     if (!bad) {
@@ -1255,9 +1625,10 @@ static int print_json(inspect *in)
 
 static int parse_options(int argc, char **argv, struct options *opt, int *done)
 {
-    enum { OPT_JSON = 256, OPT_HASH, OPT_NO_VALUES };
+    enum { OPT_JSON = 256, OPT_HASH, OPT_NO_VALUES, OPT_BUDGET };
     static const struct option longopts[] = {
         {"json", no_argument, NULL, OPT_JSON},
+        {"budget", required_argument, NULL, OPT_BUDGET},
         {"hash", no_argument, NULL, OPT_HASH},
         {"no-values", no_argument, NULL, OPT_NO_VALUES},
         {"help", no_argument, NULL, 'h'},
@@ -1280,6 +1651,12 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
         case OPT_NO_VALUES:
             opt->values = 0;
             break;
+        case OPT_BUDGET: {
+            int status = cli_parse_budget(optarg, &opt->budget);
+            if (status != CLI_EXIT_OK)
+                return status;
+            break;
+        }
         case 'h':
             fputs(usage_text, stdout);
             *done = 1;
@@ -1315,17 +1692,37 @@ int cmd_inspect(int argc, char **argv)
     if (rc < 0)
         return cli_report(rc, &err);
 
+    ptc_budget_init(&in.budget, in.c, opt.budget);
+    render_budget = &in.budget;
+    render_failed = 0;
+    memset(&render_err, 0, sizeof render_err);
+
     memset(&err, 0, sizeof err);
-    rc = collect_tensors(&in, &err);
+    value_sink out = {.opt = &opt};
+    if (opt.json) {
+        if (opt.values && (!(out.values = json_array()) || !(out.metadata = json_array())))
+            rc = PTC_ENOMEM;
+        else
+            rc = walk_json(&in, &out, &err);
+    } else {
+        rc = collect_tensors(&in, &err);
+    }
     if (rc == 0)
         rc = find_sharing(&in);
     if (rc == 0 && opt.hash)
         rc = hash_tensors(&in, &err);
     if (rc == 0)
-        rc = opt.json ? print_json(&in) : print_text(&in);
+        rc = opt.json ? print_json(&in, &out) : print_text(&in);
+    if (rc == PTC_ELIMIT && render_failed)
+        err = render_err;
 
-    status = rc < 0 ? cli_report(rc, &err) : CLI_EXIT_OK;
+    status = rc < 0 ? cli_report_budget(rc, &err) : CLI_EXIT_OK;
+    json_decref(out.values);
+    json_decref(out.metadata);
+    cli_buf_free(&out.line);
+    render_budget = NULL;
     free_rows(&in);
+    shared_free(&in.shared);
     ptc_ckpt_close(in.c);
     return status;
 }
