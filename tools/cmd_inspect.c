@@ -6,7 +6,9 @@
  * storage each one views and which of them share one; and the other values (ints, strings, None,
  * dtypes ...) found by a walk of the value tree of our own, with the same path rules. Text output
  * is for people; --json prints one object whose schema is documented in ptc-inspect(1) and kept
- * stable.
+ * stable. That object is written as a stream, entry by entry (a 5 MB file can list five million
+ * values): a first walk checks and counts, and one walk per array then writes its entries, so
+ * that memory stays that of the loaded file plus one entry.
  *
  * Every byte that came from the file (keys, strings, storage keys, the prefix) is escaped before it
  * is printed (cli_escape_*). In JSON, jansson escapes C0 controls, cli_put_json_text the C1
@@ -49,11 +51,10 @@ struct options {
     const char *path;
 };
 
-/* One tensor as ptc_walk_next reported it. */
+/* One tensor of the text listing, as ptc_walk_next reported it. */
 typedef struct row {
     char *path; /* owned copy: the walk's pointer lives only until its next call */
-    const ptc_tensor *t; /* NULL for a {"$ref"} row of --json: a shared container met again */
-    const char *ref;     /* that row's first path (owned by the shared-container table) */
+    const ptc_tensor *t;
     size_t shared_with; /* first row on the same storage, NO_ROW for that first row itself */
     uint8_t sha256[32];
 } row;
@@ -63,26 +64,44 @@ typedef struct row {
 typedef struct shared {
     const ptc_value *v;
     uint32_t refs;               /* times the tree reaches it; 2 or more: shared */
-    int listed;                  /* its items are listed: later meetings are {"$ref"} entries */
+    int listed;                  /* LISTED_*: once listed, later meetings are {"$ref"} entries */
     int has_tensors, has_values; /* its listing added tensor rows, value entries */
     char *tpath, *vpath;         /* its first path: ptc_walk's rules, the value listing's */
     uint64_t ntensors, numel, nbytes; /* what its subtree adds to the totals */
 } shared;
+
+enum { LISTED_NOT, LISTED_OPEN, LISTED_DONE }; /* shared.listed: not yet, being listed, listed */
 
 typedef struct shared_map {
     shared *e;
     size_t cap, n; /* cap: 0 or a power of two */
 } shared_map;
 
+/* --json --hash: a tensor to hash, once however many paths reach it. */
+typedef struct digest {
+    const ptc_tensor *t;
+    char path[65]; /* its first path, as much of it as an error message shows */
+    uint8_t sha256[32];
+} digest;
+
+typedef struct digest_set {
+    digest *d; /* in the order the walk first meets them */
+    size_t n, capd;
+    size_t *slot; /* open addressing on the tensor pointer: index in d + 1, 0 when empty */
+    size_t cap;   /* 0 or a power of two */
+} digest_set;
+
 typedef struct inspect {
     const struct options *opt;
     ptc_ckpt *c;
     ptc_budget budget; /* every walk, rendering and hash below is charged to it */
-    row *rows;
+    row *rows; /* text output: the tensors */
     size_t nrows;
     size_t caprows;
     uint64_t tot_tensors, tot_numel, tot_bytes; /* --json: totals with the $ref rows expanded */
+    size_t ntrows;                              /* --json: entries of "tensors" */
     shared_map shared;                          /* --json: the containers of the tree */
+    digest_set digests;                         /* --json --hash: the tensors, each once */
 } inspect;
 
 /* The budget charged by render() and json_value(), which recurse through a value's items, and
@@ -525,6 +544,84 @@ static int json_push(json_t *arr, json_t *val)
     return json_array_append_new(arr, val) == 0 ? 0 : -1;
 }
 
+/* ---- the --json document, written as a stream -------------------------------------------------
+ * The document is never built whole: its arrays can hold millions of entries (a list of five
+ * million None is a 5 MB file). Each entry is built as a small jansson object, dumped and freed;
+ * the braces, brackets, commas and keys around the entries are written here, so that the bytes
+ * are those json_dumps(root, JSON_FLAGS) would give for the whole document. */
+#define JSON_FLAGS (JSON_INDENT(JSON_STEP) | JSON_PRESERVE_ORDER)
+#define JSON_STEP 2 /* spaces per nesting level, as JSON_INDENT(2) indents */
+
+/* A line break, then the indentation of nesting level depth. */
+static void json_newline(int depth)
+{
+    static const char spaces[] = "\n                                ";
+    size_t n = 1 + (size_t)depth * JSON_STEP; /* the document nests 3 levels deep at most */
+    fwrite(spaces, 1, n < sizeof spaces - 1 ? n : sizeof spaces - 1, stdout);
+}
+
+/* Writes j at nesting level depth of the document and frees it; -1 when j is NULL or out of
+ * memory. json_dumps indents j as a document of its own, so each of its line breaks (all
+ * structural: JSON strings hold none) gets depth levels more. jansson keeps UTF-8 and escapes C0
+ * controls; cli_put_json_text escapes the other characters a terminal would act on. */
+static int json_write(json_t *j, int depth)
+{
+    char *text = j ? json_dumps(j, JSON_FLAGS | JSON_ENCODE_ANY) : NULL;
+    json_decref(j);
+    if (!text)
+        return -1;
+    const char *p = text;
+    for (;;) {
+        const char *nl = strchr(p, '\n');
+        cli_put_json_text(stdout, p, nl ? (size_t)(nl - p) : strlen(p));
+        if (!nl)
+            break;
+        json_newline(depth);
+        p = nl + 1;
+    }
+    free(text);
+    return 0;
+}
+
+/* The next member of the document (nesting level 1): its key, ready for its value. */
+static void json_member(size_t *nmembers, const char *key)
+{
+    fputs((*nmembers)++ ? "," : "{", stdout);
+    json_newline(1);
+    printf("\"%s\": ", key);
+}
+
+/* An array of the document, written entry by entry. */
+typedef struct json_stream {
+    int depth; /* the array's nesting level */
+    size_t n;  /* entries written */
+} json_stream;
+
+static void json_stream_open(json_stream *a, size_t *nmembers, const char *key)
+{
+    json_member(nmembers, key);
+    fputs("[", stdout);
+    *a = (json_stream){.depth = 1};
+}
+
+/* Writes e as the array's next entry and frees it; -1 when e is NULL or out of memory. */
+static int json_stream_put(json_stream *a, json_t *e)
+{
+    if (!e)
+        return -1;
+    if (a->n++)
+        putchar(',');
+    json_newline(a->depth + 1);
+    return json_write(e, a->depth + 1);
+}
+
+static void json_stream_close(json_stream *a)
+{
+    if (a->n)
+        json_newline(a->depth);
+    putchar(']');
+}
+
 static json_t *json_value(const ptc_value *v, int depth);
 
 static json_t *json_items(const ptc_value *v, int depth)
@@ -635,12 +732,18 @@ static json_t *json_value(const ptc_value *v, int depth)
 
 /* ---- the value walk ------------------------------------------------------------------------- */
 
+/* What one --json walk of the tree does (walk_json): the first counts and charges, writes nothing;
+ * each of the others writes the entries of one array of the document. */
+enum { JW_SCAN, JW_TENSORS, JW_VALUES, JW_METADATA };
+
 typedef struct value_sink {
     const struct options *opt;
-    json_t *values;   /* --json: the "values" array */
-    json_t *metadata; /* --json: the "metadata" array */
-    size_t count;     /* lines or entries emitted, metadata included */
-    int truncated;    /* stopped after MAX_VALUE_VISITS */
+    int mode;           /* --json: JW_* */
+    json_stream *array; /* --json: the array the walk writes to */
+    size_t count;       /* lines or entries emitted, metadata included (JW_SCAN with --json) */
+    size_t nvalues;     /* --json, JW_SCAN: entries of "values" */
+    size_t nmeta;       /* --json, JW_SCAN: entries of "metadata" */
+    int truncated;      /* stopped after MAX_VALUE_VISITS */
     int oom;
     cli_buf line;
 } value_sink;
@@ -657,11 +760,23 @@ static void emit_leaf(value_sink *out, const cli_buf *path, const ptc_value *v)
 {
     out->count++;
     if (out->opt->json) {
+        if (out->mode == JW_SCAN) {
+            /* Rendered and dropped: the scan charges the budget as the written entry will. */
+            json_t *j = json_value(v, 0);
+            out->nvalues++;
+            out->oom |= !j;
+            json_decref(j);
+            return;
+        }
+        if (out->mode != JW_VALUES)
+            return;
         json_t *e = json_object();
         if (!e || json_put(e, "path", json_text(cli_buf_str(path), path->len)) < 0 ||
             json_put(e, "type", json_string(kind_name(ptc_value_kind_of(v)))) < 0 ||
-            json_put(e, "value", json_value(v, 0)) < 0 || json_push(out->values, e) < 0) {
+            json_put(e, "value", json_value(v, 0)) < 0) {
             json_decref(e);
+            out->oom = 1;
+        } else if (json_stream_put(out->array, e) < 0) {
             out->oom = 1;
         }
         return;
@@ -688,13 +803,18 @@ static void emit_attrs(value_sink *out, const cli_buf *path, const ptc_value *at
 
     out->count++;
     if (out->opt->json) {
+        if (out->mode == JW_SCAN)
+            out->nmeta++;
+        if (out->mode != JW_METADATA)
+            return;
         json_t *e = json_object();
         json_t *jmodules = has_modules ? json_integer((json_int_t)modules) : json_null();
         if (!e || json_put(e, "path", json_text(cli_buf_str(path), path->len)) < 0 ||
             json_put(e, "modules", jmodules) < 0 ||
-            json_put(e, "attributes", json_integer((json_int_t)nattrs)) < 0 ||
-            json_push(out->metadata, e) < 0) {
+            json_put(e, "attributes", json_integer((json_int_t)nattrs)) < 0) {
             json_decref(e);
+            out->oom = 1;
+        } else if (json_stream_put(out->array, e) < 0) {
             out->oom = 1;
         }
         return;
@@ -831,8 +951,7 @@ static char *copy_str(const char *s)
     return d;
 }
 
-/* A tensor row (t), or a {"$ref"} row (t NULL, ref its first path). */
-static int add_row(inspect *in, const char *path, const ptc_tensor *t, const char *ref)
+static int add_row(inspect *in, const char *path, const ptc_tensor *t)
 {
     if (in->nrows == in->caprows) {
         size_t ncap = in->caprows ? in->caprows * 2 : 64;
@@ -845,7 +964,7 @@ static int add_row(inspect *in, const char *path, const ptc_tensor *t, const cha
     char *copy = copy_str(path ? path : "");
     if (!copy)
         return PTC_ENOMEM;
-    in->rows[in->nrows++] = (row){.path = copy, .t = t, .ref = ref, .shared_with = NO_ROW};
+    in->rows[in->nrows++] = (row){.path = copy, .t = t, .shared_with = NO_ROW};
     return 0;
 }
 
@@ -861,7 +980,7 @@ static int collect_tensors(inspect *in, ptc_error *err)
         return rc;
     ptc_walk_set_budget(w, &in->budget);
     while ((rc = ptc_walk_next(w, &path, &t)) > 0) {
-        if (t && (rc = add_row(in, path, t, NULL)) < 0)
+        if (t && (rc = add_row(in, path, t)) < 0)
             break;
     }
     if (rc < 0 && err) {
@@ -945,6 +1064,60 @@ static void shared_free(shared_map *m)
     *m = (shared_map){0};
 }
 
+/* t's digest; when absent, NULL, or with insert a new one (*added set; NULL when out of
+ * memory). */
+static digest *digest_find(digest_set *m, const ptc_tensor *t, int insert, int *added)
+{
+    if (added)
+        *added = 0;
+    if (insert && (m->n + 1) * 2 > m->cap) {
+        size_t ncap = m->cap ? m->cap * 2 : 1024;
+        size_t *ns = calloc(ncap, sizeof *ns);
+        if (!ns)
+            return NULL;
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->slot[i])
+                continue;
+            size_t j = ptr_hash(m->d[m->slot[i] - 1].t, ncap);
+            while (ns[j])
+                j = (j + 1) & (ncap - 1);
+            ns[j] = m->slot[i];
+        }
+        free(m->slot);
+        m->slot = ns;
+        m->cap = ncap;
+    }
+    if (m->cap == 0)
+        return NULL;
+    size_t j = ptr_hash(t, m->cap);
+    while (m->slot[j] && m->d[m->slot[j] - 1].t != t)
+        j = (j + 1) & (m->cap - 1);
+    if (m->slot[j])
+        return &m->d[m->slot[j] - 1];
+    if (!insert)
+        return NULL;
+    if (m->n == m->capd) {
+        size_t ncap = m->capd ? m->capd * 2 : 64;
+        digest *nd = realloc(m->d, ncap * sizeof *nd);
+        if (!nd)
+            return NULL;
+        m->d = nd;
+        m->capd = ncap;
+    }
+    m->d[m->n] = (digest){.t = t};
+    m->slot[j] = ++m->n;
+    if (added)
+        *added = 1;
+    return &m->d[m->n - 1];
+}
+
+static void digest_free(digest_set *m)
+{
+    free(m->d);
+    free(m->slot);
+    *m = (digest_set){0};
+}
+
 static int is_listed_container(const ptc_value *v)
 {
     return v && is_container(ptc_value_kind_of(v)) && ptc_value_len(v) > 0;
@@ -1012,6 +1185,8 @@ static void add_totals(inspect *in, uint64_t ntensors, uint64_t numel, uint64_t 
     in->tot_bytes = cli_add_sat(in->tot_bytes, nbytes);
 }
 
+static json_t *json_tensor(inspect *in, const char *path, const ptc_tensor *t);
+
 typedef struct jframe {
     const ptc_value *v;
     size_t i, n;
@@ -1022,39 +1197,95 @@ typedef struct jframe {
     uint64_t ntensors0, numel0, nbytes0;
 } jframe;
 
-/* A shared container met again: its {"$ref"} entries, and its subtree's totals. */
+/* A shared container met again: its {"$ref"} entries, and (JW_SCAN) its subtree's totals. One met
+ * again inside its own listing (a cycle) has no entries yet: it adds nothing. */
 static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_buf *tpath,
                     const cli_buf *vpath)
 {
-    add_totals(in, sh->ntensors, sh->numel, sh->nbytes);
-    if (sh->has_tensors) {
-        int rc = add_row(in, cli_buf_str(tpath), NULL, sh->tpath);
-        if (rc < 0)
-            return rc;
-    }
-    if (sh->has_values && in->opt->values && !out->truncated) {
-        out->count++;
-        json_t *e = json_object();
-        if (!e || json_put(e, "path", json_text(cli_buf_str(vpath), vpath->len)) < 0 ||
-            json_put(e, "$ref", json_cstr(sh->vpath)) < 0 || json_push(out->values, e) < 0) {
+    if (sh->listed != LISTED_DONE)
+        return 0;
+    int value_ref = sh->has_values && in->opt->values && !out->truncated;
+    json_t *e;
+    switch (out->mode) {
+    case JW_SCAN:
+        add_totals(in, sh->ntensors, sh->numel, sh->nbytes);
+        in->ntrows += sh->has_tensors != 0;
+        if (value_ref) {
+            out->count++;
+            out->nvalues++;
+        }
+        return 0;
+    case JW_TENSORS:
+        if (!sh->has_tensors)
+            return 0;
+        e = json_object();
+        if (!e || json_put(e, "path", json_cstr(cli_buf_str(tpath))) < 0 ||
+            json_put(e, "$ref", json_cstr(sh->tpath)) < 0) {
             json_decref(e);
             return PTC_ENOMEM;
+        }
+        return json_stream_put(out->array, e) < 0 ? PTC_ENOMEM : 0;
+    case JW_VALUES:
+        if (!value_ref)
+            return 0;
+        e = json_object();
+        if (!e || json_put(e, "path", json_text(cli_buf_str(vpath), vpath->len)) < 0 ||
+            json_put(e, "$ref", json_cstr(sh->vpath)) < 0) {
+            json_decref(e);
+            return PTC_ENOMEM;
+        }
+        return json_stream_put(out->array, e) < 0 ? PTC_ENOMEM : 0;
+    }
+    return 0;
+}
+
+/* A tensor met at path tpath: JW_SCAN adds it to the totals (and with --hash to the tensors to
+ * hash, once each), JW_TENSORS writes its entry. */
+static int emit_tensor(inspect *in, value_sink *out, const cli_buf *tpath, const ptc_tensor *t)
+{
+    if (out->mode == JW_TENSORS)
+        return json_stream_put(out->array, json_tensor(in, cli_buf_str(tpath), t)) < 0
+                   ? PTC_ENOMEM
+                   : 0;
+    if (out->mode != JW_SCAN)
+        return 0;
+    int64_t ne = ptc_tensor_numel(t), nb = ptc_tensor_nbytes(t);
+    add_totals(in, 1, ne > 0 ? (uint64_t)ne : 0, nb > 0 ? (uint64_t)nb : 0);
+    in->ntrows++;
+    if (in->opt->hash) {
+        int added;
+        digest *d = digest_find(&in->digests, t, 1, &added);
+        if (!d)
+            return PTC_ENOMEM;
+        if (added) {
+            const char *p = cli_buf_str(tpath);
+            size_t n = strnlen(p, sizeof d->path - 1);
+            memcpy(d->path, p, n);
+            d->path[n] = '\0';
         }
     }
     return 0;
 }
 
-/* --json's one walk: the tensor rows (ptc_walk's paths and order, shared containers once) and,
- * with values, the value entries (walk_values's paths). */
+/* One --json walk of the tree, with the tensor paths of ptc_walk (shared containers once) and the
+ * value paths of walk_values. JW_SCAN walks first: it charges the budget (the only walk that
+ * does), counts the entries and the totals, and learns what each shared container holds; each
+ * later walk, the same steps in the same order, writes the entries of one array. */
 static int walk_json(inspect *in, value_sink *out, ptc_error *err)
 {
     const ptc_value *v = ptc_ckpt_root(in->c);
     cli_buf tpath = {0}, vpath = {0};
     jframe *st = NULL;
     size_t nst = 0, cap = 0, visits = 0;
+    int scan = out->mode == JW_SCAN;
     int is_root = 1, values = in->opt->values;
-    int rc = count_refs(in, v, err);
+    int rc = 0;
 
+    if (scan)
+        rc = count_refs(in, v, err);
+    else
+        for (size_t i = 0; i < in->shared.cap; i++)
+            in->shared.e[i].listed = 0;
     if (v && rc == 0 && !render_charge())
         rc = PTC_ELIMIT;
     while (v && rc == 0) {
@@ -1066,11 +1297,8 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
             rc = emit_ref(in, out, sh, &tpath, &vpath);
         } else if (k == PTC_VALUE_TENSOR) {
             const ptc_tensor *t = ptc_value_tensor(v);
-            if (t) {
-                int64_t ne = ptc_tensor_numel(t), nb = ptc_tensor_nbytes(t);
-                add_totals(in, 1, ne > 0 ? (uint64_t)ne : 0, nb > 0 ? (uint64_t)nb : 0);
-                rc = add_row(in, cli_buf_str(&tpath), t, NULL);
-            }
+            if (t)
+                rc = emit_tensor(in, out, &tpath, t);
         } else {
             if (k == PTC_VALUE_DICT && values && !out->truncated && ptc_dict_attrs(v))
                 emit_attrs(out, &vpath, ptc_dict_attrs(v));
@@ -1086,16 +1314,18 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
                     cap = ncap;
                 }
                 if (sh) {
-                    sh->listed = 1;
-                    sh->tpath = copy_str(cli_buf_str(&tpath));
-                    sh->vpath = copy_str(cli_buf_str(&vpath));
-                    if (!sh->tpath || !sh->vpath) {
-                        rc = PTC_ENOMEM;
-                        break;
+                    sh->listed = LISTED_OPEN;
+                    if (scan) {
+                        sh->tpath = copy_str(cli_buf_str(&tpath));
+                        sh->vpath = copy_str(cli_buf_str(&vpath));
+                        if (!sh->tpath || !sh->vpath) {
+                            rc = PTC_ENOMEM;
+                            break;
+                        }
                     }
                 }
                 st[nst++] = (jframe){v,           0,           ptc_value_len(v), tpath.len,
-                                     vpath.len,   is_root,     sh,               in->nrows,
+                                     vpath.len,   is_root,     sh,               in->ntrows,
                                      out->count,  in->tot_tensors, in->tot_numel, in->tot_bytes};
             } else if (values && !out->truncated) {
                 emit_leaf(out, &vpath, v); /* scalars, sets, sizes, and empty containers */
@@ -1111,13 +1341,15 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
         while (nst > 0 && !v) {
             jframe *f = &st[nst - 1];
             if (f->i == f->n) {
-                if (f->sh) {
-                    f->sh->has_tensors = in->nrows > f->rows0;
+                if (f->sh && scan) {
+                    f->sh->has_tensors = in->ntrows > f->rows0;
                     f->sh->has_values = out->count > f->count0;
                     f->sh->ntensors = sat_sub(in->tot_tensors, f->ntensors0);
                     f->sh->numel = sat_sub(in->tot_numel, f->numel0);
                     f->sh->nbytes = sat_sub(in->tot_bytes, f->nbytes0);
                 }
+                if (f->sh)
+                    f->sh->listed = LISTED_DONE;
                 nst--;
                 continue;
             }
@@ -1196,6 +1428,21 @@ static int find_sharing(inspect *in)
 /* The digest of every tensor row. A tensor listed at several paths is read once (the rows are
  * matched by tensor pointer); each read is charged to the budget, numel x element size whatever
  * the strides, before a byte is read: a stride-0 view of 2^40 elements is refused, not hashed. */
+static int hash_one(inspect *in, const ptc_tensor *t, const char *path, uint8_t sha256[32],
+                    ptc_error *err)
+{
+    int64_t nb = ptc_tensor_nbytes(t);
+    int rc = ptc_budget_charge(&in->budget, 0, nb >= 0 ? (uint64_t)nb : UINT64_MAX, err);
+    if (rc < 0) {
+        char msg[sizeof err->message];
+        snprintf(msg, sizeof msg, "hashing tensor %.64s (%" PRId64 " bytes): %.*s",
+                 path[0] ? path : "(root)", nb, (int)sizeof msg - 128, err->message);
+        memcpy(err->message, msg, sizeof msg);
+        return rc;
+    }
+    return ptc_tensor_sha256(t, sha256, err);
+}
+
 static int hash_tensors(inspect *in, ptc_error *err)
 {
     cli_progress p;
@@ -1226,20 +1473,27 @@ static int hash_tensors(inspect *in, ptc_error *err)
             memcpy(r->sha256, in->rows[first[i]].sha256, sizeof r->sha256);
             continue;
         }
-        int64_t nb = ptc_tensor_nbytes(r->t);
-        rc = ptc_budget_charge(&in->budget, 0, nb >= 0 ? (uint64_t)nb : UINT64_MAX, err);
-        if (rc < 0) {
-            char msg[sizeof err->message];
-            snprintf(msg, sizeof msg, "hashing tensor %.64s (%" PRId64 " bytes): %.*s",
-                     r->path[0] ? r->path : "(root)", nb, (int)sizeof msg - 128, err->message);
-            memcpy(err->message, msg, sizeof msg);
-            break;
-        }
-        rc = ptc_tensor_sha256(r->t, r->sha256, err);
+        rc = hash_one(in, r->t, r->path, r->sha256, err);
         cli_progress_update(&p, i + 1);
     }
     cli_progress_end(&p);
     free(first);
+    return rc;
+}
+
+/* --json --hash: the digest of each tensor the scan met, in the order it met them (the order in
+ * which hash_tensors goes through the rows). */
+static int hash_digests(inspect *in, ptc_error *err)
+{
+    cli_progress p;
+    int rc = 0;
+    cli_progress_start(&p, "hashing tensors", in->digests.n);
+    for (size_t i = 0; i < in->digests.n && rc == 0; i++) {
+        digest *d = &in->digests.d[i];
+        rc = hash_one(in, d->t, d->path, d->sha256, err);
+        cli_progress_update(&p, i + 1);
+    }
+    cli_progress_end(&p);
     return rc;
 }
 
@@ -1506,23 +1760,15 @@ static json_t *json_u64(uint64_t x)
     return json_string(s);
 }
 
-static json_t *json_tensor(const inspect *in, size_t i)
+/* The "tensors" entry of tensor t, met at path. */
+static json_t *json_tensor(inspect *in, const char *path, const ptc_tensor *t)
 {
-    const row *r = &in->rows[i];
-    const ptc_tensor *t = r->t;
-    const ptc_storage *s = t ? ptc_tensor_storage(t) : NULL;
-    int ndim = t ? ptc_tensor_ndim(t) : 0;
+    const ptc_storage *s = ptc_tensor_storage(t);
+    int ndim = ptc_tensor_ndim(t);
     json_t *e = json_object();
     if (!e)
         return NULL;
-    if (!t) { /* a shared container met again */
-        if (json_put(e, "path", json_cstr(r->path)) < 0 || json_put(e, "$ref", json_cstr(r->ref)) < 0) {
-            json_decref(e);
-            return NULL;
-        }
-        return e;
-    }
-    int bad = json_put(e, "path", json_cstr(r->path)) < 0 ||
+    int bad = json_put(e, "path", json_cstr(path)) < 0 ||
               json_put(e, "dtype", json_cstr(ptc_dtype_name(ptc_tensor_dtype(t)))) < 0 ||
               json_put(e, "shape", json_dims(ndim, ptc_tensor_shape(t))) < 0 ||
               json_put(e, "stride", json_dims(ndim, ptc_tensor_stride(t))) < 0 ||
@@ -1534,9 +1780,13 @@ static json_t *json_tensor(const inspect *in, size_t i)
               json_put(e, "requires_grad", json_boolean(ptc_tensor_requires_grad(t))) < 0 ||
               json_put(e, "parameter", json_boolean(ptc_tensor_is_parameter(t))) < 0;
     if (!bad && in->opt->hash) {
+        const digest *d = digest_find(&in->digests, t, 0, NULL);
         char hex[65];
-        sha256_hex(hex, r->sha256);
-        bad = json_put(e, "sha256", json_string(hex)) < 0;
+        bad = !d;
+        if (d) {
+            sha256_hex(hex, d->sha256);
+            bad = json_put(e, "sha256", json_string(hex)) < 0;
+        }
     }
     if (bad) {
         json_decref(e);
@@ -1545,79 +1795,113 @@ static json_t *json_tensor(const inspect *in, size_t i)
     return e;
 }
 
-/* The document, from walk_json's rows and value entries (out). */
-static int print_json(inspect *in, value_sink *out)
+/* One later walk of the tree (walk_json), writing the entries of one array; the budget was
+ * charged by the scan, which took the same steps. */
+static int write_entries(inspect *in, int mode, json_stream *a)
+{
+    value_sink out = {.opt = in->opt, .mode = mode, .array = a};
+    int rc = walk_json(in, &out, NULL);
+    cli_buf_free(&out.line);
+    return rc;
+}
+
+/* The document, written as the scan (walk_json's JW_SCAN, whose counts are in scan) found it.
+ * Every array is written entry by entry, so that memory does not grow with their length. */
+static int print_json(inspect *in, const value_sink *scan)
 {
     const struct options *opt = in->opt;
     ptc_ckpt *c = in->c;
-    int zip = ptc_ckpt_format(c) == PTC_FORMAT_ZIP;
+    size_t nmembers = 0;
+    json_stream a;
+    json_t *e;
     int bad = 0;
-    json_t *root = json_object(), *a, *e;
-    if (!root)
-        return PTC_ENOMEM;
 
-    bad |= json_put(root, "file", json_cstr(opt->path));
-    bad |= json_put(root, "format", json_string(format_name(c)));
-    bad |= json_put(root, "prefix", json_cstr(ptc_ckpt_prefix(c)));
-    bad |= json_put(root, "byteorder", json_cstr(ptc_ckpt_byteorder(c)));
+    render_budget = NULL; /* the later walks repeat the scan, which was charged */
 
-    if (zip) {
-        bad |= json_put(root, "records", a = json_array());
+    json_member(&nmembers, "file");
+    bad |= json_write(json_cstr(opt->path), 1);
+    json_member(&nmembers, "format");
+    bad |= json_write(json_string(format_name(c)), 1);
+    json_member(&nmembers, "prefix");
+    bad |= json_write(json_cstr(ptc_ckpt_prefix(c)), 1);
+    json_member(&nmembers, "byteorder");
+    bad |= json_write(json_cstr(ptc_ckpt_byteorder(c)), 1);
+
+    if (!bad && ptc_ckpt_format(c) == PTC_FORMAT_ZIP) {
+        json_stream_open(&a, &nmembers, "records");
         for (size_t i = 0; !bad && i < ptc_ckpt_nrecords(c); i++) {
             e = json_object();
-            bad |= !e || json_put(e, "name", json_cstr(ptc_ckpt_record_name(c, i))) < 0 ||
-                   json_put(e, "size", json_u64(ptc_ckpt_record_size(c, i))) < 0;
-            bad |= json_push(a, e);
+            if (!e || json_put(e, "name", json_cstr(ptc_ckpt_record_name(c, i))) < 0 ||
+                json_put(e, "size", json_u64(ptc_ckpt_record_size(c, i))) < 0) {
+                json_decref(e);
+                e = NULL;
+            }
+            bad |= json_stream_put(&a, e);
         }
+        json_stream_close(&a);
     }
 
-    bad |= json_put(root, "storages", a = json_array());
-    for (size_t i = 0; !bad && i < ptc_ckpt_nstorages(c); i++) {
-        const ptc_storage *s = ptc_ckpt_storage(c, i);
-        if (!s)
-            continue;
-        e = json_object();
-        bad |= !e || json_put(e, "key", json_cstr(ptc_storage_key(s))) < 0 ||
-               json_put(e, "dtype", json_cstr(ptc_dtype_name(ptc_storage_dtype(s)))) < 0 ||
-               json_put(e, "nbytes", json_integer((json_int_t)ptc_storage_nbytes(s))) < 0 ||
-               json_put(e, "location", json_cstr(ptc_storage_location(s))) < 0 ||
-               json_put(e, "mapped", json_boolean(ptc_storage_is_mapped(s))) < 0;
-        bad |= json_push(a, e);
+    if (!bad) {
+        json_stream_open(&a, &nmembers, "storages");
+        for (size_t i = 0; !bad && i < ptc_ckpt_nstorages(c); i++) {
+            const ptc_storage *s = ptc_ckpt_storage(c, i);
+            if (!s)
+                continue;
+            e = json_object();
+            if (!e || json_put(e, "key", json_cstr(ptc_storage_key(s))) < 0 ||
+                json_put(e, "dtype", json_cstr(ptc_dtype_name(ptc_storage_dtype(s)))) < 0 ||
+                json_put(e, "nbytes", json_integer((json_int_t)ptc_storage_nbytes(s))) < 0 ||
+                json_put(e, "location", json_cstr(ptc_storage_location(s))) < 0 ||
+                json_put(e, "mapped", json_boolean(ptc_storage_is_mapped(s))) < 0) {
+                json_decref(e);
+                e = NULL;
+            }
+            bad |= json_stream_put(&a, e);
+        }
+        json_stream_close(&a);
     }
 
-    bad |= json_put(root, "tensors", a = json_array());
-    for (size_t i = 0; !bad && i < in->nrows; i++)
-        bad |= json_push(a, json_tensor(in, i));
+    if (!bad) {
+        json_stream_open(&a, &nmembers, "tensors");
+        if (in->ntrows > 0)
+            bad |= write_entries(in, JW_TENSORS, &a) < 0;
+        json_stream_close(&a);
+    }
 
     if (!bad && opt->values) {
-        /* The arrays stay owned by out as well (cmd_inspect frees them). */
-        bad |= json_put(root, "values", json_incref(out->values));
-        bad |= json_put(root, "metadata", json_incref(out->metadata));
-        if (!bad && out->truncated)
-            bad |= json_put(root, "values_truncated", json_true());
+        json_stream_open(&a, &nmembers, "values");
+        if (scan->nvalues > 0)
+            bad |= write_entries(in, JW_VALUES, &a) < 0;
+        json_stream_close(&a);
+    }
+    if (!bad && opt->values) {
+        json_stream_open(&a, &nmembers, "metadata");
+        if (scan->nmeta > 0)
+            bad |= write_entries(in, JW_METADATA, &a) < 0;
+        json_stream_close(&a);
+    }
+    if (!bad && opt->values && scan->truncated) {
+        json_member(&nmembers, "values_truncated");
+        bad |= json_write(json_true(), 1);
     }
 
     if (!bad) {
         /* Counted as if every {"$ref"} were written out in full (as ptc_walk reports them). */
-        bad |= json_put(root, "totals", e = json_object());
-        bad |= !e || json_put(e, "tensors", json_u64(in->tot_tensors)) < 0 ||
-               json_put(e, "elements", json_u64(in->tot_numel)) < 0 ||
-               json_put(e, "nbytes", json_u64(in->tot_bytes)) < 0;
+        e = json_object();
+        if (!e || json_put(e, "tensors", json_u64(in->tot_tensors)) < 0 ||
+            json_put(e, "elements", json_u64(in->tot_numel)) < 0 ||
+            json_put(e, "nbytes", json_u64(in->tot_bytes)) < 0) {
+            json_decref(e);
+            e = NULL;
+        }
+        json_member(&nmembers, "totals");
+        bad |= json_write(e, 1);
     }
 
     if (!bad) {
-        /* Indented for people who read it. jansson keeps UTF-8 and escapes C0 controls;
-         * cli_put_json_text escapes the other characters a terminal would act on. */
-        char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        if (text) {
-            cli_put_json_text(stdout, text, strlen(text));
-            putchar('\n');
-            free(text);
-        } else {
-            bad = 1;
-        }
+        json_newline(0);
+        fputs("}\n", stdout);
     }
-    json_decref(root);
     return bad ? PTC_ENOMEM : 0;
 }
 
@@ -1698,31 +1982,32 @@ int cmd_inspect(int argc, char **argv)
     memset(&render_err, 0, sizeof render_err);
 
     memset(&err, 0, sizeof err);
-    value_sink out = {.opt = &opt};
+    value_sink scan = {.opt = &opt, .mode = JW_SCAN};
     if (opt.json) {
-        if (opt.values && (!(out.values = json_array()) || !(out.metadata = json_array())))
-            rc = PTC_ENOMEM;
-        else
-            rc = walk_json(&in, &out, &err);
+        /* The scan checks and counts all; only then is the document written, walk by walk. */
+        rc = walk_json(&in, &scan, &err);
+        if (rc == 0 && opt.hash)
+            rc = hash_digests(&in, &err);
+        if (rc == 0)
+            rc = print_json(&in, &scan);
     } else {
         rc = collect_tensors(&in, &err);
+        if (rc == 0)
+            rc = find_sharing(&in);
+        if (rc == 0 && opt.hash)
+            rc = hash_tensors(&in, &err);
+        if (rc == 0)
+            rc = print_text(&in);
     }
-    if (rc == 0)
-        rc = find_sharing(&in);
-    if (rc == 0 && opt.hash)
-        rc = hash_tensors(&in, &err);
-    if (rc == 0)
-        rc = opt.json ? print_json(&in, &out) : print_text(&in);
     if (rc == PTC_ELIMIT && render_failed)
         err = render_err;
 
     status = rc < 0 ? cli_report_budget(rc, &err) : CLI_EXIT_OK;
-    json_decref(out.values);
-    json_decref(out.metadata);
-    cli_buf_free(&out.line);
+    cli_buf_free(&scan.line);
     render_budget = NULL;
     free_rows(&in);
     shared_free(&in.shared);
+    digest_free(&in.digests);
     ptc_ckpt_close(in.c);
     return status;
 }
