@@ -42,18 +42,19 @@
 #include <jansson.h>
 
 #define HASH_FIRST_BYTES ((int64_t)256 << 20) /* tensors above this are hashed before reading */
-#define MAX_NODES        (1u << 24)           /* nodes listed per file (library's max_objects) */
+#define MAX_NODES        (1u << 30)           /* nodes listed per file (the budget stops far before) */
 #define EQUAL_BUDGET     (1u << 22)           /* node comparisons inside sets and attributes */
 #define SHOW_STR         64                   /* bytes of a str shown in a report */
 
 struct options {
     double rtol, atol;
     int json;
+    uint64_t budget; /* --budget BYTES, 0 for the default */
     const char *a, *b;
 };
 
 static const char usage_text[] =
-    "usage: ptc diff [--rtol R] [--atol A] [--json] A B\n"
+    "usage: ptc diff [--rtol R] [--atol A] [--json] [--budget BYTES] A B\n"
     "\n"
     "Compare two checkpoints (torch zip, legacy or safetensors, in any combination) tensor by\n"
     "tensor and value by value, matched by path. Floating-point tensors match when\n"
@@ -65,15 +66,23 @@ static const char usage_text[] =
     "  --rtol R     relative tolerance (default 1e-05)\n"
     "  --atol A     absolute tolerance (default 1e-08)\n"
     "  --json       print one JSON object instead of text (schema in ptc-diff(1))\n"
+    "  --budget BYTES\n"
+    "               tensor bytes read from each file (4G, 512M, ...; default 64 x its size\n"
+    "               + 1 GiB); the nodes listed are bounded by 16 x its pickle's opcodes\n"
+    "               + 1,000,000\n"
     "  -h, --help   show this help\n";
 
 /* ---- listing a tree ------------------------------------------------------------------------- */
 
+/* 32 bytes a node, the paths in one buffer: a list of 5,000,000 None lists in ~200 MB. */
 typedef struct node {
-    char *path; /* owned; may hold NUL bytes (keys are arbitrary str) */
-    size_t len;
-    size_t seq; /* walk order */
-    size_t occ; /* occurrence of this path, 0 for the first */
+    union {
+        size_t off;       /* while listing: offset in the side's path buffer */
+        const char *path; /* after: the path; may hold NUL bytes (keys are arbitrary str) */
+    } p;
+    uint32_t len;
+    uint32_t seq; /* walk order */
+    uint32_t occ; /* occurrence of this path, 0 for the first */
     const ptc_value *v;
 } node;
 
@@ -81,9 +90,12 @@ typedef struct side {
     const char *file;
     ptc_ckpt *c;
     int safetensors;
+    ptc_budget budget; /* this file's: its nodes listed and its tensor bytes read */
+    ptc_error err;     /* why the listing stopped */
     node *nodes;
     size_t n, cap;
-    int rc; /* first failure while listing */
+    cli_buf paths; /* every node's path, one after the other */
+    int rc;        /* first failure while listing */
 } side;
 
 static int is_walked(ptc_value_kind k)
@@ -95,8 +107,11 @@ static void add_node(side *s, const cli_buf *path, const ptc_value *v)
 {
     if (s->rc)
         return;
-    if (s->n == MAX_NODES) {
+    if ((s->rc = ptc_budget_charge(&s->budget, 1, 0, &s->err)) < 0)
+        return;
+    if (s->n == MAX_NODES || path->len > UINT32_MAX) {
         s->rc = PTC_ELIMIT;
+        snprintf(s->err.message, sizeof s->err.message, "too many nodes or too long a path");
         return;
     }
     if (s->n == s->cap) {
@@ -109,15 +124,13 @@ static void add_node(side *s, const cli_buf *path, const ptc_value *v)
         s->nodes = nn;
         s->cap = cap;
     }
-    char *p = malloc(path->len + 1);
-    if (!p) {
+    size_t off = s->paths.len;
+    cli_buf_putn(&s->paths, path->data ? path->data : "", path->len);
+    if (s->paths.oom) {
         s->rc = PTC_ENOMEM;
         return;
     }
-    if (path->len)
-        memcpy(p, path->data, path->len);
-    p[path->len] = '\0';
-    s->nodes[s->n] = (node){p, path->len, s->n, 0, v};
+    s->nodes[s->n] = (node){{.off = off}, (uint32_t)path->len, (uint32_t)s->n, 0, v};
     s->n++;
 }
 
@@ -153,7 +166,7 @@ static void list_nodes(side *s, cli_buf *path, const ptc_value *v)
 static int cmp_path(const node *a, const node *b)
 {
     size_t n = a->len < b->len ? a->len : b->len;
-    int c = memcmp(a->path, b->path, n);
+    int c = n ? memcmp(a->p.path, b->p.path, n) : 0;
     if (c)
         return c;
     return a->len < b->len ? -1 : a->len > b->len;
@@ -175,6 +188,8 @@ static int list_side(side *s)
     cli_buf_free(&path);
     if (s->rc)
         return s->rc;
+    for (size_t i = 0; i < s->n; i++)
+        s->nodes[i].p.path = s->paths.data + s->nodes[i].p.off;
     qsort(s->nodes, s->n, sizeof *s->nodes, cmp_path_seq);
     for (size_t i = 1; i < s->n; i++)
         if (cmp_path(&s->nodes[i], &s->nodes[i - 1]) == 0)
@@ -184,8 +199,7 @@ static int list_side(side *s)
 
 static void free_side(side *s)
 {
-    for (size_t i = 0; i < s->n; i++)
-        free(s->nodes[i].path);
+    cli_buf_free(&s->paths);
     free(s->nodes);
     ptc_ckpt_close(s->c);
 }
@@ -291,6 +305,9 @@ static void render_value(cli_buf *b, const ptc_value *v)
 typedef struct eqctx {
     unsigned budget; /* node comparisons left */
     int kinds;       /* compare dict kinds and attributes (neither side is safetensors) */
+    ptc_budget *ba, *bb; /* the files' work budgets, charged for the tensor bytes hashed */
+    int limited;         /* a work budget ran out (err says which) */
+    ptc_error err;
 } eqctx;
 
 static int value_equal(eqctx *q, const ptc_value *a, const ptc_value *b);
@@ -324,13 +341,25 @@ static int same_bits(double x, double y)
     return memcmp(&x, &y, sizeof x) == 0;
 }
 
-static int tensors_same(const ptc_tensor *x, const ptc_tensor *y)
+/* Charges the bytes of x (numel x element size, whatever its strides) to b before it is read. */
+static int charge_tensor(ptc_budget *b, const ptc_tensor *x, ptc_error *err)
+{
+    int64_t nb = ptc_tensor_nbytes(x);
+    return ptc_budget_charge(b, 0, nb >= 0 ? (uint64_t)nb : UINT64_MAX, err);
+}
+
+static int tensors_same(eqctx *q, const ptc_tensor *x, const ptc_tensor *y)
 {
     uint8_t hx[32], hy[32];
     int nd = ptc_tensor_ndim(x);
     if (ptc_tensor_dtype(x) != ptc_tensor_dtype(y) || nd != ptc_tensor_ndim(y) ||
         (nd && memcmp(ptc_tensor_shape(x), ptc_tensor_shape(y), (size_t)nd * sizeof(int64_t))))
         return 0;
+    if (charge_tensor(q->ba, x, &q->err) < 0 || charge_tensor(q->bb, y, &q->err) < 0) {
+        q->limited = 1;
+        q->budget = 0;
+        return 0;
+    }
     return ptc_tensor_sha256(x, hx, NULL) == 0 && ptc_tensor_sha256(y, hy, NULL) == 0 &&
            memcmp(hx, hy, 32) == 0;
 }
@@ -448,7 +477,7 @@ static int value_equal(eqctx *q, const ptc_value *a, const ptc_value *b)
         return dicts_equal(q, a, b);
     case PTC_VALUE_TENSOR:
         return ptc_value_tensor(a) && ptc_value_tensor(b) &&
-               tensors_same(ptc_value_tensor(a), ptc_value_tensor(b));
+               tensors_same(q, ptc_value_tensor(a), ptc_value_tensor(b));
     case PTC_VALUE_DTYPE:
         return ptc_value_dtype(a, &da) == 0 && ptc_value_dtype(b, &db) == 0 && da == db;
     case PTC_VALUE_DEVICE:
@@ -606,6 +635,8 @@ typedef struct differ {
     const struct options *opt;
     eqctx eq;
     ptc_error err;
+    const ptc_tensor *last_a, *last_b; /* the last tensor pair compared, and its result: a */
+    tresult last_r;                    /* tensor shared at many paths is read once */
     /* counts for the summary */
     size_t t_equal, t_differ, t_missing, t_extra, v_differ;
     json_t *jt, *jv; /* --json: the "tensors" and "values" arrays */
@@ -663,7 +694,12 @@ static int compare_elements(differ *df, const ptc_tensor *ta, const ptc_tensor *
         int real_a = ca == CL_REAL || ca == CL_INT, real_b = cb == CL_REAL || cb == CL_INT;
         if (!((real_a && real_b) || (ca == CL_COMPLEX && cb == CL_COMPLEX)))
             return 0;
-    } else if (nb > HASH_FIRST_BYTES) {
+    }
+    /* Charged before a byte is read: a stride-0 view of 2^40 elements is refused here. */
+    if ((rc = charge_tensor(df->eq.ba, ta, &df->err)) < 0 ||
+        (rc = charge_tensor(df->eq.bb, tb, &df->err)) < 0)
+        return rc;
+    if (!r->dtype_differs && nb > HASH_FIRST_BYTES) {
         uint8_t ha[32], hb[32];
         if ((rc = ptc_tensor_sha256(ta, ha, &df->err)) < 0 ||
             (rc = ptc_tensor_sha256(tb, hb, &df->err)) < 0)
@@ -673,6 +709,10 @@ static int compare_elements(differ *df, const ptc_tensor *ta, const ptc_tensor *
             r->exact = ca == CL_INT || ca == CL_OTHER;
             return 0;
         }
+        /* read again below */
+        if ((rc = charge_tensor(df->eq.ba, ta, &df->err)) < 0 ||
+            (rc = charge_tensor(df->eq.bb, tb, &df->err)) < 0)
+            return rc;
     }
     if ((rc = read_all(ta, &xa, &df->err)) < 0)
         return rc;
@@ -737,9 +777,9 @@ static void put_path(const node *n)
     if (n->len == 0)
         fputs("(root)", stdout);
     else
-        cli_escape_put(stdout, n->path, n->len, 0);
+        cli_escape_put(stdout, n->p.path, n->len, 0);
     if (n->occ > 0)
-        printf(" (occurrence %zu)", n->occ + 1);
+        printf(" (occurrence %zu)", (size_t)n->occ + 1);
 }
 
 /* One report line: "STATUS   PATH: detail" with detail raw text (escaped here). */
@@ -801,7 +841,7 @@ static void jput(differ *df, json_t *o, const char *key, json_t *v)
 static json_t *json_entry(differ *df, const node *n, const char *status)
 {
     json_t *o = json_object();
-    jput(df, o, "path", json_text(n->path, n->len));
+    jput(df, o, "path", json_text(n->p.path, n->len));
     if (n->occ > 0)
         jput(df, o, "occurrence", json_integer((json_int_t)n->occ + 1));
     jput(df, o, "status", json_string(status));
@@ -1004,10 +1044,24 @@ static int compare_pair(differ *df, const node *na, const node *nb)
 
     df->eq.budget = EQUAL_BUDGET;
     if (ka == PTC_VALUE_TENSOR && kb == PTC_VALUE_TENSOR) {
+        const ptc_tensor *ta = ptc_value_tensor(a), *tb = ptc_value_tensor(b);
         tresult r;
-        int rc = compare_tensors(df, ptc_value_tensor(a), ptc_value_tensor(b), &r);
-        if (rc < 0)
-            return rc;
+        if (ta && ta == df->last_a && tb == df->last_b) {
+            r = df->last_r;
+        } else {
+            int rc = compare_tensors(df, ta, tb, &r);
+            if (rc < 0) {
+                char msg[sizeof df->err.message];
+                snprintf(msg, sizeof msg, "comparing tensor %.64s%s: %.*s",
+                         na->len ? na->p.path : "(root)", na->len > 64 ? "..." : "",
+                         (int)sizeof msg - 128, df->err.message);
+                memcpy(df->err.message, msg, sizeof msg);
+                return rc;
+            }
+            df->last_a = ta;
+            df->last_b = tb;
+            df->last_r = r;
+        }
         report_tensors(df, na, nb, &r);
         return 0;
     }
@@ -1037,9 +1091,19 @@ static int compare_pair(differ *df, const node *na, const node *nb)
         render_value(&d, a);
         cli_buf_puts(&d, " vs ");
         render_value(&d, b);
+        if (df->eq.limited) {
+            cli_buf_free(&d);
+            df->err = df->eq.err;
+            return PTC_ELIMIT;
+        }
         if (df->eq.budget == 0)
             cli_buf_puts(&d, " (too large to compare)");
         report_value(df, na, nb, &d, 0);
+    }
+    if (df->eq.limited) {
+        cli_buf_free(&d);
+        df->err = df->eq.err;
+        return PTC_ELIMIT;
     }
     df->oom |= d.oom;
     cli_buf_free(&d);
@@ -1049,17 +1113,17 @@ static int compare_pair(differ *df, const node *na, const node *nb)
 /* ---- matching the two lists ----------------------------------------------------------------- */
 
 typedef struct pair {
-    const node *a, *b;
-    int order_side; /* 0: ordered by A's walk, 1: by B's (extra in B) */
-    size_t order;
+    const node *a, *b; /* ordered by A's walk, then what only B has by B's */
 } pair;
 
 static int cmp_pair_order(const void *pa, const void *pb)
 {
     const pair *x = pa, *y = pb;
-    if (x->order_side != y->order_side)
-        return x->order_side - y->order_side;
-    return x->order < y->order ? -1 : x->order > y->order;
+    int sx = x->a == NULL, sy = y->a == NULL;
+    if (sx != sy)
+        return sx - sy;
+    uint32_t ox = x->a ? x->a->seq : x->b->seq, oy = y->a ? y->a->seq : y->b->seq;
+    return ox < oy ? -1 : ox > oy;
 }
 
 static int cmp_node_key(const node *a, const node *b)
@@ -1080,11 +1144,11 @@ static pair *match(const side *sa, const side *sb, size_t *npairs)
     while (i < sa->n || j < sb->n) {
         int c = i == sa->n ? 1 : j == sb->n ? -1 : cmp_node_key(&sa->nodes[i], &sb->nodes[j]);
         if (c <= 0) {
-            p[n] = (pair){&sa->nodes[i], c == 0 ? &sb->nodes[j] : NULL, 0, sa->nodes[i].seq};
+            p[n] = (pair){&sa->nodes[i], c == 0 ? &sb->nodes[j] : NULL};
             i++;
             j += c == 0;
         } else {
-            p[n] = (pair){NULL, &sb->nodes[j], 1, sb->nodes[j].seq};
+            p[n] = (pair){NULL, &sb->nodes[j]};
             j++;
         }
         n++;
@@ -1127,8 +1191,9 @@ static int parse_tolerance(const char *name, const char *text, double *out)
 
 static int parse_options(int argc, char **argv, struct options *opt, int *done)
 {
-    enum { OPT_RTOL = 256, OPT_ATOL, OPT_JSON };
+    enum { OPT_RTOL = 256, OPT_ATOL, OPT_JSON, OPT_BUDGET };
     static const struct option longopts[] = {
+        {"budget", required_argument, NULL, OPT_BUDGET},
         {"rtol", required_argument, NULL, OPT_RTOL},
         {"atol", required_argument, NULL, OPT_ATOL},
         {"json", no_argument, NULL, OPT_JSON},
@@ -1153,6 +1218,10 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
         case OPT_JSON:
             opt->json = 1;
             break;
+        case OPT_BUDGET:
+            if ((status = cli_parse_budget(optarg, &opt->budget)) != CLI_EXIT_OK)
+                return status;
+            break;
         case 'h':
             fputs(usage_text, stdout);
             *done = 1;
@@ -1169,7 +1238,7 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
     return CLI_EXIT_OK;
 }
 
-static int open_side(side *s, const char *file)
+static int open_side(side *s, const char *file, uint64_t budget)
 {
     ptc_open_params params;
     ptc_error err;
@@ -1180,8 +1249,10 @@ static int open_side(side *s, const char *file)
     if (rc < 0)
         return report_file(file, rc, &err);
     s->safetensors = ptc_ckpt_format(s->c) == PTC_FORMAT_SAFETENSORS;
+    ptc_budget_init(&s->budget, s->c, budget);
     if ((rc = list_side(s)) < 0) {
-        snprintf(err.message, sizeof err.message, "listing the values: %s", ptc_strerror(rc));
+        snprintf(err.message, sizeof err.message, "listing the values: %.*s",
+                 (int)sizeof err.message - 32, s->err.message[0] ? s->err.message : ptc_strerror(rc));
         return report_file(file, rc, &err);
     }
     return CLI_EXIT_OK;
@@ -1223,7 +1294,7 @@ int cmd_diff(int argc, char **argv)
 {
     struct options opt;
     side sa = {0}, sb = {0};
-    differ df = {.opt = &opt, .eq = {EQUAL_BUDGET, 1}};
+    differ df = {.opt = &opt, .eq = {.budget = EQUAL_BUDGET, .kinds = 1}};
     pair *pairs = NULL;
     size_t npairs = 0;
     cli_progress progress = {0};
@@ -1232,10 +1303,12 @@ int cmd_diff(int argc, char **argv)
     int status = parse_options(argc, argv, &opt, &done);
     if (status != CLI_EXIT_OK || done)
         return status;
-    if ((status = open_side(&sa, opt.a)) != CLI_EXIT_OK ||
-        (status = open_side(&sb, opt.b)) != CLI_EXIT_OK)
+    if ((status = open_side(&sa, opt.a, opt.budget)) != CLI_EXIT_OK ||
+        (status = open_side(&sb, opt.b, opt.budget)) != CLI_EXIT_OK)
         goto done;
     df.eq.kinds = !sa.safetensors && !sb.safetensors;
+    df.eq.ba = &sa.budget;
+    df.eq.bb = &sb.budget;
     if (opt.json && (!(df.jt = json_array()) || !(df.jv = json_array()))) {
         rc = PTC_ENOMEM;
         goto fail;
@@ -1282,7 +1355,7 @@ fail:
         cli_error("out of memory");
         status = CLI_EXIT_NOMEM;
     } else {
-        status = cli_report(rc, &df.err);
+        status = cli_report_budget(rc, &df.err);
     }
 done:
     cli_progress_end(&progress);

@@ -6,7 +6,9 @@
  * storage each one views and which of them share one; and the other values (ints, strings, None,
  * dtypes ...) found by a walk of the value tree of our own, with the same path rules. Text output
  * is for people; --json prints one object whose schema is documented in ptc-inspect(1) and kept
- * stable.
+ * stable. That object is written as a stream, entry by entry (a 5 MB file can list five million
+ * values): a first walk checks and counts, and one walk per array then writes its entries, so
+ * that memory stays that of the loaded file plus one entry.
  *
  * Every byte that came from the file (keys, strings, storage keys, the prefix) is escaped before it
  * is printed (cli_escape_*). In JSON, jansson escapes C0 controls, cli_put_json_text the C1
@@ -45,10 +47,11 @@ struct options {
     int json;
     int hash;
     int values;
+    uint64_t budget; /* --budget BYTES, 0 for the default */
     const char *path;
 };
 
-/* One tensor as ptc_walk_next reported it. */
+/* One tensor of the text listing, as ptc_walk_next reported it. */
 typedef struct row {
     char *path; /* owned copy: the walk's pointer lives only until its next call */
     const ptc_tensor *t;
@@ -56,13 +59,66 @@ typedef struct row {
     uint8_t sha256[32];
 } row;
 
+/* A container (dict, list or tuple with items) of the tree, for --json's walk: how many times the
+ * tree reaches it and, once listed, where it was first met and what its subtree added. */
+typedef struct shared {
+    const ptc_value *v;
+    uint32_t refs;               /* times the tree reaches it; 2 or more: shared */
+    int listed;                  /* LISTED_*: once listed, later meetings are {"$ref"} entries */
+    int has_tensors, has_values; /* its listing added tensor rows, value entries */
+    char *tpath, *vpath;         /* its first path: ptc_walk's rules, the value listing's */
+    uint64_t ntensors, numel, nbytes; /* what its subtree adds to the totals */
+} shared;
+
+enum { LISTED_NOT, LISTED_OPEN, LISTED_DONE }; /* shared.listed: not yet, being listed, listed */
+
+typedef struct shared_map {
+    shared *e;
+    size_t cap, n; /* cap: 0 or a power of two */
+} shared_map;
+
+/* --json --hash: a tensor to hash, once however many paths reach it. */
+typedef struct digest {
+    const ptc_tensor *t;
+    char path[65]; /* its first path, as much of it as an error message shows */
+    uint8_t sha256[32];
+} digest;
+
+typedef struct digest_set {
+    digest *d; /* in the order the walk first meets them */
+    size_t n, capd;
+    size_t *slot; /* open addressing on the tensor pointer: index in d + 1, 0 when empty */
+    size_t cap;   /* 0 or a power of two */
+} digest_set;
+
 typedef struct inspect {
     const struct options *opt;
     ptc_ckpt *c;
-    row *rows;
+    ptc_budget budget; /* every walk, rendering and hash below is charged to it */
+    row *rows; /* text output: the tensors */
     size_t nrows;
     size_t caprows;
+    uint64_t tot_tensors, tot_numel, tot_bytes; /* --json: totals with the $ref rows expanded */
+    size_t ntrows;                              /* --json: entries of "tensors" */
+    shared_map shared;                          /* --json: the containers of the tree */
+    digest_set digests;                         /* --json --hash: the tensors, each once */
 } inspect;
+
+/* The budget charged by render() and json_value(), which recurse through a value's items, and
+ * why it ran out (the CLI is single-threaded; cmd_inspect sets it and clears it). */
+static ptc_budget *render_budget;
+static ptc_error render_err;
+static int render_failed;
+
+/* 1 when rendering may go on: charges one node to the budget. */
+static int render_charge(void)
+{
+    if (render_failed)
+        return 0;
+    if (render_budget && ptc_budget_charge(render_budget, 1, 0, &render_err) < 0)
+        render_failed = 1;
+    return !render_failed;
+}
 
 /* The container's name as the JSON and text outputs spell it. */
 static const char *format_name(const ptc_ckpt *c)
@@ -76,7 +132,7 @@ static const char *format_name(const ptc_ckpt *c)
 }
 
 static const char usage_text[] =
-    "usage: ptc inspect [--json] [--hash] [--no-values] FILE\n"
+    "usage: ptc inspect [--json] [--hash] [--no-values] [--budget BYTES] FILE\n"
     "\n"
     "Show what a PyTorch checkpoint holds: its format, its storages, every tensor (path, dtype,\n"
     "shape, size, which tensors share a storage) and the other values (numbers, strings, ...).\n"
@@ -87,6 +143,10 @@ static const char usage_text[] =
     "  --json       print one JSON object instead of text (schema in ptc-inspect(1))\n"
     "  --hash       add the SHA-256 of each tensor's data (reads every byte)\n"
     "  --no-values  list the tensors only, not the other values\n"
+    "  --budget BYTES\n"
+    "               tensor bytes that --hash may read (4G, 512M, ...; default 64 x the file's\n"
+    "               size + 1 GiB); the nodes visited are bounded by 16 x the pickle's opcodes\n"
+    "               + 1,000,000\n"
     "  -h, --help   show this help\n";
 
 /* ---- rendering values as one line of text ----------------------------------------------------
@@ -304,8 +364,9 @@ static void render(cli_buf *b, const ptc_value *v, int depth, unsigned flags)
     ptc_dtype dt;
     int64_t index;
 
-    if (depth > INLINE_MAX_DEPTH && (k == PTC_VALUE_TUPLE || k == PTC_VALUE_LIST ||
-                                     k == PTC_VALUE_DICT || k == PTC_VALUE_SET)) {
+    if (!render_charge() ||
+        (depth > INLINE_MAX_DEPTH && (k == PTC_VALUE_TUPLE || k == PTC_VALUE_LIST ||
+                                      k == PTC_VALUE_DICT || k == PTC_VALUE_SET))) {
         cli_buf_puts(b, "...");
         return;
     }
@@ -483,6 +544,84 @@ static int json_push(json_t *arr, json_t *val)
     return json_array_append_new(arr, val) == 0 ? 0 : -1;
 }
 
+/* ---- the --json document, written as a stream -------------------------------------------------
+ * The document is never built whole: its arrays can hold millions of entries (a list of five
+ * million None is a 5 MB file). Each entry is built as a small jansson object, dumped and freed;
+ * the braces, brackets, commas and keys around the entries are written here, so that the bytes
+ * are those json_dumps(root, JSON_FLAGS) would give for the whole document. */
+#define JSON_FLAGS (JSON_INDENT(JSON_STEP) | JSON_PRESERVE_ORDER)
+#define JSON_STEP 2 /* spaces per nesting level, as JSON_INDENT(2) indents */
+
+/* A line break, then the indentation of nesting level depth. */
+static void json_newline(int depth)
+{
+    static const char spaces[] = "\n                                ";
+    size_t n = 1 + (size_t)depth * JSON_STEP; /* the document nests 3 levels deep at most */
+    fwrite(spaces, 1, n < sizeof spaces - 1 ? n : sizeof spaces - 1, stdout);
+}
+
+/* Writes j at nesting level depth of the document and frees it; -1 when j is NULL or out of
+ * memory. json_dumps indents j as a document of its own, so each of its line breaks (all
+ * structural: JSON strings hold none) gets depth levels more. jansson keeps UTF-8 and escapes C0
+ * controls; cli_put_json_text escapes the other characters a terminal would act on. */
+static int json_write(json_t *j, int depth)
+{
+    char *text = j ? json_dumps(j, JSON_FLAGS | JSON_ENCODE_ANY) : NULL;
+    json_decref(j);
+    if (!text)
+        return -1;
+    const char *p = text;
+    for (;;) {
+        const char *nl = strchr(p, '\n');
+        cli_put_json_text(stdout, p, nl ? (size_t)(nl - p) : strlen(p));
+        if (!nl)
+            break;
+        json_newline(depth);
+        p = nl + 1;
+    }
+    free(text);
+    return 0;
+}
+
+/* The next member of the document (nesting level 1): its key, ready for its value. */
+static void json_member(size_t *nmembers, const char *key)
+{
+    fputs((*nmembers)++ ? "," : "{", stdout);
+    json_newline(1);
+    printf("\"%s\": ", key);
+}
+
+/* An array of the document, written entry by entry. */
+typedef struct json_stream {
+    int depth; /* the array's nesting level */
+    size_t n;  /* entries written */
+} json_stream;
+
+static void json_stream_open(json_stream *a, size_t *nmembers, const char *key)
+{
+    json_member(nmembers, key);
+    fputs("[", stdout);
+    *a = (json_stream){.depth = 1};
+}
+
+/* Writes e as the array's next entry and frees it; -1 when e is NULL or out of memory. */
+static int json_stream_put(json_stream *a, json_t *e)
+{
+    if (!e)
+        return -1;
+    if (a->n++)
+        putchar(',');
+    json_newline(a->depth + 1);
+    return json_write(e, a->depth + 1);
+}
+
+static void json_stream_close(json_stream *a)
+{
+    if (a->n)
+        json_newline(a->depth);
+    putchar(']');
+}
+
 static json_t *json_value(const ptc_value *v, int depth);
 
 static json_t *json_items(const ptc_value *v, int depth)
@@ -511,6 +650,8 @@ static json_t *json_value(const ptc_value *v, int depth)
     size_t len;
     json_t *j;
 
+    if (!render_charge())
+        return json_null(); /* the walk reports the exceeded budget */
     switch (k) {
     case PTC_VALUE_NONE:
         return json_null();
@@ -591,12 +732,18 @@ static json_t *json_value(const ptc_value *v, int depth)
 
 /* ---- the value walk ------------------------------------------------------------------------- */
 
+/* What one --json walk of the tree does (walk_json): the first counts and charges, writes nothing;
+ * each of the others writes the entries of one array of the document. */
+enum { JW_SCAN, JW_TENSORS, JW_VALUES, JW_METADATA };
+
 typedef struct value_sink {
     const struct options *opt;
-    json_t *values;   /* --json: the "values" array */
-    json_t *metadata; /* --json: the "metadata" array */
-    size_t count;     /* lines or entries emitted, metadata included */
-    int truncated;    /* stopped after MAX_VALUE_VISITS */
+    int mode;           /* --json: JW_* */
+    json_stream *array; /* --json: the array the walk writes to */
+    size_t count;       /* lines or entries emitted, metadata included (JW_SCAN with --json) */
+    size_t nvalues;     /* --json, JW_SCAN: entries of "values" */
+    size_t nmeta;       /* --json, JW_SCAN: entries of "metadata" */
+    int truncated;      /* stopped after MAX_VALUE_VISITS */
     int oom;
     cli_buf line;
 } value_sink;
@@ -613,11 +760,23 @@ static void emit_leaf(value_sink *out, const cli_buf *path, const ptc_value *v)
 {
     out->count++;
     if (out->opt->json) {
+        if (out->mode == JW_SCAN) {
+            /* Rendered and dropped: the scan charges the budget as the written entry will. */
+            json_t *j = json_value(v, 0);
+            out->nvalues++;
+            out->oom |= !j;
+            json_decref(j);
+            return;
+        }
+        if (out->mode != JW_VALUES)
+            return;
         json_t *e = json_object();
         if (!e || json_put(e, "path", json_text(cli_buf_str(path), path->len)) < 0 ||
             json_put(e, "type", json_string(kind_name(ptc_value_kind_of(v)))) < 0 ||
-            json_put(e, "value", json_value(v, 0)) < 0 || json_push(out->values, e) < 0) {
+            json_put(e, "value", json_value(v, 0)) < 0) {
             json_decref(e);
+            out->oom = 1;
+        } else if (json_stream_put(out->array, e) < 0) {
             out->oom = 1;
         }
         return;
@@ -644,13 +803,18 @@ static void emit_attrs(value_sink *out, const cli_buf *path, const ptc_value *at
 
     out->count++;
     if (out->opt->json) {
+        if (out->mode == JW_SCAN)
+            out->nmeta++;
+        if (out->mode != JW_METADATA)
+            return;
         json_t *e = json_object();
         json_t *jmodules = has_modules ? json_integer((json_int_t)modules) : json_null();
         if (!e || json_put(e, "path", json_text(cli_buf_str(path), path->len)) < 0 ||
             json_put(e, "modules", jmodules) < 0 ||
-            json_put(e, "attributes", json_integer((json_int_t)nattrs)) < 0 ||
-            json_push(out->metadata, e) < 0) {
+            json_put(e, "attributes", json_integer((json_int_t)nattrs)) < 0) {
             json_decref(e);
+            out->oom = 1;
+        } else if (json_stream_put(out->array, e) < 0) {
             out->oom = 1;
         }
         return;
@@ -753,7 +917,7 @@ static void walk_values(value_sink *out, const ptc_value *root)
                 v = ptc_value_item(f->v, i);
             }
         }
-        if (!v)
+        if (!v || !render_charge())
             break;
         if (++visits > MAX_VALUE_VISITS) {
             out->truncated = 1;
@@ -787,6 +951,25 @@ static char *copy_str(const char *s)
     return d;
 }
 
+static int add_row(inspect *in, const char *path, const ptc_tensor *t)
+{
+    if (in->nrows == in->caprows) {
+        size_t ncap = in->caprows ? in->caprows * 2 : 64;
+        row *nr = realloc(in->rows, ncap * sizeof *nr);
+        if (!nr)
+            return PTC_ENOMEM;
+        in->rows = nr;
+        in->caprows = ncap;
+    }
+    char *copy = copy_str(path ? path : "");
+    if (!copy)
+        return PTC_ENOMEM;
+    in->rows[in->nrows++] = (row){.path = copy, .t = t, .shared_with = NO_ROW};
+    return 0;
+}
+
+/* The text listing's tensors: every path ptc_walk reports (a tensor reached twice is listed
+ * twice), the walk charged to the budget. */
 static int collect_tensors(inspect *in, ptc_error *err)
 {
     ptc_walk *w = NULL;
@@ -795,35 +978,415 @@ static int collect_tensors(inspect *in, ptc_error *err)
     int rc = ptc_walk_new(&w, ptc_ckpt_root(in->c), err);
     if (rc < 0)
         return rc;
+    ptc_walk_set_budget(w, &in->budget);
     while ((rc = ptc_walk_next(w, &path, &t)) > 0) {
-        if (!t)
-            continue;
-        if (in->nrows == in->caprows) {
-            size_t ncap = in->caprows ? in->caprows * 2 : 64;
-            row *nr = realloc(in->rows, ncap * sizeof *nr);
-            if (!nr) {
+        if (t && (rc = add_row(in, path, t)) < 0)
+            break;
+    }
+    if (rc < 0 && err) {
+        const ptc_error *we = ptc_walk_error(w);
+        if (we && we->code == rc && we->message[0]) {
+            *err = *we;
+            if (rc == PTC_ELIMIT) {
+                char msg[sizeof err->message];
+                snprintf(msg, sizeof msg, "listing the tensors: %.*s", (int)sizeof msg - 32,
+                         we->message);
+                memcpy(err->message, msg, sizeof msg);
+            }
+        } else {
+            err->code = rc;
+            err->offset = -1;
+            err->member[0] = '\0';
+            snprintf(err->message, sizeof err->message, "listing the tensors: %s",
+                     ptc_strerror(rc));
+        }
+    }
+    ptc_walk_free(w);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- the --json walk: shared containers listed once -------------------------------------------
+ * A container with items that the tree reaches from more than one place (a memo DAG: the same
+ * tuple twice in a tuple, twenty levels deep) is listed where the walk first meets it; each later
+ * meeting is one {"path": P, "$ref": FIRST} entry, in "tensors" when the container's listing held
+ * tensors and in "values" when it held other values. Paths follow the rules of each array. */
+
+static size_t ptr_hash(const void *p, size_t cap)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdULL;
+    x ^= x >> 33;
+    return (size_t)x & (cap - 1);
+}
+
+/* v's entry; when absent, NULL, or with insert a new entry (refs 0; NULL when out of memory). */
+static shared *shared_find(shared_map *m, const ptc_value *v, int insert)
+{
+    if (insert && (m->n + 1) * 2 > m->cap) {
+        size_t ncap = m->cap ? m->cap * 2 : 1024;
+        shared *ne = calloc(ncap, sizeof *ne);
+        if (!ne)
+            return NULL;
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->e[i].v)
+                continue;
+            size_t j = ptr_hash(m->e[i].v, ncap);
+            while (ne[j].v)
+                j = (j + 1) & (ncap - 1);
+            ne[j] = m->e[i];
+        }
+        free(m->e);
+        m->e = ne;
+        m->cap = ncap;
+    }
+    if (m->cap == 0)
+        return NULL;
+    size_t j = ptr_hash(v, m->cap);
+    while (m->e[j].v && m->e[j].v != v)
+        j = (j + 1) & (m->cap - 1);
+    if (m->e[j].v)
+        return &m->e[j];
+    if (!insert)
+        return NULL;
+    m->e[j] = (shared){.v = v};
+    m->n++;
+    return &m->e[j];
+}
+
+static void shared_free(shared_map *m)
+{
+    for (size_t i = 0; i < m->cap; i++) {
+        free(m->e[i].tpath);
+        free(m->e[i].vpath);
+    }
+    free(m->e);
+    *m = (shared_map){0};
+}
+
+/* t's digest; when absent, NULL, or with insert a new one (*added set; NULL when out of
+ * memory). */
+static digest *digest_find(digest_set *m, const ptc_tensor *t, int insert, int *added)
+{
+    if (added)
+        *added = 0;
+    if (insert && (m->n + 1) * 2 > m->cap) {
+        size_t ncap = m->cap ? m->cap * 2 : 1024;
+        size_t *ns = calloc(ncap, sizeof *ns);
+        if (!ns)
+            return NULL;
+        for (size_t i = 0; i < m->cap; i++) {
+            if (!m->slot[i])
+                continue;
+            size_t j = ptr_hash(m->d[m->slot[i] - 1].t, ncap);
+            while (ns[j])
+                j = (j + 1) & (ncap - 1);
+            ns[j] = m->slot[i];
+        }
+        free(m->slot);
+        m->slot = ns;
+        m->cap = ncap;
+    }
+    if (m->cap == 0)
+        return NULL;
+    size_t j = ptr_hash(t, m->cap);
+    while (m->slot[j] && m->d[m->slot[j] - 1].t != t)
+        j = (j + 1) & (m->cap - 1);
+    if (m->slot[j])
+        return &m->d[m->slot[j] - 1];
+    if (!insert)
+        return NULL;
+    if (m->n == m->capd) {
+        size_t ncap = m->capd ? m->capd * 2 : 64;
+        digest *nd = realloc(m->d, ncap * sizeof *nd);
+        if (!nd)
+            return NULL;
+        m->d = nd;
+        m->capd = ncap;
+    }
+    m->d[m->n] = (digest){.t = t};
+    m->slot[j] = ++m->n;
+    if (added)
+        *added = 1;
+    return &m->d[m->n - 1];
+}
+
+static void digest_free(digest_set *m)
+{
+    free(m->d);
+    free(m->slot);
+    *m = (digest_set){0};
+}
+
+static int is_listed_container(const ptc_value *v)
+{
+    return v && is_container(ptc_value_kind_of(v)) && ptc_value_len(v) > 0;
+}
+
+static const ptc_value *child_of(const ptc_value *v, size_t i)
+{
+    return ptc_value_kind_of(v) == PTC_VALUE_DICT ? ptc_dict_value(v, i) : ptc_value_item(v, i);
+}
+
+/* How many times the tree reaches each container: each distinct one is expanded once. */
+static int count_refs(inspect *in, const ptc_value *root, ptc_error *err)
+{
+    const ptc_value **stack = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    if (!is_listed_container(root))
+        return 0;
+    shared *e = shared_find(&in->shared, root, 1);
+    if (!e)
+        return PTC_ENOMEM;
+    e->refs = 1;
+    const ptc_value *v = root;
+    while (v && rc == 0) {
+        size_t len = ptc_value_len(v);
+        for (size_t i = 0; i < len && rc == 0; i++) {
+            const ptc_value *c = child_of(v, i);
+            if (!is_listed_container(c))
+                continue;
+            if ((rc = ptc_budget_charge(&in->budget, 1, 0, err)) < 0)
+                break;
+            if (!(e = shared_find(&in->shared, c, 1))) {
                 rc = PTC_ENOMEM;
                 break;
             }
-            in->rows = nr;
-            in->caprows = ncap;
+            if (e->refs++ > 0)
+                continue;
+            if (n == cap) {
+                size_t ncap = cap ? cap * 2 : 64;
+                const ptc_value **ns = realloc(stack, ncap * sizeof *ns);
+                if (!ns) {
+                    rc = PTC_ENOMEM;
+                    break;
+                }
+                stack = ns;
+                cap = ncap;
+            }
+            stack[n++] = c;
         }
-        char *copy = copy_str(path ? path : "");
-        if (!copy) {
+        v = n > 0 ? stack[--n] : NULL;
+    }
+    free(stack);
+    return rc;
+}
+
+static uint64_t sat_sub(uint64_t now, uint64_t before)
+{
+    return now == UINT64_MAX ? UINT64_MAX : now - before;
+}
+
+static void add_totals(inspect *in, uint64_t ntensors, uint64_t numel, uint64_t nbytes)
+{
+    in->tot_tensors = cli_add_sat(in->tot_tensors, ntensors);
+    in->tot_numel = cli_add_sat(in->tot_numel, numel);
+    in->tot_bytes = cli_add_sat(in->tot_bytes, nbytes);
+}
+
+static json_t *json_tensor(inspect *in, const char *path, const ptc_tensor *t);
+
+typedef struct jframe {
+    const ptc_value *v;
+    size_t i, n;
+    size_t tlen, vlen; /* lengths of v's tensor path and value path */
+    int is_root;
+    shared *sh; /* v's entry when it is shared, else NULL */
+    size_t rows0, count0;
+    uint64_t ntensors0, numel0, nbytes0;
+} jframe;
+
+/* A shared container met again: its {"$ref"} entries, and (JW_SCAN) its subtree's totals. One met
+ * again inside its own listing (a cycle) has no entries yet: it adds nothing. */
+static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_buf *tpath,
+                    const cli_buf *vpath)
+{
+    if (sh->listed != LISTED_DONE)
+        return 0;
+    int value_ref = sh->has_values && in->opt->values && !out->truncated;
+    json_t *e;
+    switch (out->mode) {
+    case JW_SCAN:
+        add_totals(in, sh->ntensors, sh->numel, sh->nbytes);
+        in->ntrows += sh->has_tensors != 0;
+        if (value_ref) {
+            out->count++;
+            out->nvalues++;
+        }
+        return 0;
+    case JW_TENSORS:
+        if (!sh->has_tensors)
+            return 0;
+        e = json_object();
+        if (!e || json_put(e, "path", json_cstr(cli_buf_str(tpath))) < 0 ||
+            json_put(e, "$ref", json_cstr(sh->tpath)) < 0) {
+            json_decref(e);
+            return PTC_ENOMEM;
+        }
+        return json_stream_put(out->array, e) < 0 ? PTC_ENOMEM : 0;
+    case JW_VALUES:
+        if (!value_ref)
+            return 0;
+        e = json_object();
+        if (!e || json_put(e, "path", json_text(cli_buf_str(vpath), vpath->len)) < 0 ||
+            json_put(e, "$ref", json_cstr(sh->vpath)) < 0) {
+            json_decref(e);
+            return PTC_ENOMEM;
+        }
+        return json_stream_put(out->array, e) < 0 ? PTC_ENOMEM : 0;
+    }
+    return 0;
+}
+
+/* A tensor met at path tpath: JW_SCAN adds it to the totals (and with --hash to the tensors to
+ * hash, once each), JW_TENSORS writes its entry. */
+static int emit_tensor(inspect *in, value_sink *out, const cli_buf *tpath, const ptc_tensor *t)
+{
+    if (out->mode == JW_TENSORS)
+        return json_stream_put(out->array, json_tensor(in, cli_buf_str(tpath), t)) < 0
+                   ? PTC_ENOMEM
+                   : 0;
+    if (out->mode != JW_SCAN)
+        return 0;
+    int64_t ne = ptc_tensor_numel(t), nb = ptc_tensor_nbytes(t);
+    add_totals(in, 1, ne > 0 ? (uint64_t)ne : 0, nb > 0 ? (uint64_t)nb : 0);
+    in->ntrows++;
+    if (in->opt->hash) {
+        int added;
+        digest *d = digest_find(&in->digests, t, 1, &added);
+        if (!d)
+            return PTC_ENOMEM;
+        if (added) {
+            const char *p = cli_buf_str(tpath);
+            size_t n = strnlen(p, sizeof d->path - 1);
+            memcpy(d->path, p, n);
+            d->path[n] = '\0';
+        }
+    }
+    return 0;
+}
+
+/* One --json walk of the tree, with the tensor paths of ptc_walk (shared containers once) and the
+ * value paths of walk_values. JW_SCAN walks first: it charges the budget (the only walk that
+ * does), counts the entries and the totals, and learns what each shared container holds; each
+ * later walk, the same steps in the same order, writes the entries of one array. */
+static int walk_json(inspect *in, value_sink *out, ptc_error *err)
+{
+    const ptc_value *v = ptc_ckpt_root(in->c);
+    cli_buf tpath = {0}, vpath = {0};
+    jframe *st = NULL;
+    size_t nst = 0, cap = 0, visits = 0;
+    int scan = out->mode == JW_SCAN;
+    int is_root = 1, values = in->opt->values;
+    int rc = 0;
+
+    if (scan)
+        rc = count_refs(in, v, err);
+    else
+        for (size_t i = 0; i < in->shared.cap; i++)
+            in->shared.e[i].listed = 0;
+    if (v && rc == 0 && !render_charge())
+        rc = PTC_ELIMIT;
+    while (v && rc == 0) {
+        ptc_value_kind k = ptc_value_kind_of(v);
+        shared *sh = is_listed_container(v) ? shared_find(&in->shared, v, 0) : NULL;
+        if (sh && sh->refs < 2)
+            sh = NULL;
+        if (sh && sh->listed) {
+            rc = emit_ref(in, out, sh, &tpath, &vpath);
+        } else if (k == PTC_VALUE_TENSOR) {
+            const ptc_tensor *t = ptc_value_tensor(v);
+            if (t)
+                rc = emit_tensor(in, out, &tpath, t);
+        } else {
+            if (k == PTC_VALUE_DICT && values && !out->truncated && ptc_dict_attrs(v))
+                emit_attrs(out, &vpath, ptc_dict_attrs(v));
+            if (is_listed_container(v)) {
+                if (nst == cap) {
+                    size_t ncap = cap ? cap * 2 : 32;
+                    jframe *ns = realloc(st, ncap * sizeof *ns);
+                    if (!ns) {
+                        rc = PTC_ENOMEM;
+                        break;
+                    }
+                    st = ns;
+                    cap = ncap;
+                }
+                if (sh) {
+                    sh->listed = LISTED_OPEN;
+                    if (scan) {
+                        sh->tpath = copy_str(cli_buf_str(&tpath));
+                        sh->vpath = copy_str(cli_buf_str(&vpath));
+                        if (!sh->tpath || !sh->vpath) {
+                            rc = PTC_ENOMEM;
+                            break;
+                        }
+                    }
+                }
+                st[nst++] = (jframe){v,           0,           ptc_value_len(v), tpath.len,
+                                     vpath.len,   is_root,     sh,               in->ntrows,
+                                     out->count,  in->tot_tensors, in->tot_numel, in->tot_bytes};
+            } else if (values && !out->truncated) {
+                emit_leaf(out, &vpath, v); /* scalars, sets, sizes, and empty containers */
+            }
+        }
+        if (rc == 0 && (out->oom || tpath.oom || vpath.oom))
             rc = PTC_ENOMEM;
+        if (rc < 0 || render_failed)
             break;
+
+        /* The next item: the first unlisted item of the innermost unfinished container. */
+        v = NULL;
+        while (nst > 0 && !v) {
+            jframe *f = &st[nst - 1];
+            if (f->i == f->n) {
+                if (f->sh && scan) {
+                    f->sh->has_tensors = in->ntrows > f->rows0;
+                    f->sh->has_values = out->count > f->count0;
+                    f->sh->ntensors = sat_sub(in->tot_tensors, f->ntensors0);
+                    f->sh->numel = sat_sub(in->tot_numel, f->numel0);
+                    f->sh->nbytes = sat_sub(in->tot_bytes, f->nbytes0);
+                }
+                if (f->sh)
+                    f->sh->listed = LISTED_DONE;
+                nst--;
+                continue;
+            }
+            size_t i = f->i++;
+            const ptc_value *c = child_of(f->v, i);
+            if (!c)
+                continue;
+            int dict = ptc_value_kind_of(f->v) == PTC_VALUE_DICT;
+            cli_buf_truncate(&tpath, f->tlen);
+            if (f->tlen)
+                cli_buf_puts(&tpath, ".");
+            cli_buf_truncate(&vpath, f->vlen);
+            if (!f->is_root)
+                cli_buf_puts(&vpath, ".");
+            if (dict) {
+                cli_key_text(&tpath, ptc_dict_key(f->v, i));
+                append_key(&vpath, ptc_dict_key(f->v, i));
+            } else {
+                cli_buf_printf(&tpath, "%zu", i);
+                cli_buf_printf(&vpath, "%zu", i);
+            }
+            v = c;
         }
-        in->rows[in->nrows++] = (row){.path = copy, .t = t, .shared_with = NO_ROW};
+        if (v && !render_charge())
+            break;
+        if (v && ++visits > MAX_VALUE_VISITS)
+            out->truncated = 1;
+        is_root = 0;
     }
-    ptc_walk_free(w);
-    if (rc < 0 && err) {
-        /* ptc_walk_next gives a code but no detail. */
-        err->code = rc;
-        err->offset = -1;
-        err->member[0] = '\0';
-        snprintf(err->message, sizeof err->message, "listing the tensors: %s", ptc_strerror(rc));
-    }
-    return rc < 0 ? rc : 0;
+    if (rc == 0 && render_failed)
+        rc = PTC_ELIMIT;
+    if (rc == PTC_ELIMIT && render_failed && err)
+        *err = render_err;
+    free(st);
+    cli_buf_free(&tpath);
+    cli_buf_free(&vpath);
+    return rc;
 }
 
 typedef struct by_storage {
@@ -848,7 +1411,7 @@ static int find_sharing(inspect *in)
     if (!s)
         return PTC_ENOMEM;
     for (size_t i = 0; i < in->nrows; i++)
-        s[i] = (by_storage){(uintptr_t)ptc_tensor_storage(in->rows[i].t), i};
+        s[i] = (by_storage){in->rows[i].t ? (uintptr_t)ptc_tensor_storage(in->rows[i].t) : 0, i};
     qsort(s, in->nrows, sizeof *s, cmp_by_storage);
     for (size_t i = 1; i < in->nrows; i++) {
         if (s[i].storage == 0 || s[i].storage != s[i - 1].storage)
@@ -862,13 +1425,72 @@ static int find_sharing(inspect *in)
     return 0;
 }
 
+/* The digest of every tensor row. A tensor listed at several paths is read once (the rows are
+ * matched by tensor pointer); each read is charged to the budget, numel x element size whatever
+ * the strides, before a byte is read: a stride-0 view of 2^40 elements is refused, not hashed. */
+static int hash_one(inspect *in, const ptc_tensor *t, const char *path, uint8_t sha256[32],
+                    ptc_error *err)
+{
+    int64_t nb = ptc_tensor_nbytes(t);
+    int rc = ptc_budget_charge(&in->budget, 0, nb >= 0 ? (uint64_t)nb : UINT64_MAX, err);
+    if (rc < 0) {
+        char msg[sizeof err->message];
+        snprintf(msg, sizeof msg, "hashing tensor %.64s (%" PRId64 " bytes): %.*s",
+                 path[0] ? path : "(root)", nb, (int)sizeof msg - 128, err->message);
+        memcpy(err->message, msg, sizeof msg);
+        return rc;
+    }
+    return ptc_tensor_sha256(t, sha256, err);
+}
+
 static int hash_tensors(inspect *in, ptc_error *err)
 {
     cli_progress p;
     int rc = 0;
+    by_storage *s = malloc((in->nrows ? in->nrows : 1) * sizeof *s);
+    size_t *first = malloc((in->nrows ? in->nrows : 1) * sizeof *first);
+    if (!s || !first) {
+        free(s);
+        free(first);
+        return PTC_ENOMEM;
+    }
+    for (size_t i = 0; i < in->nrows; i++) {
+        s[i] = (by_storage){(uintptr_t)in->rows[i].t, i};
+        first[i] = i;
+    }
+    qsort(s, in->nrows, sizeof *s, cmp_by_storage);
+    for (size_t i = 1; i < in->nrows; i++)
+        if (s[i].storage == s[i - 1].storage)
+            first[s[i].row] = first[s[i - 1].row];
+    free(s);
+
     cli_progress_start(&p, "hashing tensors", in->nrows);
     for (size_t i = 0; i < in->nrows && rc == 0; i++) {
-        rc = ptc_tensor_sha256(in->rows[i].t, in->rows[i].sha256, err);
+        row *r = &in->rows[i];
+        if (!r->t)
+            continue;
+        if (first[i] != i) {
+            memcpy(r->sha256, in->rows[first[i]].sha256, sizeof r->sha256);
+            continue;
+        }
+        rc = hash_one(in, r->t, r->path, r->sha256, err);
+        cli_progress_update(&p, i + 1);
+    }
+    cli_progress_end(&p);
+    free(first);
+    return rc;
+}
+
+/* --json --hash: the digest of each tensor the scan met, in the order it met them (the order in
+ * which hash_tensors goes through the rows). */
+static int hash_digests(inspect *in, ptc_error *err)
+{
+    cli_progress p;
+    int rc = 0;
+    cli_progress_start(&p, "hashing tensors", in->digests.n);
+    for (size_t i = 0; i < in->digests.n && rc == 0; i++) {
+        digest *d = &in->digests.d[i];
+        rc = hash_one(in, d->t, d->path, d->sha256, err);
         cli_progress_update(&p, i + 1);
     }
     cli_progress_end(&p);
@@ -1099,6 +1721,8 @@ static int print_text(inspect *in)
         printf("\nvalues\n");
         walk_values(&out, ptc_ckpt_root(c));
         cli_buf_free(&out.line);
+        if (render_failed)
+            return PTC_ELIMIT;
         if (out.oom)
             return PTC_ENOMEM;
         if (out.count == 0)
@@ -1136,16 +1760,15 @@ static json_t *json_u64(uint64_t x)
     return json_string(s);
 }
 
-static json_t *json_tensor(const inspect *in, size_t i)
+/* The "tensors" entry of tensor t, met at path. */
+static json_t *json_tensor(inspect *in, const char *path, const ptc_tensor *t)
 {
-    const row *r = &in->rows[i];
-    const ptc_tensor *t = r->t;
     const ptc_storage *s = ptc_tensor_storage(t);
     int ndim = ptc_tensor_ndim(t);
     json_t *e = json_object();
     if (!e)
         return NULL;
-    int bad = json_put(e, "path", json_cstr(r->path)) < 0 ||
+    int bad = json_put(e, "path", json_cstr(path)) < 0 ||
               json_put(e, "dtype", json_cstr(ptc_dtype_name(ptc_tensor_dtype(t)))) < 0 ||
               json_put(e, "shape", json_dims(ndim, ptc_tensor_shape(t))) < 0 ||
               json_put(e, "stride", json_dims(ndim, ptc_tensor_stride(t))) < 0 ||
@@ -1157,9 +1780,13 @@ static json_t *json_tensor(const inspect *in, size_t i)
               json_put(e, "requires_grad", json_boolean(ptc_tensor_requires_grad(t))) < 0 ||
               json_put(e, "parameter", json_boolean(ptc_tensor_is_parameter(t))) < 0;
     if (!bad && in->opt->hash) {
+        const digest *d = digest_find(&in->digests, t, 0, NULL);
         char hex[65];
-        sha256_hex(hex, r->sha256);
-        bad = json_put(e, "sha256", json_string(hex)) < 0;
+        bad = !d;
+        if (d) {
+            sha256_hex(hex, d->sha256);
+            bad = json_put(e, "sha256", json_string(hex)) < 0;
+        }
     }
     if (bad) {
         json_decref(e);
@@ -1168,86 +1795,113 @@ static json_t *json_tensor(const inspect *in, size_t i)
     return e;
 }
 
-static int print_json(inspect *in)
+/* One later walk of the tree (walk_json), writing the entries of one array; the budget was
+ * charged by the scan, which took the same steps. */
+static int write_entries(inspect *in, int mode, json_stream *a)
+{
+    value_sink out = {.opt = in->opt, .mode = mode, .array = a};
+    int rc = walk_json(in, &out, NULL);
+    cli_buf_free(&out.line);
+    return rc;
+}
+
+/* The document, written as the scan (walk_json's JW_SCAN, whose counts are in scan) found it.
+ * Every array is written entry by entry, so that memory does not grow with their length. */
+static int print_json(inspect *in, const value_sink *scan)
 {
     const struct options *opt = in->opt;
     ptc_ckpt *c = in->c;
-    int zip = ptc_ckpt_format(c) == PTC_FORMAT_ZIP;
-    uint64_t numel = 0, tensor_bytes = 0;
+    size_t nmembers = 0;
+    json_stream a;
+    json_t *e;
     int bad = 0;
-    json_t *root = json_object(), *a, *e;
-    if (!root)
-        return PTC_ENOMEM;
 
-    bad |= json_put(root, "file", json_cstr(opt->path));
-    bad |= json_put(root, "format", json_string(format_name(c)));
-    bad |= json_put(root, "prefix", json_cstr(ptc_ckpt_prefix(c)));
-    bad |= json_put(root, "byteorder", json_cstr(ptc_ckpt_byteorder(c)));
+    render_budget = NULL; /* the later walks repeat the scan, which was charged */
 
-    if (zip) {
-        bad |= json_put(root, "records", a = json_array());
+    json_member(&nmembers, "file");
+    bad |= json_write(json_cstr(opt->path), 1);
+    json_member(&nmembers, "format");
+    bad |= json_write(json_string(format_name(c)), 1);
+    json_member(&nmembers, "prefix");
+    bad |= json_write(json_cstr(ptc_ckpt_prefix(c)), 1);
+    json_member(&nmembers, "byteorder");
+    bad |= json_write(json_cstr(ptc_ckpt_byteorder(c)), 1);
+
+    if (!bad && ptc_ckpt_format(c) == PTC_FORMAT_ZIP) {
+        json_stream_open(&a, &nmembers, "records");
         for (size_t i = 0; !bad && i < ptc_ckpt_nrecords(c); i++) {
             e = json_object();
-            bad |= !e || json_put(e, "name", json_cstr(ptc_ckpt_record_name(c, i))) < 0 ||
-                   json_put(e, "size", json_u64(ptc_ckpt_record_size(c, i))) < 0;
-            bad |= json_push(a, e);
+            if (!e || json_put(e, "name", json_cstr(ptc_ckpt_record_name(c, i))) < 0 ||
+                json_put(e, "size", json_u64(ptc_ckpt_record_size(c, i))) < 0) {
+                json_decref(e);
+                e = NULL;
+            }
+            bad |= json_stream_put(&a, e);
         }
+        json_stream_close(&a);
     }
 
-    bad |= json_put(root, "storages", a = json_array());
-    for (size_t i = 0; !bad && i < ptc_ckpt_nstorages(c); i++) {
-        const ptc_storage *s = ptc_ckpt_storage(c, i);
-        if (!s)
-            continue;
-        e = json_object();
-        bad |= !e || json_put(e, "key", json_cstr(ptc_storage_key(s))) < 0 ||
-               json_put(e, "dtype", json_cstr(ptc_dtype_name(ptc_storage_dtype(s)))) < 0 ||
-               json_put(e, "nbytes", json_integer((json_int_t)ptc_storage_nbytes(s))) < 0 ||
-               json_put(e, "location", json_cstr(ptc_storage_location(s))) < 0 ||
-               json_put(e, "mapped", json_boolean(ptc_storage_is_mapped(s))) < 0;
-        bad |= json_push(a, e);
+    if (!bad) {
+        json_stream_open(&a, &nmembers, "storages");
+        for (size_t i = 0; !bad && i < ptc_ckpt_nstorages(c); i++) {
+            const ptc_storage *s = ptc_ckpt_storage(c, i);
+            if (!s)
+                continue;
+            e = json_object();
+            if (!e || json_put(e, "key", json_cstr(ptc_storage_key(s))) < 0 ||
+                json_put(e, "dtype", json_cstr(ptc_dtype_name(ptc_storage_dtype(s)))) < 0 ||
+                json_put(e, "nbytes", json_integer((json_int_t)ptc_storage_nbytes(s))) < 0 ||
+                json_put(e, "location", json_cstr(ptc_storage_location(s))) < 0 ||
+                json_put(e, "mapped", json_boolean(ptc_storage_is_mapped(s))) < 0) {
+                json_decref(e);
+                e = NULL;
+            }
+            bad |= json_stream_put(&a, e);
+        }
+        json_stream_close(&a);
     }
 
-    bad |= json_put(root, "tensors", a = json_array());
-    for (size_t i = 0; !bad && i < in->nrows; i++) {
-        bad |= json_push(a, json_tensor(in, i));
-        int64_t ne = ptc_tensor_numel(in->rows[i].t), nb = ptc_tensor_nbytes(in->rows[i].t);
-        numel = cli_add_sat(numel, ne > 0 ? (uint64_t)ne : 0);
-        tensor_bytes = cli_add_sat(tensor_bytes, nb > 0 ? (uint64_t)nb : 0);
+    if (!bad) {
+        json_stream_open(&a, &nmembers, "tensors");
+        if (in->ntrows > 0)
+            bad |= write_entries(in, JW_TENSORS, &a) < 0;
+        json_stream_close(&a);
     }
 
     if (!bad && opt->values) {
-        value_sink out = {.opt = opt, .values = json_array(), .metadata = json_array()};
-        bad |= json_put(root, "values", out.values);
-        bad |= json_put(root, "metadata", out.metadata);
-        if (!bad)
-            walk_values(&out, ptc_ckpt_root(c));
-        cli_buf_free(&out.line);
-        bad |= out.oom;
-        if (!bad && out.truncated)
-            bad |= json_put(root, "values_truncated", json_true());
+        json_stream_open(&a, &nmembers, "values");
+        if (scan->nvalues > 0)
+            bad |= write_entries(in, JW_VALUES, &a) < 0;
+        json_stream_close(&a);
+    }
+    if (!bad && opt->values) {
+        json_stream_open(&a, &nmembers, "metadata");
+        if (scan->nmeta > 0)
+            bad |= write_entries(in, JW_METADATA, &a) < 0;
+        json_stream_close(&a);
+    }
+    if (!bad && opt->values && scan->truncated) {
+        json_member(&nmembers, "values_truncated");
+        bad |= json_write(json_true(), 1);
     }
 
     if (!bad) {
-        bad |= json_put(root, "totals", e = json_object());
-        bad |= !e || json_put(e, "tensors", json_u64(in->nrows)) < 0 ||
-               json_put(e, "elements", json_u64(numel)) < 0 ||
-               json_put(e, "nbytes", json_u64(tensor_bytes)) < 0;
-    }
-
-    if (!bad) {
-        /* Indented for people who read it. jansson keeps UTF-8 and escapes C0 controls;
-         * cli_put_json_text escapes the other characters a terminal would act on. */
-        char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
-        if (text) {
-            cli_put_json_text(stdout, text, strlen(text));
-            putchar('\n');
-            free(text);
-        } else {
-            bad = 1;
+        /* Counted as if every {"$ref"} were written out in full (as ptc_walk reports them). */
+        e = json_object();
+        if (!e || json_put(e, "tensors", json_u64(in->tot_tensors)) < 0 ||
+            json_put(e, "elements", json_u64(in->tot_numel)) < 0 ||
+            json_put(e, "nbytes", json_u64(in->tot_bytes)) < 0) {
+            json_decref(e);
+            e = NULL;
         }
+        json_member(&nmembers, "totals");
+        bad |= json_write(e, 1);
     }
-    json_decref(root);
+
+    if (!bad) {
+        json_newline(0);
+        fputs("}\n", stdout);
+    }
     return bad ? PTC_ENOMEM : 0;
 }
 
@@ -1255,9 +1909,10 @@ static int print_json(inspect *in)
 
 static int parse_options(int argc, char **argv, struct options *opt, int *done)
 {
-    enum { OPT_JSON = 256, OPT_HASH, OPT_NO_VALUES };
+    enum { OPT_JSON = 256, OPT_HASH, OPT_NO_VALUES, OPT_BUDGET };
     static const struct option longopts[] = {
         {"json", no_argument, NULL, OPT_JSON},
+        {"budget", required_argument, NULL, OPT_BUDGET},
         {"hash", no_argument, NULL, OPT_HASH},
         {"no-values", no_argument, NULL, OPT_NO_VALUES},
         {"help", no_argument, NULL, 'h'},
@@ -1280,6 +1935,12 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
         case OPT_NO_VALUES:
             opt->values = 0;
             break;
+        case OPT_BUDGET: {
+            int status = cli_parse_budget(optarg, &opt->budget);
+            if (status != CLI_EXIT_OK)
+                return status;
+            break;
+        }
         case 'h':
             fputs(usage_text, stdout);
             *done = 1;
@@ -1315,17 +1976,38 @@ int cmd_inspect(int argc, char **argv)
     if (rc < 0)
         return cli_report(rc, &err);
 
-    memset(&err, 0, sizeof err);
-    rc = collect_tensors(&in, &err);
-    if (rc == 0)
-        rc = find_sharing(&in);
-    if (rc == 0 && opt.hash)
-        rc = hash_tensors(&in, &err);
-    if (rc == 0)
-        rc = opt.json ? print_json(&in) : print_text(&in);
+    ptc_budget_init(&in.budget, in.c, opt.budget);
+    render_budget = &in.budget;
+    render_failed = 0;
+    memset(&render_err, 0, sizeof render_err);
 
-    status = rc < 0 ? cli_report(rc, &err) : CLI_EXIT_OK;
+    memset(&err, 0, sizeof err);
+    value_sink scan = {.opt = &opt, .mode = JW_SCAN};
+    if (opt.json) {
+        /* The scan checks and counts all; only then is the document written, walk by walk. */
+        rc = walk_json(&in, &scan, &err);
+        if (rc == 0 && opt.hash)
+            rc = hash_digests(&in, &err);
+        if (rc == 0)
+            rc = print_json(&in, &scan);
+    } else {
+        rc = collect_tensors(&in, &err);
+        if (rc == 0)
+            rc = find_sharing(&in);
+        if (rc == 0 && opt.hash)
+            rc = hash_tensors(&in, &err);
+        if (rc == 0)
+            rc = print_text(&in);
+    }
+    if (rc == PTC_ELIMIT && render_failed)
+        err = render_err;
+
+    status = rc < 0 ? cli_report_budget(rc, &err) : CLI_EXIT_OK;
+    cli_buf_free(&scan.line);
+    render_budget = NULL;
     free_rows(&in);
+    shared_free(&in.shared);
+    digest_free(&in.digests);
     ptc_ckpt_close(in.c);
     return status;
 }

@@ -355,8 +355,17 @@ def tensor_row(path, t):
 
 
 def inspect_rows(doc):
-    """The same rows from a `ptc inspect --json --hash` document."""
-    return [(t["path"], t["dtype"], t["shape"], t.get("sha256")) for t in doc["tensors"]]
+    """The same rows from a `ptc inspect --json --hash` document, each {"$ref"} entry (a shared
+    container met again) expanded into the rows listed under the path it names."""
+    rows = []
+    for t in doc["tensors"]:
+        if "$ref" in t:
+            ref, path = t["$ref"], t["path"]
+            under = [r for r in rows if r[0].startswith(ref + ".") or (ref == "" and r[0])]
+            rows += [(path + r[0][len(ref):] if ref else path + "." + r[0],) + r[1:] for r in under]
+        else:
+            rows.append((t["path"], t["dtype"], t["shape"], t.get("sha256")))
+    return rows
 
 
 def ptc_tensor_rows(obj):
