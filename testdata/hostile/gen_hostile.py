@@ -388,8 +388,8 @@ def build_zip(ents, zip64_end=True, comment=b'', tail=b'', eocd=None, z64=None, 
         vneeded = kw.get('version_needed', 45 if zip64 else (20 if e.method == 8 else 0))
         info['cdent'].append(len(out))
         out += struct.pack('<IHHHHHHIIIHHHHHII', SIG_CD, kw.get('made_by', 0), vneeded, cflags, cmethod,
-                           0, 0, ccrc, ccs, cus, len(cname), len(cextra), 0, 0, 0,
-                           kw.get('ext_attr', 0), coff32) + cname + cextra
+                           0, 0, ccrc, ccs, cus, len(cname), len(cextra), len(kw.get('cd_comment', b'')),
+                           0, 0, kw.get('ext_attr', 0), coff32) + cname + cextra + kw.get('cd_comment', b'')
     cd_size = len(out) - cd_off
     n = len(ents)
     if zip64_end:
@@ -750,7 +750,8 @@ def gen_z():
     # Z08: NUL in name
     ents = torch_ents(Z0_PKL)
     ents.insert(1, Ent(b'archive/data.pkl\x00x', evil))
-    add('z08-nul-in-name.pth', 'Z08', 'EFORMAT', 'member archive/data.pkl\\0x (posix.system) next to the real archive/data.pkl', build_zip(ents)[0])
+    add('z08-nul-in-name.pth', 'Z08', 'EFORMAT', 'member archive/data.pkl\\0x (posix.system) next to the real archive/data.pkl', build_zip(ents)[0],
+        verdict='unsafe')
     # Z09: two prefixes, first CD entry chooses the evil tree
     ents = [Ent('evil/version', b'3\n'), Ent('evil/data.pkl', evil)] + torch_ents(Z0_PKL)
     add('z09-two-prefixes.pth', 'Z09', 'EFORMAT', 'first entry evil/version selects prefix evil (evil/data.pkl is posix.system), full archive/ tree follows',
@@ -1264,8 +1265,8 @@ def gen_p():
     add('p5-setitem-on-str.pth', 'P5', 'EUNSAFE', 'SETITEM whose target is a str',
         zpkl(P.PROTO + b'\x02' + op_str('abc') + op_int(0) + op_str('z') + P.SETITEM + P.STOP))
     # P6: zip ambiguity beyond section 6.2
-    def zv(slug, why, ents=None, **kw):
-        add('p6-%s.pth' % slug, 'P6', 'EFORMAT', why, zip_variant(ents, **kw)[0])
+    def zv(slug, why, ents=None, verdict=None, **kw):
+        add('p6-%s.pth' % slug, 'P6', 'EFORMAT', why, zip_variant(ents, **kw)[0], verdict=verdict)
     zv('local-central-name-mismatch', 'local header says archive/datap.kl, central says archive/data.pkl (CVE-2025-1944)',
        set_kw(torch_ents(Z0_PKL), 'data.pkl', local_name=b'archive/datap.kl'))
     zv('local-central-flags-mismatch', 'local flags 0x0808, central flags 0x0809 on data.pkl', set_kw(torch_ents(Z0_PKL), 'data.pkl', cd_flags=0x0809))
@@ -1277,7 +1278,7 @@ def gen_p():
     zv('trailing-after-eocd', 'Z0 followed by 100 bytes after the EOCD', tail=b'T' * 100)
     zv('eocd-comment-length-lie', 'EOCD comment length 10 with no comment bytes', eocd_comment_len=10)
     zv('gap-between-records', '64 hidden bytes (a pickle) between data/0 and version',
-       set_kw(torch_ents(Z0_PKL), 'data/0', after=payload('posix', 'system').ljust(64, b'\x00')))
+       set_kw(torch_ents(Z0_PKL), 'data/0', after=payload('posix', 'system').ljust(64, b'\x00')), verdict='unsafe')
     zv('central-offset-wrong', "data/0's central entry points at byteorder's local header",
        set_kw(torch_ents(Z0_PKL), 'data/0', cd_offset=zip_variant()[1]['hdr'][1]))
     zv('eocd-disk-nonzero', 'EOCD disk number 1 (multi-disk)', eocd={'disk': 1}, z64={'disk': 1})
@@ -1488,13 +1489,57 @@ def gen_work():
                   storages={'0': bytes(4 * 3070)}))
 
 
+def gen_hidden():
+    """A pickle calling posix.system where no loader reads it but a reader could take it for one
+    (issue 13): dot-records, the archive comment, an entry comment, an unknown extra field. The
+    loads accept these files (the bytes are never run); ptc verify's sweep must find each."""
+    g = b'cposix\nsystem\n'
+    p0 = g + b"(S'true'\ntR."
+    p2 = b'\x80\x02' + g + b'X\x04\x00\x00\x00true\x85R.'
+    b4 = b'\x8c\x05posix\x94\x8c\x06system\x94\x93\x94\x8c\x04true\x94\x85\x94R\x94.'
+    p4 = b'\x80\x04\x95' + struct.pack('<Q', len(b4)) + b4
+
+    def hz(slug, why, expect='OK', verdict='unsafe', ents=None, **zkw):
+        add('p9-hidden-%s.pth' % slug, 'P9', expect, why, build_zip(ents or torch_ents(Z0_PKL), **zkw)[0],
+            verdict=verdict)
+
+    def with_rec(name, data, fmt27=False):
+        """torch's records with archive/<name> holding data instead."""
+        ents = torch_ents(Z0_PKL, fmt27=fmt27)
+        k = [e.name for e in ents].index(('archive/' + name).encode())
+        ents[k] = Ent(ents[k].name, data)
+        return ents
+
+    hz('format-version', 'a protocol-2 posix.system pickle as .format_version (torch 2.6 ignores the '
+       'record)', ents=with_rec('.format_version', p2, fmt27=True))
+    hz('storage-alignment', '.storage_alignment holding "64\\n", a PROTO 1 byte pair, then a '
+       'protocol-4 posix.system pickle', ents=with_rec('.storage_alignment', b'64\n\x80\x01 ' + p4, fmt27=True))
+    hz('serialization-id', 'a protocol-0 posix.system pickle as .data/serialization_id (ASCII, so torch '
+       '2.6 reads it as an id)', ents=with_rec('.data/serialization_id', p0))
+    hz('archive-comment', 'the archive comment "see " followed by a protocol-2 posix.system pickle',
+       comment=b'see ' + p2)
+    ents = torch_ents(Z0_PKL)
+    ents[0].kw['cd_comment'] = p4
+    hz('entry-comment', 'a protocol-4 posix.system pickle as the comment of data.pkl\'s central entry',
+       ents=ents)
+    ents = torch_ents(Z0_PKL)
+    xf = struct.pack('<HH', 0xCAFE, len(p2)) + p2
+    ents[0].kw['local_extra'] = xf
+    ents[0].kw['cd_extra'] = xf
+    hz('extra-field', 'an unknown extra field (0xCAFE) holding a protocol-2 posix.system pickle in '
+       'data.pkl\'s local and central headers', ents=ents)
+    hz('serialization-id-not-utf8', '.data/serialization_id "0123\\xff\\xfe5678": torch 2.6 refuses it '
+       '(UnicodeDecodeError)', expect='EFORMAT', verdict='malformed',
+       ents=with_rec('.data/serialization_id', b'0123\xff\xfe5678'))
+
+
 def main():
     global Z0_PKL
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--out', default=HERE, help='directory that receives files/ and manifest.json')
     args = ap.parse_args()
     Z0_PKL = dumps(z0_obj())
-    for g in (gen_u, gen_z, gen_v, gen_t, gen_a, gen_p, gen_work):
+    for g in (gen_u, gen_z, gen_v, gen_t, gen_a, gen_p, gen_work, gen_hidden):
         g()
     files_dir = os.path.join(args.out, 'files')
     os.makedirs(files_dir, exist_ok=True)
