@@ -251,6 +251,19 @@ int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_err
         d->norm_mean[c] = p.format == PTC__DATA_CIFAR10 ? cifar_mean[c] : d->mean[c];
         d->norm_std[c] = p.format == PTC__DATA_CIFAR10 ? cifar_std[c] : d->std[c];
     }
+    /* Normalize divides by the training images' standard deviation: images that are all one
+     * value are a fault of the data (a refusal, not a usage error). */
+    int distinct = 0;
+    for (int v = 0; v < 256; v++)
+        distinct += hist[0][v] != 0;
+    if (p.format == PTC__DATA_IDX && distinct == 1) {
+        ptc__err(err, PTC_EFORMAT, "train-images-idx3-ubyte", -1,
+                 "every training image pixel is %.0f: the images have no variation (standard "
+                 "deviation 0), so Normalize cannot scale them",
+                 d->mean[0] * 255.0);
+        ptc__dataset_free(d);
+        return PTC_EFORMAT;
+    }
     *out = d;
     return 0;
 }

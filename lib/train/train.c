@@ -464,10 +464,28 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
                       path);
         goto done;
     }
+    const ptc_value *g0 = groups ? ptc_value_item(groups, 0) : NULL;
+    if (g0 && ptc_value_kind_of(g0) != PTC_VALUE_DICT) {
+        rc = ptc__err(err, PTC_EFORMAT, "", -1,
+                      "%s: optimizer_state_dict.param_groups[0] (of kind %s) is not a dict of the "
+                      "group's settings",
+                      path, ptc_value_kind_name(ptc_value_kind_of(g0)));
+        goto done;
+    }
     uint8_t seen[1024] = {0};
     for (size_t k = 0; state && k < ptc_value_len(state); k++) {
         int64_t key;
         const ptc_value *kv = ptc_dict_key(state, k);
+        const ptc_value *sv = ptc_dict_value(state, k);
+        const ptc_value *mb = ptc_dict_get(sv, "momentum_buffer");
+        if (ptc_value_kind_of(sv) != PTC_VALUE_DICT ||
+            (mb && ptc_value_kind_of(mb) != PTC_VALUE_TENSOR)) {
+            rc = ptc__err(err, PTC_EFORMAT, "", -1,
+                          "%s: optimizer_state_dict.state entry %zu is not a dict whose "
+                          "momentum_buffer is a tensor",
+                          path, k);
+            goto done;
+        }
         if (ptc_value_kind_of(kv) != PTC_VALUE_INT || ptc_value_int(kv, &key) < 0 || key < 0 ||
             key >= nparams || key >= (int64_t)sizeof seen || seen[key]++) {
             rc = ptc__err(err, PTC_EFORMAT, "", -1,

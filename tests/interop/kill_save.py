@@ -5,7 +5,10 @@ Two checkpoints are written once by torch in a temporary folder: A (about 200 MB
 folder of its own: the reference outputs, whose SHA-256 are kept, which must load in torch; no other
 file may remain there. While they run, the folder is watched, which gives each write's duration and
 the window in which its temporary file exists and is incomplete (from its creation until it holds
-every byte; the fsync and the rename follow), measured from the start of the process.
+every byte; the fsync and the rename follow), measured from the start of the process. Where the file
+system allows it the temporary file has no name (O_TMPFILE, linked into place once complete): it is
+then watched through the writer's /proc/PID/fd links ("FOLDER/#INODE (deleted)"), and a kill must
+leave no file at all beside ckpt.pth.
 
 Then, in trial after trial, ptc (`ptc convert SRC ckpt.pth`, or `save_tool copy` while convert is
 not built) writes whichever of A and B the file ckpt.pth does not hold at the moment, over it, and
@@ -85,15 +88,39 @@ def temps_in(folder):
     return [f for f in os.listdir(folder) if TEMP_RE.match(f)]
 
 
-def holds(folder, goal):
-    """Whether a temporary file in folder holds at least goal bytes."""
+def unnamed_sizes(pid, folder):
+    """Sizes of the unnamed temporary files (O_TMPFILE) process pid holds open in folder: their
+    /proc/PID/fd links read "FOLDER/#INODE (deleted)"."""
+    sizes = []
+    fds = "/proc/%d/fd" % pid
+    try:
+        names = os.listdir(fds)
+    except OSError:  # exited meanwhile
+        return sizes
+    for fd in names:
+        try:
+            link = os.readlink(os.path.join(fds, fd))
+            if link.startswith(folder + "/#") and link.endswith(" (deleted)"):
+                sizes.append(os.stat(os.path.join(fds, fd)).st_size)
+        except OSError:
+            pass
+    return sizes
+
+
+def temp_sizes(folder, pid):
+    """Sizes of every temporary file of the write: named ones in folder and unnamed ones pid holds."""
+    sizes = []
     for f in temps_in(folder):
         try:
-            if os.path.getsize(os.path.join(folder, f)) >= goal:
-                return True
+            sizes.append(os.path.getsize(os.path.join(folder, f)))
         except OSError:  # renamed meanwhile
             pass
-    return False
+    return sizes + unnamed_sizes(pid, folder)
+
+
+def holds(folder, goal, pid):
+    """Whether a temporary file of the write (named or unnamed) holds at least goal bytes."""
+    return any(n >= goal for n in temp_sizes(folder, pid))
 
 
 def watched_write(argv, folder, out):
@@ -105,11 +132,8 @@ def watched_write(argv, folder, out):
     p = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     seen = []  # (time, size)
     while p.poll() is None:
-        for f in temps_in(folder):
-            try:
-                seen.append((time.monotonic() - t0, os.path.getsize(os.path.join(folder, f))))
-            except OSError:  # renamed meanwhile
-                pass
+        for n in temp_sizes(folder, p.pid):
+            seen.append((time.monotonic() - t0, n))
         time.sleep(0.002)
     duration = time.monotonic() - t0
     err = p.communicate()[1].decode("utf-8", "replace").strip()
@@ -189,12 +213,15 @@ def main():
             p = subprocess.Popen(writer_argv(w, srcs[new][0], target), stdout=subprocess.DEVNULL,
                                  stderr=subprocess.PIPE, start_new_session=True)
             if aimed:  # until the temporary file holds the goal's bytes, or the writer exits
-                while p.poll() is None and not holds(work, goal):
+                while p.poll() is None and not holds(work, goal, p.pid):
                     time.sleep(0.0005)
                 delay = time.monotonic() - t0
             else:
                 time.sleep(delay)
             finished = p.poll() is not None
+            # An unnamed temporary file vanishes with the process: what it held is read just
+            # before the kill (it can only grow meanwhile, by far less than the 5% margin).
+            before_kill = [] if finished else unnamed_sizes(p.pid, work)
             if not finished:
                 try:
                     os.killpg(p.pid, signal.SIGKILL)
@@ -209,7 +236,11 @@ def main():
                 problems.append("%s: the writer exited %d before the kill: %s" % (what, rc, err))
 
             others = sorted(f for f in os.listdir(work) if f != NAME)
-            incomplete = complete = False
+            incomplete = any(n < ref[new][1] for n in before_kill)
+            complete = any(n == ref[new][1] for n in before_kill)
+            if before_kill and others:
+                problems.append("%s: the write used an unnamed temporary file, yet the kill left %s"
+                                % (what, others))
             for f in others:
                 if TEMP_RE.match(f):
                     counts["temps"] += 1
