@@ -1070,7 +1070,7 @@ static int compare_pair(differ *df, const node *na, const node *nb)
                 /* The node's own length: paths lie one after the other in the side's buffer,
                  * not NUL-terminated. */
                 char msg[sizeof df->err.message];
-                int shown = na->len > 64 ? 64 : (int)na->len;
+                int shown = na->len == 0 ? 6 : na->len > 64 ? 64 : (int)na->len;
                 snprintf(msg, sizeof msg, "comparing tensor %.*s%s: %.*s", shown,
                          na->len ? na->p.path : "(root)", na->len > 64 ? "..." : "",
                          (int)sizeof msg - 128, df->err.message);
@@ -1195,6 +1195,9 @@ static int report_file(const char *file, int code, const ptc_error *err)
     }
     cli_error("%s", cli_buf_str(&b));
     cli_buf_free(&b);
+    if (code == PTC_ELIMIT && strstr(msg, "work budget exceeded") && strstr(msg, " bytes "))
+        cli_error("raise the byte budget with --budget BYTES (for example --budget 64G) if the "
+                  "file is trusted"); /* as cli_report_budget: paths count as bytes written */
     return cli_exit_code(code);
 }
 

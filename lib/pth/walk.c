@@ -54,7 +54,7 @@ int ptc_budget_charge(ptc_budget *b, uint64_t nodes, uint64_t bytes, ptc_error *
                         "paths and values read or written (%llu so far, %llu more asked; %s)",
                         (unsigned long long)b->max_bytes, (unsigned long long)b->bytes,
                         (unsigned long long)bytes,
-                        b->bytes_explicit ? "the byte budget was set explicitly (--budget)"
+                        b->bytes_explicit ? "a byte budget set explicitly with --budget"
                                           : "the byte budget defaults to 64 x the file's size + "
                                             "1 GiB");
     b->nodes += nodes;
