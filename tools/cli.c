@@ -124,7 +124,8 @@ int cli_parse_budget(const char *arg, uint64_t *out)
     unsigned shift = 0;
     if (*p) {
         const char *units = "KMGT";
-        const char *u = strchr(units, *p == 'k' ? 'K' : *p);
+        char c = *p >= 'a' && *p <= 'z' ? (char)(*p - 'a' + 'A') : *p; /* k m g t too */
+        const char *u = c ? strchr(units, c) : NULL;
         if (!u || p[1] != '\0')
             return cli_usage_error("--budget wants a byte count (4G, 512M, 1073741824), not '%s'",
                                    arg);
@@ -666,6 +667,34 @@ static void key_bigint(cli_buf *b, const uint8_t *bytes, size_t n)
         cli_buf_puts(b, "-");
     for (size_t i = nd; i-- > 0;)
         cli_buf_putn(b, &digits[i], 1);
+}
+
+int cli_path_check(size_t len, size_t depth, ptc_error *err)
+{
+    if (len <= PTC_PATH_MAX)
+        return 0;
+    if (err) {
+        err->code = PTC_ELIMIT;
+        err->offset = -1;
+        err->member[0] = '\0';
+        char where[64] = "";
+        if (depth)
+            snprintf(where, sizeof where, " at depth %zu", depth);
+        snprintf(err->message, sizeof err->message,
+                 "path longer than %zu bytes (%zu bytes%s): the file's dict keys make paths far "
+                 "longer than any checkpoint's; ptc refuses them",
+                 (size_t)PTC_PATH_MAX, len, where);
+    }
+    return PTC_ELIMIT;
+}
+
+void cli_buf_msg_name(cli_buf *b, const char *s, size_t len)
+{
+    if (!s)
+        s = "";
+    cli_buf_escape(b, s, len > CLI_MSG_NAME_MAX ? CLI_MSG_NAME_MAX : len, 0);
+    if (len > CLI_MSG_NAME_MAX)
+        cli_buf_printf(b, "... (%zu bytes)", len);
 }
 
 void cli_key_text(cli_buf *b, const ptc_value *key)

@@ -67,7 +67,7 @@ int cli_report(int code, const ptc_error *err);
 
 /* ---- work budget -------------------------------------------------------------------------------
  * `--budget BYTES` (every command that walks a checkpoint): a byte count with an optional suffix
- * K, M, G or T (powers of 1024; "4G", "512M", "1073741824"); 0 < BYTES. CLI_EXIT_USAGE with a
+ * K, M, G or T, upper or lower case (powers of 1024; "4G", "512m", "1073741824"); 0 < BYTES. CLI_EXIT_USAGE with a
  * message on anything else. */
 int cli_parse_budget(const char *arg, uint64_t *out);
 /* cli_report for a failure that may be an exceeded work budget: a PTC_ELIMIT for the byte budget
@@ -169,5 +169,13 @@ void cli_progress_start_mode(cli_progress *p, const char *what, uint64_t total, 
  * the walk's shortest-round-trip form, torch.<dtype>, and "<kind>" for anything else. Commands
  * that walk the tree themselves use it so that their paths are the ones ptc_walk reports. */
 void cli_key_text(cli_buf *b, const ptc_value *key);
+/* 0 when a path of len bytes (depth levels deep; 0: not said) is within PTC_PATH_MAX, else PTC_ELIMIT with
+ * err set to ptc_walk_next's message: commands that build paths refuse them where ptc_walk
+ * would, before they grow further. err may be NULL. */
+int cli_path_check(size_t len, size_t depth, ptc_error *err);
+/* Appends a name from the file (a key, a path) for a message: escaped, and when longer than
+ * CLI_MSG_NAME_MAX bytes only its first CLI_MSG_NAME_MAX, then "... (N bytes)". */
+#define CLI_MSG_NAME_MAX 200
+void cli_buf_msg_name(cli_buf *b, const char *s, size_t len);
 
 #endif /* PTC_TOOLS_CLI_H */

@@ -123,7 +123,7 @@ static void list_keys(cli_buf *b, const ptc_value *v)
         cli_buf key = {0};
         cli_key_text(&key, ptc_dict_key(v, i));
         cli_buf_puts(b, i ? ", '" : "'");
-        cli_buf_escape(b, cli_buf_str(&key), key.len, 0);
+        cli_buf_msg_name(b, cli_buf_str(&key), key.len);
         cli_buf_puts(b, "'");
         if (key.oom)
             b->oom = 1;
@@ -744,6 +744,8 @@ static int transform_container(conv *cv, const ptc_value *v, int has_path, const
                 cli_buf_printf(&cv->path, "%zu", i);
             if (cv->path.oom)
                 return conv_fail(cv, PTC_ENOMEM, "building a path");
+            if (cli_path_check(cv->path.len, 0, cv->err) < 0)
+                return PTC_ELIMIT;
         }
         rc = transform(cv, item, item_path, &ni);
         if (rc < 0)
@@ -892,7 +894,7 @@ static int check_flat(const struct options *opt, const ptc_value *root)
         cli_buf kt = {0};
         cli_key_text(&kt, k);
         cli_buf_puts(&b, "entry '");
-        cli_buf_escape(&b, cli_buf_str(&kt), kt.len, 0);
+        cli_buf_msg_name(&b, cli_buf_str(&kt), kt.len);
         b.oom |= kt.oom;
         cli_buf_free(&kt);
         if (ptc_value_kind_of(k) != PTC_VALUE_STR) {
@@ -915,7 +917,7 @@ static int check_flat(const struct options *opt, const ptc_value *root)
             cli_buf_printf(&kt, "%s.", opt->state_dict);
         cli_key_text(&kt, ptc_dict_key(root, i));
         cli_buf_puts(&b, first ? "; choose a state dict with --state-dict KEY (" : ", ");
-        cli_buf_escape(&b, cli_buf_str(&kt), kt.len, 0);
+        cli_buf_msg_name(&b, cli_buf_str(&kt), kt.len);
         b.oom |= kt.oom;
         cli_buf_free(&kt);
         first = 0;

@@ -107,7 +107,8 @@ static void add_node(side *s, const cli_buf *path, const ptc_value *v)
 {
     if (s->rc)
         return;
-    if ((s->rc = ptc_budget_charge(&s->budget, 1, 0, &s->err)) < 0)
+    /* One node, and its path's bytes: every path is kept in s->paths and may be printed. */
+    if ((s->rc = ptc_budget_charge(&s->budget, 1, path->len, &s->err)) < 0)
         return;
     if (s->n == MAX_NODES || path->len > UINT32_MAX) {
         s->rc = PTC_ELIMIT;
@@ -135,8 +136,9 @@ static void add_node(side *s, const cli_buf *path, const ptc_value *v)
 }
 
 /* Every node under v, depth first in container order. Recursion follows the tree's depth, which
- * the library bounds when it loads the file (limits.max_depth). */
-static void list_nodes(side *s, cli_buf *path, const ptc_value *v)
+ * the library bounds when it loads the file (limits.max_depth); a path is refused past
+ * PTC_PATH_MAX, as ptc_walk refuses it. */
+static void list_nodes(side *s, cli_buf *path, const ptc_value *v, size_t depth)
 {
     add_node(s, path, v);
     ptc_value_kind k = ptc_value_kind_of(v);
@@ -158,7 +160,9 @@ static void list_nodes(side *s, cli_buf *path, const ptc_value *v)
             s->rc = PTC_ENOMEM;
             return;
         }
-        list_nodes(s, path, c);
+        if ((s->rc = cli_path_check(path->len, depth + 1, &s->err)) < 0)
+            return;
+        list_nodes(s, path, c, depth + 1);
     }
     cli_buf_truncate(path, base);
 }
@@ -184,7 +188,7 @@ static int cmp_path_seq(const void *pa, const void *pb)
 static int list_side(side *s)
 {
     cli_buf path = {0};
-    list_nodes(s, &path, ptc_ckpt_root(s->c));
+    list_nodes(s, &path, ptc_ckpt_root(s->c), 0);
     cli_buf_free(&path);
     if (s->rc)
         return s->rc;
@@ -341,6 +345,18 @@ static int same_bits(double x, double y)
     return memcmp(&x, &y, sizeof x) == 0;
 }
 
+/* Charges n bytes compared (a str or bytes value of n bytes on each side) to both files' budgets:
+ * one long str shared by many keys is compared once per key. 0 or -1 (budget out, q->limited). */
+static int charge_compare(eqctx *q, size_t n)
+{
+    if (ptc_budget_charge(q->ba, 0, n, &q->err) < 0 || ptc_budget_charge(q->bb, 0, n, &q->err) < 0) {
+        q->limited = 1;
+        q->budget = 0;
+        return -1;
+    }
+    return 0;
+}
+
 /* Charges the bytes of x (numel x element size, whatever its strides) to b before it is read. */
 static int charge_tensor(ptc_budget *b, const ptc_tensor *x, ptc_error *err)
 {
@@ -457,10 +473,10 @@ static int value_equal(eqctx *q, const ptc_value *a, const ptc_value *b)
                same_bits(xa, xb) && same_bits(ya, yb);
     case PTC_VALUE_STR:
         return ptc_value_str(a, &sa, &na) == 0 && ptc_value_str(b, &sb, &nb) == 0 && na == nb &&
-               memcmp(sa, sb, na) == 0;
+               charge_compare(q, na) == 0 && memcmp(sa, sb, na) == 0;
     case PTC_VALUE_BYTES:
         return ptc_value_bytes(a, &ba, &na) == 0 && ptc_value_bytes(b, &bb, &nb) == 0 && na == nb &&
-               (na == 0 || memcmp(ba, bb, na) == 0);
+               charge_compare(q, na) == 0 && (na == 0 || memcmp(ba, bb, na) == 0);
     case PTC_VALUE_TUPLE:
     case PTC_VALUE_LIST:
     case PTC_VALUE_SIZE:
@@ -1051,8 +1067,11 @@ static int compare_pair(differ *df, const node *na, const node *nb)
         } else {
             int rc = compare_tensors(df, ta, tb, &r);
             if (rc < 0) {
+                /* The node's own length: paths lie one after the other in the side's buffer,
+                 * not NUL-terminated. */
                 char msg[sizeof df->err.message];
-                snprintf(msg, sizeof msg, "comparing tensor %.64s%s: %.*s",
+                int shown = na->len == 0 ? 6 : na->len > 64 ? 64 : (int)na->len;
+                snprintf(msg, sizeof msg, "comparing tensor %.*s%s: %.*s", shown,
                          na->len ? na->p.path : "(root)", na->len > 64 ? "..." : "",
                          (int)sizeof msg - 128, df->err.message);
                 memcpy(df->err.message, msg, sizeof msg);
@@ -1176,6 +1195,9 @@ static int report_file(const char *file, int code, const ptc_error *err)
     }
     cli_error("%s", cli_buf_str(&b));
     cli_buf_free(&b);
+    if (code == PTC_ELIMIT && strstr(msg, "work budget exceeded") && strstr(msg, " bytes "))
+        cli_error("raise the byte budget with --budget BYTES (for example --budget 64G) if the "
+                  "file is trusted"); /* as cli_report_budget: paths count as bytes written */
     return cli_exit_code(code);
 }
 

@@ -109,6 +109,7 @@ typedef struct inspect {
 static ptc_budget *render_budget;
 static ptc_error render_err;
 static int render_failed;
+static int json_counting; /* json_value for the scan: charge a str's bytes, build nothing */
 
 /* 1 when rendering may go on: charges one node to the budget. */
 static int render_charge(void)
@@ -116,6 +117,26 @@ static int render_charge(void)
     if (render_failed)
         return 0;
     if (render_budget && ptc_budget_charge(render_budget, 1, 0, &render_err) < 0)
+        render_failed = 1;
+    return !render_failed;
+}
+
+/* 1 when rendering may go on: charges n bytes written (a path, a value's text) to the budget. */
+static int render_charge_bytes(uint64_t n)
+{
+    if (render_failed)
+        return 0;
+    if (render_budget && ptc_budget_charge(render_budget, 0, n, &render_err) < 0)
+        render_failed = 1;
+    return !render_failed;
+}
+
+/* 1 when a path of len bytes, depth levels deep, may be built: within PTC_PATH_MAX. */
+static int render_path_ok(size_t len, size_t depth)
+{
+    if (render_failed)
+        return 0;
+    if (cli_path_check(len, depth, &render_err) < 0)
         render_failed = 1;
     return !render_failed;
 }
@@ -674,12 +695,18 @@ static json_t *json_value(const ptc_value *v, int depth)
         }
         return j;
     case PTC_VALUE_STR:
-        return ptc_value_str(v, &s, &len) == 0 ? json_text(s, len) : json_null();
+        if (ptc_value_str(v, &s, &len) < 0)
+            return json_null();
+        if (!render_charge_bytes(len) || json_counting) /* written whole: a str shared by */
+            return json_null();                          /* many keys adds up */
+        return json_text(s, len);
     case PTC_VALUE_BYTES: {
         if (ptc_value_bytes(v, &bytes, &len) < 0)
             return json_null();
         static const char hex[] = "0123456789abcdef";
         size_t shown = len > JSON_MAX_BYTES ? JSON_MAX_BYTES : len;
+        if (!render_charge_bytes(2 * (uint64_t)shown))
+            return json_null();
         char *h = malloc(2 * shown + 1);
         if (!h)
             return NULL;
@@ -759,10 +786,14 @@ static void print_path(const char *path, size_t len)
 static void emit_leaf(value_sink *out, const cli_buf *path, const ptc_value *v)
 {
     out->count++;
+    if (!render_charge_bytes(path->len)) /* the path written (charged by the scan in --json) */
+        return;
     if (out->opt->json) {
         if (out->mode == JW_SCAN) {
             /* Rendered and dropped: the scan charges the budget as the written entry will. */
+            json_counting = 1;
             json_t *j = json_value(v, 0);
+            json_counting = 0;
             out->nvalues++;
             out->oom |= !j;
             json_decref(j);
@@ -787,6 +818,8 @@ static void emit_leaf(value_sink *out, const cli_buf *path, const ptc_value *v)
         out->oom = 1;
         return;
     }
+    if (!render_charge_bytes(out->line.len))
+        return;
     fputs("  ", stdout);
     print_path(cli_buf_str(path), path->len);
     printf(" = %s\n", cli_buf_str(&out->line));
@@ -802,6 +835,8 @@ static void emit_attrs(value_sink *out, const cli_buf *path, const ptc_value *at
     size_t others = meta && nattrs > 0 ? nattrs - 1 : nattrs;
 
     out->count++;
+    if (!render_charge_bytes(path->len))
+        return;
     if (out->opt->json) {
         if (out->mode == JW_SCAN)
             out->nmeta++;
@@ -915,6 +950,10 @@ static void walk_values(value_sink *out, const ptc_value *root)
             } else {
                 cli_buf_printf(&path, "%zu", i);
                 v = ptc_value_item(f->v, i);
+            }
+            if (v && !render_path_ok(path.len, nstack)) {
+                v = NULL;
+                break;
             }
         }
         if (!v || !render_charge())
@@ -1208,6 +1247,10 @@ static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_bu
     json_t *e;
     switch (out->mode) {
     case JW_SCAN:
+        /* The paths the {"$ref"} entries will write. */
+        if ((sh->has_tensors && !render_charge_bytes(tpath->len + strlen(sh->tpath))) ||
+            (value_ref && !render_charge_bytes(vpath->len + strlen(sh->vpath))))
+            return PTC_ELIMIT;
         add_totals(in, sh->ntensors, sh->numel, sh->nbytes);
         in->ntrows += sh->has_tensors != 0;
         if (value_ref) {
@@ -1249,6 +1292,8 @@ static int emit_tensor(inspect *in, value_sink *out, const cli_buf *tpath, const
                    : 0;
     if (out->mode != JW_SCAN)
         return 0;
+    if (!render_charge_bytes(tpath->len)) /* the entry's path, written by JW_TENSORS */
+        return PTC_ELIMIT;
     int64_t ne = ptc_tensor_numel(t), nb = ptc_tensor_nbytes(t);
     add_totals(in, 1, ne > 0 ? (uint64_t)ne : 0, nb > 0 ? (uint64_t)nb : 0);
     in->ntrows++;
@@ -1371,6 +1416,8 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
                 cli_buf_printf(&tpath, "%zu", i);
                 cli_buf_printf(&vpath, "%zu", i);
             }
+            if (!render_path_ok(tpath.len > vpath.len ? tpath.len : vpath.len, nst))
+                break;
             v = c;
         }
         if (v && !render_charge())
@@ -1422,6 +1469,11 @@ static int find_sharing(inspect *in)
         in->rows[s[i].row].shared_with = first;
     }
     free(s);
+    /* Each "(shared with FIRST)" writes FIRST's path once more (the walk charged each row's). */
+    for (size_t i = 0; i < in->nrows; i++)
+        if (in->rows[i].shared_with != NO_ROW &&
+            !render_charge_bytes(strlen(in->rows[in->rows[i].shared_with].path)))
+            return PTC_ELIMIT;
     return 0;
 }
 

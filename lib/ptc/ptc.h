@@ -360,14 +360,23 @@ PTC_API uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c);
 typedef struct ptc_budget {
     uint64_t max_nodes, nodes; /* values visited, and the most allowed */
     uint64_t max_bytes, bytes; /* bytes read and written, and the most allowed */
+    int bytes_explicit;        /* max_bytes was given (--budget), not the default */
 } ptc_budget;
 
 /* The default budget for walks over c; max_bytes nonzero replaces the byte budget (ptc's
- * --budget BYTES). Nothing charged yet. */
+ * --budget BYTES; bytes_explicit is then set and the exceeded-budget message says so). Nothing
+ * charged yet. */
 PTC_API void ptc_budget_init(ptc_budget *b, const ptc_ckpt *c, uint64_t max_bytes);
 /* Charges nodes and bytes: 0, or PTC_ELIMIT (with the budget named in err) when either total would
  * pass its limit; the charge is then not made. b NULL charges nothing. */
 PTC_API int ptc_budget_charge(ptc_budget *b, uint64_t nodes, uint64_t bytes, ptc_error *err);
+
+/* The longest path a walk builds (1 MiB). A checkpoint's keys are a few dozen bytes, but a memo
+ * can repeat one long str key at every level of a nested dict (a 1 MiB key 900 levels deep makes
+ * a 900 MB path from a 1 MB file), so a path longer than this is refused (PTC_ELIMIT, "path
+ * longer than ...") by ptc_walk_next and by ptc's commands, which build paths by the same rules,
+ * before it grows further. */
+#define PTC_PATH_MAX ((size_t)1 << 20)
 
 /* Walks every tensor reachable from a value, depth-first in container order, with its path: dict
  * keys as written and list or tuple indices in decimal, joined by '.'. A tensor reached twice is
@@ -375,7 +384,10 @@ PTC_API int ptc_budget_charge(ptc_budget *b, uint64_t nodes, uint64_t bytes, ptc
 typedef struct ptc_walk ptc_walk;
 PTC_API int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err);
 /* Charges every container and tensor the walk visits, one node each, to b (borrowed; it must
- * outlive the walk); a walk without a budget is bounded only by the load-time tree check. */
+ * outlive the walk), and the length of every path it reports to b's bytes, as bytes written (a
+ * caller prints or copies each path: one tensor shared under 20,000 keys of a 1 MiB path is 20 GB
+ * of paths); a walk without a budget is bounded only by the load-time tree check and
+ * PTC_PATH_MAX. */
 PTC_API void ptc_walk_set_budget(ptc_walk *w, ptc_budget *b);
 /* 1 and the next tensor, 0 at the end, negative on error (ptc_walk_error says why). */
 PTC_API int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t);

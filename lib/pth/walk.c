@@ -35,6 +35,7 @@ void ptc_budget_init(ptc_budget *b, const ptc_ckpt *c, uint64_t max_bytes)
     *b = (ptc_budget){0};
     b->max_nodes = scaled(ptc_ckpt_opcodes(c), 16, 1000000);
     b->max_bytes = max_bytes ? max_bytes : scaled(ptc_ckpt_file_size(c), 64, (uint64_t)1 << 30);
+    b->bytes_explicit = max_bytes != 0;
 }
 
 int ptc_budget_charge(ptc_budget *b, uint64_t nodes, uint64_t bytes, ptc_error *err)
@@ -49,11 +50,13 @@ int ptc_budget_charge(ptc_budget *b, uint64_t nodes, uint64_t bytes, ptc_error *
                         (unsigned long long)b->max_nodes);
     if (bytes > b->max_bytes - b->bytes)
         return ptc__err(err, PTC_ELIMIT, "", -1,
-                        "work budget exceeded: this needs more than %llu bytes of tensor data read "
-                        "or written (%llu so far, %llu more asked; the byte budget defaults to "
-                        "64 x the file's size + 1 GiB)",
+                        "work budget exceeded: this needs more than %llu bytes of tensor data, "
+                        "paths and values read or written (%llu so far, %llu more asked; %s)",
                         (unsigned long long)b->max_bytes, (unsigned long long)b->bytes,
-                        (unsigned long long)bytes);
+                        (unsigned long long)bytes,
+                        b->bytes_explicit ? "a byte budget set explicitly with --budget"
+                                          : "the byte budget defaults to 64 x the file's size + "
+                                            "1 GiB");
     b->nodes += nodes;
     b->bytes += bytes;
     return 0;
@@ -195,12 +198,27 @@ static int push_frame(ptc_walk *w, const ptc_value *v, size_t pathlen)
     return 0;
 }
 
+/* The path to report, NUL-terminated, its length charged to the budget as bytes written; NULL
+ * with w->err set when out of memory or over the budget. */
 static const char *path_str(ptc_walk *w)
 {
-    if (ptc__buf_reserve(&w->path, 1) < 0)
+    if (ptc_budget_charge(w->budget, 0, w->path.len, &w->err) < 0)
         return NULL;
+    if (ptc__buf_reserve(&w->path, 1) < 0) {
+        ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
+        return NULL;
+    }
     w->path.data[w->path.len] = '\0';
     return (const char *)w->path.data;
+}
+
+/* A path longer than PTC_PATH_MAX: refused before it grows further. */
+static int path_too_long(ptc_walk *w, size_t depth)
+{
+    return ptc__err(&w->err, PTC_ELIMIT, "", -1,
+                    "path longer than %zu bytes (%zu bytes at depth %zu): the file's dict keys "
+                    "make paths far longer than any checkpoint's; ptc refuses them",
+                    (size_t)PTC_PATH_MAX, w->path.len, depth);
 }
 
 int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
@@ -215,7 +233,7 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
             w->path.len = 0;
             *path = path_str(w);
             *t = w->root->u.t;
-            return *path ? 1 : PTC_ENOMEM;
+            return *path ? 1 : w->err.code;
         }
         if (descend(w->root) && push_frame(w, w->root, 0) < 0)
             return PTC_ENOMEM;
@@ -241,10 +259,12 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
                                            : ptc__buf_printf(&w->path, "%zu", i);
         if (rc < 0)
             return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
+        if (w->path.len > PTC_PATH_MAX)
+            return path_too_long(w, w->n);
         if (c->kind == PTC_VALUE_TENSOR) {
             *path = path_str(w);
             *t = c->u.t;
-            return *path ? 1 : PTC_ENOMEM;
+            return *path ? 1 : w->err.code;
         }
         if (push_frame(w, c, w->path.len) < 0)
             return PTC_ENOMEM;

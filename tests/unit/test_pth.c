@@ -1007,6 +1007,80 @@ static void test_dispatch_and_limits(void)
     CHECK_CODE(ptc_ckpt_open(&c, vec("train_ckpt.pt"), &p, &err), PTC_ELIMIT, &err);
 }
 
+/* ptc_walk_next charges each reported path's length to the byte budget (as bytes written) and
+ * refuses a path longer than PTC_PATH_MAX. */
+static void test_walk_path_budget(void)
+{
+    ptc_ckpt *c = open_ok("train_ckpt.pt", 0);
+    if (!c)
+        return;
+    const ptc_value *root = ptc_ckpt_root(c);
+    ptc_walk *w;
+    ptc_error err;
+    const char *path;
+    const ptc_tensor *t;
+    uint64_t total = 0;
+    int n = 0;
+    CHECK_INT(ptc_walk_new(&w, root, &err), 0);
+    while (ptc_walk_next(w, &path, &t) > 0)
+        total += strlen(path);
+    ptc_walk_free(w);
+    CHECK(total > 0);
+
+    ptc_budget b;
+    ptc_budget_init(&b, c, 0);
+    CHECK_INT(b.bytes_explicit, 0);
+    CHECK_INT(ptc_walk_new(&w, root, &err), 0);
+    ptc_walk_set_budget(w, &b);
+    while (ptc_walk_next(w, &path, &t) > 0)
+        n++;
+    ptc_walk_free(w);
+    CHECK_INT(n, 11);
+    CHECK(b.bytes == total); /* the paths, and nothing else: no tensor data read */
+
+    /* One byte short: the last path is refused, named as the byte budget set explicitly. */
+    ptc_budget_init(&b, c, total - 1);
+    CHECK_INT(b.bytes_explicit, 1);
+    CHECK_INT(ptc_walk_new(&w, root, &err), 0);
+    ptc_walk_set_budget(w, &b);
+    int rc;
+    n = 0;
+    while ((rc = ptc_walk_next(w, &path, &t)) > 0)
+        n++;
+    CHECK_INT(rc, PTC_ELIMIT);
+    CHECK_INT(n, 10);
+    CHECK(strstr(ptc_walk_error(w)->message, "work budget exceeded") != NULL);
+    CHECK(strstr(ptc_walk_error(w)->message, "set explicitly with --budget") != NULL);
+    ptc_walk_free(w);
+    ptc_ckpt_close(c);
+
+    /* Three levels of one 512 KiB key: the 1.5 MiB path is refused before it is reported. */
+    ptc_doc *d = NULL;
+    CHECK_INT(ptc_doc_new(&d, &err), 0);
+    if (!d)
+        return;
+    size_t klen = (size_t)1 << 19;
+    char *k = malloc(klen);
+    CHECK(k != NULL);
+    if (!k) {
+        ptc_doc_free(d);
+        return;
+    }
+    memset(k, 'k', klen);
+    ptc_value *key = ptc_doc_str(d, k, klen), *v = ptc_doc_seq(d, PTC_VALUE_LIST);
+    for (int i = 0; i < 3; i++) {
+        ptc_value *up = ptc_doc_dict(d, 0);
+        CHECK(up && key && v && ptc_doc_set(d, up, key, v) == 0);
+        v = up;
+    }
+    CHECK_INT(ptc_walk_new(&w, v, &err), 0);
+    CHECK_INT(ptc_walk_next(w, &path, &t), PTC_ELIMIT);
+    CHECK(strstr(ptc_walk_error(w)->message, "path longer than 1048576 bytes") != NULL);
+    ptc_walk_free(w);
+    free(k);
+    ptc_doc_free(d);
+}
+
 int main(void)
 {
     const char *top = getenv("top_srcdir");
@@ -1014,6 +1088,7 @@ int main(void)
     test_views();
     test_dtypes();
     test_training_checkpoint();
+    test_walk_path_budget();
     test_legacy_and_root_tensor();
     test_sources();
     test_policy();
