@@ -46,6 +46,26 @@ static int arg_of(uint8_t op, arg_kind *k)
     }
 }
 
+/* arg_of as a table for the sweep: the kind + 1, 0 for a byte that is no opcode. */
+static const uint8_t KIND1[256] = {
+    ['('] = A_NONE + 1, ['.'] = A_NONE + 1, ['0'] = A_NONE + 1, ['1'] = A_NONE + 1,
+    ['2'] = A_NONE + 1, ['N'] = A_NONE + 1, ['Q'] = A_NONE + 1, ['R'] = A_NONE + 1,
+    ['a'] = A_NONE + 1, ['b'] = A_NONE + 1, ['d'] = A_NONE + 1, ['}'] = A_NONE + 1,
+    ['e'] = A_NONE + 1, ['l'] = A_NONE + 1, [']'] = A_NONE + 1, ['o'] = A_NONE + 1,
+    ['s'] = A_NONE + 1, ['t'] = A_NONE + 1, [')'] = A_NONE + 1, ['u'] = A_NONE + 1,
+    [0x81] = A_NONE + 1, [0x85] = A_NONE + 1, [0x86] = A_NONE + 1, [0x87] = A_NONE + 1,
+    [0x88] = A_NONE + 1, [0x89] = A_NONE + 1, [0x8f] = A_NONE + 1, [0x90] = A_NONE + 1,
+    [0x91] = A_NONE + 1, [0x92] = A_NONE + 1, [0x93] = A_NONE + 1, [0x94] = A_NONE + 1,
+    [0x97] = A_NONE + 1, [0x98] = A_NONE + 1, ['F'] = A_LINE + 1, ['I'] = A_LINE + 1,
+    ['L'] = A_LINE + 1, ['P'] = A_LINE + 1, ['S'] = A_LINE + 1, ['V'] = A_LINE + 1,
+    ['g'] = A_LINE + 1, ['p'] = A_LINE + 1, ['c'] = A_2LINES + 1, ['i'] = A_2LINES + 1,
+    ['K'] = A_F1 + 1, ['h'] = A_F1 + 1, ['q'] = A_F1 + 1, [0x80] = A_F1 + 1, [0x82] = A_F1 + 1,
+    ['M'] = A_F2 + 1, [0x83] = A_F2 + 1, ['J'] = A_F4 + 1, ['j'] = A_F4 + 1, ['r'] = A_F4 + 1,
+    [0x84] = A_F4 + 1, ['G'] = A_F8 + 1, [0x95] = A_F8 + 1, ['U'] = A_L1 + 1, ['C'] = A_L1 + 1,
+    [0x8c] = A_L1 + 1, [0x8a] = A_L1 + 1, ['T'] = A_L4 + 1, ['X'] = A_L4 + 1, ['B'] = A_L4 + 1,
+    [0x8b] = A_L4 + 1, [0x8d] = A_L8 + 1, [0x8e] = A_L8 + 1, [0x96] = A_L8 + 1,
+};
+
 /* Opcodes that push a string constant: the candidates for STACK_GLOBAL's module and name. */
 static bool pushes_string(uint8_t op)
 {
@@ -320,7 +340,6 @@ typedef struct sweep {
     const uint8_t *d;
     size_t len, line_limit;
     size_t nl_from[2], nl_at[2]; /* no '\n' in [nl_from, nl_at), one at nl_at (SIZE_MAX: none) */
-    int8_t kind[256]; /* arg_of for each byte, -1 for no opcode */
     size_t g, g_from; /* the next PROTO not yet started or stood on (SIZE_MAX: not searched past
                          g_from yet) */
     sw_walk *w;
@@ -596,9 +615,9 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
     bool quiet = at < w->quiet_end;
     uint8_t op = d[at];
     *on = false;
-    if (s->kind[op] < 0)
+    if (!KIND1[op])
         return 0;
-    arg_kind k = (arg_kind)s->kind[op];
+    arg_kind k = (arg_kind)(KIND1[op] - 1);
     const uint8_t *arg = d + pos, *arg2 = NULL;
     size_t alen = 0, alen2 = 0;
     switch (k) {
@@ -667,7 +686,7 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
     if (rc || (op == '.' && pos >= w->quiet_end))
         return rc;
     w->pos = pos;
-    *on = pos < len && s->kind[d[pos]] >= 0; /* a walk at no opcode would end there */
+    *on = pos < len && KIND1[d[pos]]; /* a walk at no opcode would end there */
     return 0;
 }
 
@@ -680,10 +699,6 @@ int ptc__pickle_sweep(const uint8_t *data, size_t len, uint64_t base_offset, boo
     sweep s = {.d = data, .len = len, .wfree = NONE, .efree = NONE, .base = base_offset,
                .member = member, .fn = fn, .ud = ud, .nl_at = {SIZE_MAX, SIZE_MAX},
                .g = SIZE_MAX};
-    for (int b = 0; b < 256; b++) {
-        arg_kind k;
-        s.kind[b] = arg_of((uint8_t)b, &k) < 0 ? -1 : (int8_t)k;
-    }
     const uint8_t *last_nl = memrchr(data, '\n', len);
     s.line_limit = last_nl ? (size_t)(last_nl - data) + 1 : 0;
     size_t qi = 0;
