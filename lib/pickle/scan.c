@@ -483,7 +483,10 @@ static void ht_remove(sweep *s, size_t pos)
     }
 }
 
-static size_t heap_key(const sweep *s) { return s->nheap ? s->w[s->heap[0]].pos : SIZE_MAX; }
+static size_t heap_key(const sweep *s)
+{
+    return s->nheap ? s->w[s->heap[0]].pos : SIZE_MAX;
+}
 
 static uint32_t heap_pop(sweep *s)
 {
