@@ -203,6 +203,32 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
                         uint64_t base_offset, bool stop_at_first, ptc__scan_fn fn, void *ud,
                         size_t *consumed, size_t *reach, ptc_error *err);
 
+/* A name Python's find_class could import or look up: dot-separated identifiers (ASCII letters,
+ * digits and '_', not starting with a digit; any non-ASCII UTF-8, which Python may accept in
+ * identifiers). Bytes that are not such a name raise before anything is imported. */
+bool ptc__python_name(const uint8_t *s, size_t n);
+
+/* A byte range [a, b) of a region. */
+typedef struct ptc__span {
+    uint64_t a, b;
+} ptc__span;
+
+/* The sweep of bytes that are mostly not pickles (tensor data, headers, comments): decodes
+ * data[0..len) from every PROTO opcode (0x80 then 2 to 5) that is not an opcode of another decode,
+ * PROTOs inside the arguments of other decodes included (a pickle wrapped in BINBYTES, a STRING
+ * line, an extra field's payload), and from data[0] when at_start. Each decode stops at its STOP
+ * or at the first byte that does not parse. quiet[0..nquiet) (sorted by a) are spans a full scan
+ * already decoded from their first byte, pickle after pickle: they are decoded again from there
+ * without reporting (their references were reported) so that the PROTOs inside their arguments
+ * start decodes and their opcodes do not. Only references by two Python names are reported
+ * (GLOBAL, INST, STACK_GLOBAL over two string constants, a protocol-0 STRING unquoted), each once.
+ * Linear in len (see scan.c). Returns 0, fn's nonzero result, PTC_ENOMEM, or PTC_ELIMIT when more
+ * than PTC__SWEEP_MAX_WALKS decodes are under way at one offset (only built bytes do that). */
+#define PTC__SWEEP_MAX_WALKS (1u << 20)
+int ptc__pickle_sweep(const uint8_t *data, size_t len, uint64_t base_offset, bool at_start,
+                      const ptc__span *quiet, size_t nquiet, const char *member, ptc__scan_fn fn,
+                      void *ud, ptc_error *err);
+
 /* torch's Python-2 name mapping (IMPORT_MAPPING / NAME_MAPPING): rewrites *module and *name
  * when they name a Python-2 location ("__builtin__", "set" -> "builtins", "set"). The results
  * point to static strings or to the inputs. */

@@ -46,6 +46,26 @@ static int arg_of(uint8_t op, arg_kind *k)
     }
 }
 
+/* arg_of as a table for the sweep: the kind + 1, 0 for a byte that is no opcode. */
+static const uint8_t KIND1[256] = {
+    ['('] = A_NONE + 1, ['.'] = A_NONE + 1, ['0'] = A_NONE + 1, ['1'] = A_NONE + 1,
+    ['2'] = A_NONE + 1, ['N'] = A_NONE + 1, ['Q'] = A_NONE + 1, ['R'] = A_NONE + 1,
+    ['a'] = A_NONE + 1, ['b'] = A_NONE + 1, ['d'] = A_NONE + 1, ['}'] = A_NONE + 1,
+    ['e'] = A_NONE + 1, ['l'] = A_NONE + 1, [']'] = A_NONE + 1, ['o'] = A_NONE + 1,
+    ['s'] = A_NONE + 1, ['t'] = A_NONE + 1, [')'] = A_NONE + 1, ['u'] = A_NONE + 1,
+    [0x81] = A_NONE + 1, [0x85] = A_NONE + 1, [0x86] = A_NONE + 1, [0x87] = A_NONE + 1,
+    [0x88] = A_NONE + 1, [0x89] = A_NONE + 1, [0x8f] = A_NONE + 1, [0x90] = A_NONE + 1,
+    [0x91] = A_NONE + 1, [0x92] = A_NONE + 1, [0x93] = A_NONE + 1, [0x94] = A_NONE + 1,
+    [0x97] = A_NONE + 1, [0x98] = A_NONE + 1, ['F'] = A_LINE + 1, ['I'] = A_LINE + 1,
+    ['L'] = A_LINE + 1, ['P'] = A_LINE + 1, ['S'] = A_LINE + 1, ['V'] = A_LINE + 1,
+    ['g'] = A_LINE + 1, ['p'] = A_LINE + 1, ['c'] = A_2LINES + 1, ['i'] = A_2LINES + 1,
+    ['K'] = A_F1 + 1, ['h'] = A_F1 + 1, ['q'] = A_F1 + 1, [0x80] = A_F1 + 1, [0x82] = A_F1 + 1,
+    ['M'] = A_F2 + 1, [0x83] = A_F2 + 1, ['J'] = A_F4 + 1, ['j'] = A_F4 + 1, ['r'] = A_F4 + 1,
+    [0x84] = A_F4 + 1, ['G'] = A_F8 + 1, [0x95] = A_F8 + 1, ['U'] = A_L1 + 1, ['C'] = A_L1 + 1,
+    [0x8c] = A_L1 + 1, [0x8a] = A_L1 + 1, ['T'] = A_L4 + 1, ['X'] = A_L4 + 1, ['B'] = A_L4 + 1,
+    [0x8b] = A_L4 + 1, [0x8d] = A_L8 + 1, [0x8e] = A_L8 + 1, [0x96] = A_L8 + 1,
+};
+
 /* Opcodes that push a string constant: the candidates for STACK_GLOBAL's module and name. */
 static bool pushes_string(uint8_t op)
 {
@@ -57,6 +77,38 @@ typedef struct strref {
     const uint8_t *p;
     size_t n;
 } strref;
+
+/* The value a string push gives a name: STRING's argument is Python source, a quoted literal
+ * ('posix' or "posix"); plain names are read without their quotes. A literal with a backslash is
+ * left quoted (escape_decode could make anything of it): never a Python name then. */
+static strref string_value(uint8_t op, const uint8_t *arg, size_t n)
+{
+    if (op == 'S' && n >= 2 && (arg[0] == '\'' || arg[0] == '"') && arg[n - 1] == arg[0] &&
+        !memchr(arg + 1, '\\', n - 2))
+        return (strref){arg + 1, n - 2};
+    return (strref){arg, n};
+}
+
+bool ptc__python_name(const uint8_t *s, size_t n)
+{
+    if (n == 0 || !ptc__utf8_valid(s, n))
+        return false;
+    bool start = true;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char ch = s[i];
+        if (ch == '.') {
+            if (start)
+                return false;
+            start = true;
+            continue;
+        }
+        bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || ch >= 0x80;
+        if (!alpha && !(ch >= '0' && ch <= '9' && !start))
+            return false;
+        start = false;
+    }
+    return !start;
+}
 
 #define NAME_COPY 1024
 
@@ -213,7 +265,7 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
         /* Track string pushes for STACK_GLOBAL; memo opcodes leave the stack as it is. */
         if (pushes_string(op)) {
             last[0] = last[1];
-            last[1] = (strref){arg, alen}; /* text forms keep their quotes: still reportable */
+            last[1] = string_value(op, arg, alen); /* STRING unquoted, escapes left quoted */
         } else if (op != 'p' && op != 'q' && op != 'r' && op != 0x94 && op != 0x95) {
             last[0] = last[1] = (strref){NULL, 0};
         }
@@ -235,4 +287,485 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
         return ptc__err(err, PTC_EFORMAT, member, (int64_t)(base_offset + len),
                         "truncated: the pickle ends without STOP");
     return 0;
+}
+
+/* ---- the sweep -------------------------------------------------------------------------------
+ *
+ * A decode from a PROTO is a walk over opcode offsets, each determined by the one before: once
+ * two walks stand on the same offset they read the same opcodes from there on. The sweep moves
+ * every walk of the region in one pass, always the one at the lowest offset (a binary heap of
+ * parked walks, a hash from offset to parked walk), and merges walks that meet, so that:
+ *
+ *   - each offset is decoded as an opcode at most once: when a walk steps there, every other
+ *     walk is at a higher offset (it was the lowest) and walks only move forward;
+ *   - a PROTO starts a walk unless a walk stands on it (it is then that walk's opcode, and a walk
+ *     started there would read what that walk reads: PROTO leaves no string on the stack);
+ *     PROTOs inside arguments (BINBYTES, a STRING line, FRAME's size) therefore start walks;
+ *   - the only state a walk carries that a merge could lose is what STACK_GLOBAL takes, the last
+ *     two string pushes. A walk keeps the set of (module, name) pairs it could hold, as a list of
+ *     elements, of Python names only (anything else is never reported): a merge concatenates
+ *     the lists, a push of a name turns each (a, b) into (b, name) (or starts (-, name) on an
+ *     empty list), any other push or opcode but the memo ones empties it, and STACK_GLOBAL reports
+ *     every pair and empties it. An element is created by a step and removed within two pushes or
+ *     one other opcode, so the lists cost O(1) per step amortised.
+ *
+ * Line arguments look for their '\n' with memchr; the first line of an opcode is looked for from
+ * offsets that never decrease (walks step in offset order), as are second lines (GLOBAL, INST),
+ * so each of the two caches below answers from its last search or searches bytes past it: at most
+ * 2 * len bytes searched in all. The PROTO search moves forward only (len bytes), string pushes
+ * check at most NAME_COPY - 1 bytes (a longer name is never reported), and each step costs O(1)
+ * plus O(log W) heap work when a walk jumps past another, W the walks parked at once. Total:
+ * O(len log W) time; memory O(W), W at most PTC__SWEEP_MAX_WALKS (only nested wrappers built on
+ * purpose park many walks at distinct offsets; past the cap the sweep refuses with PTC_ELIMIT).
+ *
+ * Quiet spans replay a full scan (see pickle.h): a walk is quiet while its offset is below its
+ * quiet_end, and a quiet walk reports no GLOBAL and no STACK_GLOBAL pair whose two pushes were
+ * both quiet; it goes on after STOP while inside its span, as the full scan did. */
+
+#define NONE UINT32_MAX
+
+typedef struct sw_elem {
+    size_t ao, al, bo, bl; /* module (al == 0: none yet) and name pushed, offsets in the region */
+    bool aloud, bloud;     /* pushed where the walk was not quiet */
+    uint32_t next;
+} sw_elem;
+
+typedef struct sw_walk {
+    size_t pos;       /* the next opcode */
+    size_t quiet_end; /* quiet while pos < quiet_end */
+    uint32_t head, tail;
+} sw_walk;
+
+typedef struct sweep {
+    const uint8_t *d;
+    size_t len, line_limit;
+    size_t nl_from[2], nl_at[2]; /* no '\n' in [nl_from, nl_at), one at nl_at (SIZE_MAX: none) */
+    size_t g, g_from; /* the next PROTO not yet started or stood on (SIZE_MAX: not searched past
+                         g_from yet) */
+    sw_walk *w;
+    uint32_t nw, capw, wfree, alive;
+    sw_elem *e;
+    uint32_t ne, cape, efree, elive;
+    uint32_t *heap, nheap;
+    uint32_t *ht; /* walk index + 1, 0 empty; capacity 2 * capw, a power of two */
+    size_t htmask;
+    bool hton; /* the parked walks are in ht (with few, park() looks through the heap) */
+    uint64_t base;
+    const char *member;
+    ptc__scan_fn fn;
+    void *ud;
+} sweep;
+
+static size_t find_nl(sweep *s, int which, size_t q)
+{
+    if (q >= s->line_limit)
+        return SIZE_MAX;
+    if (s->nl_at[which] != SIZE_MAX && q >= s->nl_from[which] && q <= s->nl_at[which])
+        return s->nl_at[which];
+    /* line_limit is one past the region's last '\n': found */
+    const uint8_t *p = memchr(s->d + q, '\n', s->line_limit - q);
+    s->nl_from[which] = q;
+    s->nl_at[which] = (size_t)(p - s->d);
+    return s->nl_at[which];
+}
+
+/* The first PROTO in [g_from, lim) (searched once: g_from only moves forward), or SIZE_MAX. */
+static size_t proto_before(sweep *s, size_t lim)
+{
+    if (s->g != SIZE_MAX)
+        return s->g < lim ? s->g : SIZE_MAX;
+    const uint8_t *d = s->d;
+    if (lim > s->len - 1)
+        lim = s->len - 1; /* a PROTO needs its protocol byte */
+    size_t from = s->g_from;
+    /* PROTOs are often close by (dense in built bytes): look at a few bytes before memchr. */
+    for (size_t near = from + 16 < lim ? from + 16 : lim; from < near; from++)
+        if (d[from] == 0x80 && d[from + 1] >= 2 && d[from + 1] <= 5)
+            return s->g = s->g_from = from;
+    while (from < lim) {
+        const uint8_t *p = memchr(d + from, 0x80, lim - from);
+        if (!p)
+            break;
+        from = (size_t)(p - d);
+        if (d[from + 1] >= 2 && d[from + 1] <= 5)
+            return s->g = s->g_from = from;
+        from++;
+    }
+    if (lim > s->g_from)
+        s->g_from = lim;
+    return SIZE_MAX;
+}
+
+static void clear_elems(sweep *s, sw_walk *w)
+{
+    if (w->head == NONE)
+        return;
+    s->e[w->tail].next = s->efree;
+    s->efree = w->head;
+    w->head = w->tail = NONE;
+}
+
+static size_t ht_slot(const sweep *s, size_t pos);
+static void ht_fill(sweep *s);
+
+static void free_walk(sweep *s, uint32_t wi)
+{
+    clear_elems(s, &s->w[wi]);
+    s->w[wi].head = s->wfree;
+    s->wfree = wi;
+    s->alive--;
+}
+
+static int new_walk(sweep *s, size_t pos, size_t quiet_end, uint32_t *out, ptc_error *err)
+{
+    if (s->alive >= PTC__SWEEP_MAX_WALKS)
+        return ptc__err(err, PTC_ELIMIT, s->member, (int64_t)(s->base + pos),
+                        "more than %u decodes of overlapping pickles under way at once",
+                        PTC__SWEEP_MAX_WALKS);
+    uint32_t wi;
+    if (s->wfree != NONE) {
+        wi = s->wfree;
+        s->wfree = s->w[wi].head;
+    } else {
+        if (s->nw == s->capw) {
+            uint32_t cap = s->capw ? s->capw * 2 : 64;
+            sw_walk *nw = ptc__realloc(s->w, (size_t)cap * sizeof *nw);
+            uint32_t *nh = nw ? ptc__realloc(s->heap, (size_t)cap * sizeof *nh) : NULL;
+            if (nw)
+                s->w = nw;
+            if (!nh)
+                return ptc__err(err, PTC_ENOMEM, s->member, -1, "out of memory");
+            s->heap = nh;
+            uint32_t *ht = ptc__calloc((size_t)cap * 2, sizeof *ht);
+            if (!ht)
+                return ptc__err(err, PTC_ENOMEM, s->member, -1, "out of memory");
+            s->htmask = (size_t)cap * 2 - 1;
+            ptc__free(s->ht);
+            s->ht = ht;
+            s->capw = cap;
+            if (s->hton)
+                ht_fill(s);
+        }
+        wi = s->nw++;
+    }
+    s->w[wi] = (sw_walk){.pos = pos, .quiet_end = quiet_end, .head = NONE, .tail = NONE};
+    s->alive++;
+    *out = wi;
+    return 0;
+}
+
+static void ht_fill(sweep *s)
+{
+    for (uint32_t i = 0; i < s->nheap; i++)
+        s->ht[ht_slot(s, s->w[s->heap[i]].pos)] = s->heap[i] + 1;
+}
+
+static size_t ht_slot(const sweep *s, size_t pos)
+{
+    size_t h = (size_t)((pos * 0x9E3779B97F4A7C15ull) >> 20) & s->htmask;
+    while (s->ht[h] && s->w[s->ht[h] - 1].pos != pos)
+        h = (h + 1) & s->htmask;
+    return h;
+}
+
+static void ht_remove(sweep *s, size_t pos)
+{
+    size_t i = ht_slot(s, pos);
+    s->ht[i] = 0;
+    /* backward-shift deletion (linear probing) */
+    for (size_t j = (i + 1) & s->htmask; s->ht[j]; j = (j + 1) & s->htmask) {
+        size_t k = (size_t)((s->w[s->ht[j] - 1].pos * 0x9E3779B97F4A7C15ull) >> 20) & s->htmask;
+        if ((j > i && (k <= i || k > j)) || (j < i && k <= i && k > j)) {
+            s->ht[i] = s->ht[j];
+            s->ht[j] = 0;
+            i = j;
+        }
+    }
+}
+
+static size_t heap_key(const sweep *s)
+{
+    return s->nheap ? s->w[s->heap[0]].pos : SIZE_MAX;
+}
+
+static uint32_t heap_pop(sweep *s)
+{
+    uint32_t top = s->heap[0], last = s->heap[--s->nheap];
+    size_t i = 0, n = s->nheap, key = s->w[last].pos;
+    for (;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n)
+            break;
+        if (c + 1 < n && s->w[s->heap[c + 1]].pos < s->w[s->heap[c]].pos)
+            c++;
+        if (s->w[s->heap[c]].pos >= key)
+            break;
+        s->heap[i] = s->heap[c];
+        i = c;
+    }
+    if (n)
+        s->heap[i] = last;
+    if (s->hton) {
+        ht_remove(s, s->w[top].pos);
+        s->hton = n > 0; /* empty now: the next parks look through the heap again */
+    }
+    return top;
+}
+
+/* Moves src's state into dst and frees src. */
+static void merge_walk(sweep *s, uint32_t dst, uint32_t src)
+{
+    sw_walk *a = &s->w[dst], *b = &s->w[src];
+    if (b->quiet_end > a->quiet_end)
+        a->quiet_end = b->quiet_end;
+    if (b->head != NONE) {
+        if (a->head == NONE)
+            a->head = b->head;
+        else
+            s->e[a->tail].next = b->head;
+        a->tail = b->tail;
+        b->head = b->tail = NONE;
+    }
+    free_walk(s, src);
+}
+
+/* Parks walk wi at its offset: merged into the walk parked there, if any. */
+#define HT_FROM 16
+
+static void park(sweep *s, uint32_t wi)
+{
+    size_t pos = s->w[wi].pos;
+    if (s->hton) {
+        size_t h = ht_slot(s, pos);
+        if (s->ht[h]) {
+            merge_walk(s, s->ht[h] - 1, wi);
+            return;
+        }
+        s->ht[h] = wi + 1;
+    } else {
+        for (uint32_t i = 0; i < s->nheap; i++)
+            if (s->w[s->heap[i]].pos == pos) {
+                merge_walk(s, s->heap[i], wi);
+                return;
+            }
+    }
+    size_t i = s->nheap++;
+    while (i > 0) {
+        size_t p = (i - 1) / 2;
+        if (s->w[s->heap[p]].pos <= pos)
+            break;
+        s->heap[i] = s->heap[p];
+        i = p;
+    }
+    s->heap[i] = wi;
+    if (!s->hton && s->nheap >= HT_FROM) {
+        s->hton = true;
+        ht_fill(s);
+    }
+}
+
+static int push_name(sweep *s, uint32_t wi, const uint8_t *p, size_t n, bool loud, ptc_error *err)
+{
+    sw_walk *w = &s->w[wi];
+    if (n >= NAME_COPY || !ptc__python_name(p, n)) {
+        clear_elems(s, w);
+        return 0;
+    }
+    size_t off = (size_t)(p - s->d);
+    if (w->head == NONE) {
+        uint32_t ei;
+        if (s->efree != NONE) {
+            ei = s->efree;
+            s->efree = s->e[ei].next;
+        } else {
+            if (s->ne == s->cape) {
+                if (s->cape >= PTC__SWEEP_MAX_WALKS)
+                    return ptc__err(err, PTC_ELIMIT, s->member, (int64_t)(s->base + off),
+                                    "more than %u decodes of overlapping pickles under way at once",
+                                    PTC__SWEEP_MAX_WALKS);
+                uint32_t cap = s->cape ? s->cape * 2 : 64;
+                sw_elem *ne = ptc__realloc(s->e, (size_t)cap * sizeof *ne);
+                if (!ne)
+                    return ptc__err(err, PTC_ENOMEM, s->member, -1, "out of memory");
+                s->e = ne;
+                s->cape = cap;
+            }
+            ei = s->ne++;
+        }
+        s->e[ei] = (sw_elem){.bo = off, .bl = n, .bloud = loud, .next = NONE};
+        w->head = w->tail = ei;
+        return 0;
+    }
+    for (uint32_t ei = w->head; ei != NONE; ei = s->e[ei].next) {
+        sw_elem *e = &s->e[ei];
+        e->ao = e->bo;
+        e->al = e->bl;
+        e->aloud = e->bloud;
+        e->bo = off;
+        e->bl = n;
+        e->bloud = loud;
+    }
+    return 0;
+}
+
+/* Decodes the opcode at walk wi's offset; *on tells whether the walk goes on. Returns 0, fn's
+ * nonzero result or an error. */
+static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
+{
+    sw_walk *w = &s->w[wi];
+    const uint8_t *d = s->d;
+    size_t at = w->pos, pos = at + 1, len = s->len;
+    bool quiet = at < w->quiet_end;
+    uint8_t op = d[at];
+    *on = false;
+    if (!KIND1[op])
+        return 0;
+    arg_kind k = (arg_kind)(KIND1[op] - 1);
+    const uint8_t *arg = d + pos, *arg2 = NULL;
+    size_t alen = 0, alen2 = 0;
+    switch (k) {
+    case A_NONE: break;
+    case A_LINE:
+    case A_2LINES: {
+        size_t nl = find_nl(s, 0, pos);
+        if (nl == SIZE_MAX)
+            return 0;
+        alen = nl - pos;
+        pos = nl + 1;
+        if (k == A_2LINES) {
+            arg2 = d + pos;
+            if ((nl = find_nl(s, 1, pos)) == SIZE_MAX)
+                return 0;
+            alen2 = nl - pos;
+            pos = nl + 1;
+        }
+        break;
+    }
+    case A_F1: case A_F2: case A_F4: case A_F8: {
+        size_t fw = k == A_F1 ? 1 : k == A_F2 ? 2 : k == A_F4 ? 4 : 8;
+        if (len - pos < fw)
+            return 0;
+        pos += fw;
+        break;
+    }
+    case A_L1: case A_L4: case A_L8: {
+        size_t lw = k == A_L1 ? 1 : k == A_L4 ? 4 : 8;
+        if (len - pos < lw)
+            return 0;
+        uint64_t n = lw == 1 ? d[pos] : lw == 4 ? ptc__le32(d + pos) : ptc__le64(d + pos);
+        if (lw == 4 && (op == 'T' || op == 0x8b) && (int32_t)n < 0)
+            return 0;
+        pos += lw;
+        if (n > len - pos)
+            return 0;
+        arg = d + pos;
+        alen = (size_t)n;
+        pos += (size_t)n;
+        break;
+    }
+    }
+    int rc = 0;
+    if (op == 'c' || op == 'i') {
+        clear_elems(s, w);
+        if (!quiet && alen < NAME_COPY && alen2 < NAME_COPY && ptc__python_name(arg, alen) &&
+            ptc__python_name(arg2, alen2))
+            rc = report(s->fn, s->ud, PTC__SCAN_GLOBAL, op, s->base + at, arg, alen, arg2, alen2,
+                        0);
+    } else if (op == 0x93) {
+        for (uint32_t ei = w->head; ei != NONE && rc == 0; ei = s->e[ei].next) {
+            const sw_elem *e = &s->e[ei];
+            if (e->al && (!quiet || e->aloud || e->bloud))
+                rc = report(s->fn, s->ud, PTC__SCAN_GLOBAL, op, s->base + at, d + e->ao, e->al,
+                            d + e->bo, e->bl, 0);
+        }
+        clear_elems(s, w);
+    } else if (pushes_string(op)) {
+        strref v = string_value(op, arg, alen);
+        rc = push_name(s, wi, v.p, v.n, !quiet, err);
+        w = &s->w[wi];
+    } else if (op != 'p' && op != 'q' && op != 'r' && op != 0x94 && op != 0x95) {
+        clear_elems(s, w);
+    }
+    if (rc || (op == '.' && pos >= w->quiet_end))
+        return rc;
+    w->pos = pos;
+    *on = pos < len && KIND1[d[pos]]; /* a walk at no opcode would end there */
+    return 0;
+}
+
+int ptc__pickle_sweep(const uint8_t *data, size_t len, uint64_t base_offset, bool at_start,
+                      const ptc__span *quiet, size_t nquiet, const char *member, ptc__scan_fn fn,
+                      void *ud, ptc_error *err)
+{
+    if (len == 0)
+        return 0;
+    sweep s = {.d = data, .len = len, .wfree = NONE, .efree = NONE, .base = base_offset,
+               .member = member, .fn = fn, .ud = ud, .nl_at = {SIZE_MAX, SIZE_MAX},
+               .g = SIZE_MAX};
+    const uint8_t *last_nl = memrchr(data, '\n', len);
+    s.line_limit = last_nl ? (size_t)(last_nl - data) + 1 : 0;
+    size_t qi = 0;
+    while (qi < nquiet && quiet[qi].b <= quiet[qi].a)
+        qi++;
+    int rc = 0;
+    uint32_t cur = NONE;
+    if (at_start && (rc = new_walk(&s, 0, 0, &cur, err)) < 0)
+        goto out;
+    for (;;) {
+        size_t qa = qi < nquiet ? (size_t)quiet[qi].a : SIZE_MAX;
+        if (cur == NONE) {
+            size_t top = heap_key(&s), x = top < qa ? top : qa;
+            size_t g = proto_before(&s, x < len ? x : len);
+            if (g != SIZE_MAX)
+                x = g;
+            if (x >= len)
+                break;
+            if (top == x)
+                cur = heap_pop(&s);
+            else if ((rc = new_walk(&s, x, 0, &cur, err)) < 0)
+                goto out;
+        }
+        size_t pos = s.w[cur].pos;
+        /* A PROTO before this walk starts a walk first; one here is this walk's opcode. */
+        size_t g = (s.g == SIZE_MAX ? s.g_from > pos : s.g > pos) ? SIZE_MAX
+                                                                   : proto_before(&s, pos + 1);
+        if (g < pos) {
+            park(&s, cur);
+            cur = NONE;
+            continue;
+        }
+        if (g == pos) {
+            s.g = SIZE_MAX;
+            s.g_from = pos + 1;
+        }
+        /* Whatever else starts or stands here joins this walk. */
+        while (qa == pos) {
+            if (quiet[qi].b > s.w[cur].quiet_end)
+                s.w[cur].quiet_end = (size_t)quiet[qi].b;
+            do
+                qi++;
+            while (qi < nquiet && quiet[qi].b <= quiet[qi].a);
+            qa = qi < nquiet ? (size_t)quiet[qi].a : SIZE_MAX;
+        }
+        if (heap_key(&s) == pos)
+            merge_walk(&s, cur, heap_pop(&s));
+        if (heap_key(&s) < pos || qa < pos) {
+            park(&s, cur);
+            cur = NONE;
+            continue;
+        }
+        bool on;
+        if ((rc = sweep_step(&s, cur, &on, err)) != 0)
+            goto out;
+        if (!on) {
+            free_walk(&s, cur);
+            cur = NONE;
+        }
+    }
+out:
+    ptc__free(s.w);
+    ptc__free(s.e);
+    ptc__free(s.heap);
+    ptc__free(s.ht);
+    return rc;
 }

@@ -16,7 +16,8 @@
  *      (the dot-records and the tensor records data/N included), the extra fields of both headers
  *      and the comment of every entry, the archive comment, and for any other format or a zip the
  *      strict reader refuses, the whole file; each is decoded from its first byte and from every
- *      PROTO opcode (0x80 then 2 to 5) in it. Those bytes are mostly not pickles (tensor data
+ *      PROTO opcode (0x80 then 2 to 5) in it that no other decode reads as an opcode, PROTOs in
+ *      other decodes' arguments included (ptc__pickle_sweep). Those bytes are mostly not pickles (tensor data
  *      holds PROTO bytes and opcodes by chance), so there only a reference by name to a global
  *      whose module and name are Python names counts; one outside the policy makes the file
  *      unsafe, and is listed with its member (or "<record> [local extra field]", "[central extra
@@ -24,7 +25,9 @@
  * A file is unsafe when either pass finds a reference outside the policy, malformed when only
  * structure is wrong, ok when the load succeeds and the scan finds nothing.
  *
- * Work is bounded: the scan is linear in the bytes (a sweep decodes each byte at most once);
+ * Work is bounded: the scan is linear in the bytes (a sweep decodes each byte as an opcode at most
+ * once, its decodes merged where they meet; more than PTC__SWEEP_MAX_WALKS of them under way in a
+ * region is an unsafe finding);
  * inflated members are capped (limits, and 64 MiB per member for the scan: a larger deflated
  * member is not swept); the report keeps at most REPORT_CAP findings and references, and once
  * it is full what the sweep finds is only counted.
@@ -168,7 +171,7 @@ typedef struct scan_ctx {
     bool sweep;       /* decoding from a PROTO found anywhere (see sweep_region) */
     const uint8_t *map; /* the whole file */
     uint64_t size;
-    struct span { uint64_t a, b; } *cov; /* file bytes a full scan read (sweep_file skips them) */
+    ptc__span *cov;   /* file bytes full scans read (sweep_file replays them quietly) */
     size_t ncov, capcov;
     int fatal;        /* PTC_ENOMEM from the report */
 } scan_ctx;
@@ -186,28 +189,9 @@ static bool allows(const ptc_policy *p, const char *m, const char *n)
     return ptc__policy_lookup(p, m, n, &id, &dt, NULL, -1, NULL) == 0;
 }
 
-/* A name Python's find_class could import or look up: dot-separated identifiers (ASCII letters,
- * digits and '_', not starting with a digit; any non-ASCII UTF-8, which Python may accept in
- * identifiers). Bytes that are not such a name raise before anything is imported. */
 static bool python_name(const char *s, size_t n)
 {
-    if (n == 0 || strlen(s) != n || !ptc__utf8_valid((const uint8_t *)s, n))
-        return false;
-    bool start = true;
-    for (size_t i = 0; i < n; i++) {
-        unsigned char ch = (unsigned char)s[i];
-        if (ch == '.') {
-            if (start)
-                return false;
-            start = true;
-            continue;
-        }
-        bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || ch >= 0x80;
-        if (!alpha && !(ch >= '0' && ch <= '9' && !start))
-            return false;
-        start = false;
-    }
-    return !start;
+    return strlen(s) == n && ptc__python_name((const uint8_t *)s, n);
 }
 
 static int scan_item(void *ud, const ptc__scan_item *it)
@@ -356,7 +340,7 @@ static void cover(scan_ctx *c, uint64_t a, uint64_t b)
         return;
     if (c->ncov == c->capcov) {
         size_t cap = c->capcov ? c->capcov * 2 : 16;
-        struct span *n = ptc__realloc(c->cov, cap * sizeof *n);
+        ptc__span *n = ptc__realloc(c->cov, cap * sizeof *n);
         if (!n) {
             c->fatal = PTC_ENOMEM;
             return;
@@ -364,74 +348,55 @@ static void cover(scan_ctx *c, uint64_t a, uint64_t b)
         c->cov = n;
         c->capcov = cap;
     }
-    c->cov[c->ncov++] = (struct span){a, b};
+    c->cov[c->ncov++] = (ptc__span){a, b};
 }
 
 static int cmp_span(const void *x, const void *y)
 {
-    const struct span *a = x, *b = y;
+    const ptc__span *a = x, *b = y;
     return a->a < b->a ? -1 : a->a > b->a;
 }
 
-/* Decodes region[from..len) wherever a reader could start a pickle: at from itself (when
- * at_from) and at every PROTO opcode (0x80 then a protocol 2 to 5) after it, each decode stopping
- * at its STOP or at the first byte that does not parse. A PROTO inside bytes an earlier decode of
- * the region already read (its opcodes and their arguments) starts no decode of its own: every
- * byte is read by at most one decode, and line arguments look for their '\n' only up to the
- * region's last one, so the sweep is linear in the region. Only references by name to a global
- * count (scan_item, c->sweep): tensor bytes decode as short runs of random opcodes. base is added
- * to the offsets reported. Returns 0 or PTC_ENOMEM. */
-static int sweep_region_skip(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base,
-                             size_t from, bool at_from, const struct span *skip, size_t nskip)
+/* Decodes data[0..len) wherever a reader could start a pickle (ptc__pickle_sweep): at every
+ * PROTO opcode (0x80 then a protocol 2 to 5) that is no opcode of another decode, PROTOs inside
+ * the arguments of other decodes included (a pickle wrapped in BINBYTES or in a STRING line), and
+ * at data[0] when at_start. quiet[0..nquiet) are the spans full scans read
+ * (pass a span [0, reach) for a region scanned from its first byte): replayed without reporting,
+ * so that what is wrapped in their arguments is found and nothing is reported twice. Each decode
+ * stops at its STOP or at the first byte that does not parse, and the sweep is linear in the
+ * region. Only references by name to a global count (scan_item, c->sweep): tensor bytes decode as
+ * short runs of random opcodes. base is added to the offsets reported. A region where more than
+ * PTC__SWEEP_MAX_WALKS decodes overlap (nested wrappers, only built on purpose) is a finding.
+ * Returns 0 or PTC_ENOMEM. */
+static int sweep_spans(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base, bool at_start,
+                       const ptc__span *quiet, size_t nquiet)
 {
-    if (from >= len)
-        return 0;
-    const uint8_t *last_nl = memrchr(data + from, '\n', len - from);
-    size_t line_limit = last_nl ? (size_t)(last_nl - data) + 1 : 0;
-    size_t pos = from;
     bool saved_sweep = c->sweep;
     c->sweep = true;
     c->torch_runs = c->suspect = false;
-    int rc = 0;
-    while (pos < len) {
-        size_t start = pos;
-        if (!at_from || start != from) {
-            const uint8_t *p = data + pos;
-            for (;;) {
-                p = memchr(p, 0x80, len - (size_t)(p - data));
-                if (!p || (size_t)(p - data) + 1 >= len)
-                    goto done;
-                if (p[1] >= 2 && p[1] <= 5)
-                    break;
-                p++;
-            }
-            start = (size_t)(p - data);
-        }
-        while (nskip && skip->b <= start) {
-            skip++;
-            nskip--;
-        }
-        if (nskip && skip->a <= start) {
-            pos = (size_t)skip->b;
-            continue;
-        }
-        size_t reach = 1;
-        /* No error message: most decodes here end at a byte that is no opcode. */
-        ptc__pickle_scan_ex(data + start, len - start, line_limit > start ? line_limit - start : 0,
-                            c->member, base + start, true, scan_item, c, NULL, &reach, NULL);
-        if ((rc = c->fatal))
-            break;
-        pos = start + (reach > 1 ? reach : 1);
-    }
-done:
+    ptc_error e;
+    int rc = ptc__pickle_sweep(data, len, base, at_start, quiet, nquiet, c->member, scan_item, c,
+                               &e);
     c->sweep = saved_sweep;
+    if (c->fatal)
+        return c->fatal;
+    if (rc == PTC_ELIMIT) {
+        c->bad++;
+        const char *msg = strstr(e.message, ": ");
+        char detail[640];
+        snprintf(detail, sizeof detail, "the sweep for hidden pickles stopped: %s",
+                 msg ? msg + 2 : e.message);
+        rc = add_finding(c->r, PTC_VERDICT_UNSAFE, PTC_ELIMIT, "hidden-pickle", c->member,
+                         (int64_t)e.offset, detail, false);
+    }
     return rc;
 }
 
-static int sweep_region(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base, size_t from,
-                        bool at_from)
+/* A region a full scan read from its first byte to reach (0: no full scan). */
+static int sweep_region(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base, size_t reach)
 {
-    return sweep_region_skip(c, data, len, base, from, at_from, NULL, 0);
+    ptc__span q = {0, reach};
+    return sweep_spans(c, data, len, base, reach == 0, &q, reach ? 1 : 0);
 }
 
 /* The whole file, raw, as one region (labelled "", offsets in the file), less the bytes full
@@ -445,7 +410,7 @@ static int sweep_file(scan_ctx *c)
         qsort(c->cov, c->ncov, sizeof *c->cov, cmp_span);
     c->member = "";
     c->refs = c->bad = 0;
-    int rc = sweep_region_skip(c, c->map, (size_t)c->size, 0, 0, true, c->cov, c->ncov);
+    int rc = sweep_spans(c, c->map, (size_t)c->size, 0, true, c->cov, c->ncov);
     return rc ? rc : swept_finding(c, "the file");
 }
 
@@ -561,7 +526,7 @@ static int sweep_zip_headers(scan_ctx *c, ptc__zip *z)
             snprintf(label, sizeof label, "%s [%s]", rec, what[k]);
             c->member = label;
             c->refs = c->bad = 0;
-            if ((rc = sweep_region(c, c->map + at[k], (size_t)len[k], 0, 0, true)))
+            if ((rc = sweep_region(c, c->map + at[k], (size_t)len[k], 0, 0)))
                 return rc;
             char where[400];
             snprintf(where, sizeof where, "the %s of %s (file offset 0x%llx, %llu bytes)", what[k],
@@ -575,7 +540,7 @@ static int sweep_zip_headers(scan_ctx *c, ptc__zip *z)
     if (n && off <= c->size && n <= c->size - off) {
         c->member = "archive comment";
         c->refs = c->bad = 0;
-        if ((rc = sweep_region(c, c->map + off, (size_t)n, 0, 0, true)))
+        if ((rc = sweep_region(c, c->map + off, (size_t)n, 0, 0)))
             return rc;
         char where[120];
         snprintf(where, sizeof where, "the archive comment (file offset 0x%llx, %llu bytes)",
@@ -640,7 +605,7 @@ static int scan_zip_entries(scan_ctx *c, ptc__zip *z, bool check_crc, bool *cons
             rc = hidden_pickle(c, n, c->bad, torchscript_record(en->record));
         if (n >= 0 && rc == 0) {
             c->refs = c->bad = 0;
-            n = sweep_region(c, data, (size_t)en->size, 0, reach, !full);
+            n = sweep_region(c, data, (size_t)en->size, 0, full ? reach : 0);
             if (n == 0)
                 rc = swept_finding(c, label);
         }
@@ -791,7 +756,7 @@ static int scan_local_headers(scan_ctx *c, const uint8_t *map, uint64_t size, bo
             full_bad = c->bad;
             if (n >= 0) {
                 c->bad = 0;
-                if ((rc = sweep_region(c, buf, (size_t)got, 0, reach, reach == 0)) == 0)
+                if ((rc = sweep_region(c, buf, (size_t)got, 0, reach)) == 0)
                     rc = swept_finding(c, label);
                 c->bad = full_bad;
             }
