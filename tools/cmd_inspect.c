@@ -112,6 +112,28 @@ static int render_failed;
 static int json_counting; /* json_value for the scan: charge a str's bytes, build nothing */
 
 /* 1 when rendering may go on: charges one node to the budget. */
+/* Bytes a str takes once written as escaped JSON text, an upper bound: a control byte becomes
+ * \u00XX, a quote or backslash two bytes, a C1 control (0xC2 0x80-0x9F) and a character that
+ * reorders or hides text or a lone surrogate (UTF-8 starting 0xE2, 0xED or 0xEF) \uXXXX. */
+static uint64_t json_text_cost(const char *s, size_t len)
+{
+    uint64_t n = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c < 0x20 || c == 0x7f)
+            n += 6;
+        else if (c == '"' || c == '\\')
+            n += 2;
+        else if (c == 0xC2) /* a C1 control: \u0080 for two bytes */
+            n += 5;
+        else if (c == 0xE2 || c == 0xED || c == 0xEF) /* \uXXXX for three bytes */
+            n += 4;
+        else
+            n += 1;
+    }
+    return n;
+}
+
 static int render_charge(void)
 {
     if (render_failed)
@@ -697,8 +719,9 @@ static json_t *json_value(const ptc_value *v, int depth)
     case PTC_VALUE_STR:
         if (ptc_value_str(v, &s, &len) < 0)
             return json_null();
-        if (!render_charge_bytes(len) || json_counting) /* written whole: a str shared by */
-            return json_null();                          /* many keys adds up */
+        /* Written whole, as escaped JSON: a str shared by many keys adds up. */
+        if (!render_charge_bytes(json_text_cost(s, len)) || json_counting)
+            return json_null();
         return json_text(s, len);
     case PTC_VALUE_BYTES: {
         if (ptc_value_bytes(v, &bytes, &len) < 0)

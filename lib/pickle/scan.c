@@ -305,9 +305,15 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
  *     two string pushes. A walk keeps the set of (module, name) pairs it could hold, as a list of
  *     elements, of Python names only (anything else is never reported): a merge concatenates
  *     the lists, a push of a name turns each (a, b) into (b, name) (or starts (-, name) on an
- *     empty list), any other push or opcode but the memo ones empties it, and STACK_GLOBAL reports
- *     every pair and empties it. An element is created by a step and removed within two pushes or
- *     one other opcode, so the lists cost O(1) per step amortised.
+ *     empty list; an escaped STRING or UNICODE literal counts when its decoded value is a name),
+ *     and STACK_GLOBAL reports every pair and empties it, as GLOBAL and INST do. Other opcodes
+ *     leave the list: a push and a pop between the two names (NONE POP, MARK POP_MARK, a memo
+ *     get) do not stop STACK_GLOBAL from taking them. A list holds at most SW_MAX_ELEMS pairs:
+ *     a merge past that empties it and marks the walk, whose next STACK_GLOBAL is reported as the
+ *     unresolved global "?.?" (outside any policy). A step costs O(SW_MAX_ELEMS) at most.
+ *     Known gap: a name pushed, then two more names, then one popped leaves the walk's last pair
+ *     on the later names; STACK_GLOBAL is then reported with those (outside the policy unless
+ *     they name an allowed global).
  *
  * Line arguments look for their '\n' with memchr; the first line of an opcode is looked for from
  * offsets that never decrease (walks step in offset order), as are second lines (GLOBAL, INST),
@@ -334,7 +340,13 @@ typedef struct sw_walk {
     size_t pos;       /* the next opcode */
     size_t quiet_end; /* quiet while pos < quiet_end */
     uint32_t head, tail;
+    uint32_t nelems; /* elements in the list */
+    bool many;       /* merges brought more than SW_MAX_ELEMS pairs: STACK_GLOBAL is unresolved */
 } sw_walk;
+
+/* Pairs one walk keeps; past it the walk only remembers that a STACK_GLOBAL could take a name
+ * the sweep no longer knows, and reports it unresolved (outside any policy). */
+#define SW_MAX_ELEMS 32
 
 typedef struct sweep {
     const uint8_t *d;
@@ -398,6 +410,7 @@ static size_t proto_before(sweep *s, size_t lim)
 
 static void clear_elems(sweep *s, sw_walk *w)
 {
+    w->nelems = 0;
     if (w->head == NONE)
         return;
     s->e[w->tail].next = s->efree;
@@ -448,7 +461,8 @@ static int new_walk(sweep *s, size_t pos, size_t quiet_end, uint32_t *out, ptc_e
         }
         wi = s->nw++;
     }
-    s->w[wi] = (sw_walk){.pos = pos, .quiet_end = quiet_end, .head = NONE, .tail = NONE};
+    s->w[wi] = (sw_walk){.pos = pos, .quiet_end = quiet_end, .head = NONE, .tail = NONE,
+                         .nelems = 0, .many = false};
     s->alive++;
     *out = wi;
     return 0;
@@ -518,13 +532,20 @@ static void merge_walk(sweep *s, uint32_t dst, uint32_t src)
     sw_walk *a = &s->w[dst], *b = &s->w[src];
     if (b->quiet_end > a->quiet_end)
         a->quiet_end = b->quiet_end;
+    a->many |= b->many;
     if (b->head != NONE) {
         if (a->head == NONE)
             a->head = b->head;
         else
             s->e[a->tail].next = b->head;
         a->tail = b->tail;
+        a->nelems += b->nelems;
         b->head = b->tail = NONE;
+        b->nelems = 0;
+    }
+    if (a->nelems > SW_MAX_ELEMS) {
+        clear_elems(s, a);
+        a->many = true;
     }
     free_walk(s, src);
 }
@@ -564,13 +585,81 @@ static void park(sweep *s, uint32_t wi)
     }
 }
 
-static int push_name(sweep *s, uint32_t wi, const uint8_t *p, size_t n, bool loud, ptc_error *err)
+static int hexval(uint8_t c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* Whether an escaped STRING ('S': Python's escape_decode) or UNICODE ('V': raw-unicode-escape)
+ * literal decodes to a Python name. Only the ASCII of the value matters (every other character
+ * counts as a letter, as ptc__python_name counts bytes >= 0x80). */
+static bool escaped_name(uint8_t op, const uint8_t *p, size_t n)
+{
+    uint8_t out[NAME_COPY];
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t c = p[i];
+        if (p[i] == '\\' && i + 1 < n) {
+            uint8_t e = p[i + 1];
+            if (op == 'V') {
+                int w = e == 'u' ? 4 : e == 'U' ? 8 : 0;
+                if (w && i + 1 + (size_t)w < n + 0 && i + 2 + (size_t)w <= n) {
+                    uint32_t v = 0;
+                    int j;
+                    for (j = 0; j < w && hexval(p[i + 2 + j]) >= 0; j++)
+                        v = v * 16 + (uint32_t)hexval(p[i + 2 + j]);
+                    if (j == w) {
+                        c = v;
+                        i += 1 + (size_t)w;
+                    }
+                }
+            } else {
+                static const char simple[] = "\\\\''\"\"a\ab\bf\fn\nr\rt\tv\v";
+                const char *m = NULL;
+                for (size_t q = 0; q + 1 < sizeof simple && !m; q += 2)
+                    if ((uint8_t)simple[q] == e)
+                        m = &simple[q + 1];
+                if (m) {
+                    c = (uint8_t)*m;
+                    i++;
+                } else if (e == 'x' && i + 3 < n + 0 && hexval(p[i + 2]) >= 0 &&
+                           hexval(p[i + 3]) >= 0) {
+                    c = (uint32_t)(hexval(p[i + 2]) * 16 + hexval(p[i + 3]));
+                    i += 3;
+                } else if (e >= '0' && e <= '7') {
+                    uint32_t v = 0;
+                    size_t j = i + 1;
+                    for (int d = 0; d < 3 && j < n && p[j] >= '0' && p[j] <= '7'; d++, j++)
+                        v = v * 8 + (uint32_t)(p[j] - '0');
+                    c = v & 0xff;
+                    i = j - 1;
+                } else if (e == '\n') {
+                    i++;
+                    continue; /* a line continuation adds nothing */
+                }
+            }
+        }
+        if (k == sizeof out)
+            return false;
+        out[k++] = c < 0x80 ? (uint8_t)c : 0x80;
+    }
+    /* ptc__python_name wants valid UTF-8: stand each non-ASCII character in for a letter. */
+    for (size_t i = 0; i < k; i++)
+        if (out[i] == 0x80)
+            out[i] = 'a';
+    return ptc__python_name(out, k);
+}
+
+/* A string push: a Python name (named true: already checked, an escaped literal whose decoded
+ * value is one) shifts every pair; anything else leaves them, since STACK_GLOBAL may still take
+ * the names below it once it is popped. */
+static int push_name(sweep *s, uint32_t wi, const uint8_t *p, size_t n, bool named, bool loud,
+                     ptc_error *err)
 {
     sw_walk *w = &s->w[wi];
-    if (n >= NAME_COPY || !ptc__python_name(p, n)) {
-        clear_elems(s, w);
+    if (n >= NAME_COPY || (!named && !ptc__python_name(p, n)))
         return 0;
-    }
     size_t off = (size_t)(p - s->d);
     if (w->head == NONE) {
         uint32_t ei;
@@ -594,6 +683,7 @@ static int push_name(sweep *s, uint32_t wi, const uint8_t *p, size_t n, bool lou
         }
         s->e[ei] = (sw_elem){.bo = off, .bl = n, .bloud = loud, .next = NONE};
         w->head = w->tail = ei;
+        w->nelems = 1;
         return 0;
     }
     for (uint32_t ei = w->head; ei != NONE; ei = s->e[ei].next) {
@@ -667,6 +757,7 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
     int rc = 0;
     if (op == 'c' || op == 'i') {
         clear_elems(s, w);
+        w->many = false;
         if (!quiet && alen < NAME_COPY && alen2 < NAME_COPY && ptc__python_name(arg, alen) &&
             ptc__python_name(arg2, alen2))
             rc = report(s->fn, s->ud, PTC__SCAN_GLOBAL, op, s->base + at, arg, alen, arg2, alen2,
@@ -678,14 +769,26 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
                 rc = report(s->fn, s->ud, PTC__SCAN_GLOBAL, op, s->base + at, d + e->ao, e->al,
                             d + e->bo, e->bl, 0);
         }
+        if (rc == 0 && w->many && !quiet)
+            rc = report(s->fn, s->ud, PTC__SCAN_GLOBAL, op, s->base + at, (const uint8_t *)"?",
+                        1, (const uint8_t *)"?", 1, 0);
         clear_elems(s, w);
+        w->many = false;
     } else if (pushes_string(op)) {
         strref v = string_value(op, arg, alen);
-        rc = push_name(s, wi, v.p, v.n, !quiet, err);
+        bool named = false;
+        if ((op == 'S' || op == 'V') && memchr(v.p, '\\', v.n)) {
+            /* Escapes: Python decodes them before STACK_GLOBAL sees the name. The literal is
+             * kept as written (and so never matches the policy) when its value is a name. */
+            if (op == 'S' && v.n >= 2 && (v.p[0] == '\'' || v.p[0] == '"') && v.p[v.n - 1] == v.p[0])
+                v = (strref){v.p + 1, v.n - 2};
+            named = escaped_name(op, v.p, v.n);
+        }
+        rc = push_name(s, wi, v.p, v.n, named, !quiet, err);
         w = &s->w[wi];
-    } else if (op != 'p' && op != 'q' && op != 'r' && op != 0x94 && op != 0x95) {
-        clear_elems(s, w);
     }
+    /* Other opcodes leave the pairs: a pop or a push between the two names (NONE POP, MARK
+     * POP_MARK, a memo get) does not stop STACK_GLOBAL from taking them. */
     if (rc || (op == '.' && pos >= w->quiet_end))
         return rc;
     w->pos = pos;

@@ -189,11 +189,6 @@ static bool allows(const ptc_policy *p, const char *m, const char *n)
     return ptc__policy_lookup(p, m, n, &id, &dt, NULL, -1, NULL) == 0;
 }
 
-static bool python_name(const char *s, size_t n)
-{
-    return strlen(s) == n && ptc__python_name((const uint8_t *)s, n);
-}
-
 static int scan_item(void *ud, const ptc__scan_item *it)
 {
     scan_ctx *c = ud;
@@ -205,10 +200,10 @@ static int scan_item(void *ud, const ptc__scan_item *it)
         return 0;
     /* A sweep decodes bytes that are mostly not pickles (tensor data, headers, text): random
      * bytes hold PROTO, REDUCE or a STACK_GLOBAL over nothing often enough, a GLOBAL of two
-     * Python names almost never. Only references by name count there. */
-    if (c->sweep && (it->kind != PTC__SCAN_GLOBAL || it->truncated ||
-                     !python_name(it->module, it->module_len) ||
-                     !python_name(it->name, it->name_len)))
+     * Python names almost never. Only references by name count there: the sweep reports only
+     * those (names, escaped literals whose value is a name, and "?" for a STACK_GLOBAL whose
+     * names it lost track of). */
+    if (c->sweep && (it->kind != PTC__SCAN_GLOBAL || it->truncated))
         return 0;
     /* The report is full: what a torch-run pickle references still decides the prediction,
      * anything else would only be counted as not listed. */

@@ -412,12 +412,26 @@ static void test_sweep(void)
     static const char w3[] = "\x80\x02N\x80\x02" "cposix\nsystem\n.";
     CHECK_CODE(SWEEP(w3, true, NULL, 0, &l, &err), 0, &err);
     CHECK_INT(l.n, 1);
-    /* STRING constants unquoted, in either quotes; with a backslash never a name. */
+    /* STRING constants unquoted, in either quotes; an escaped literal counts when Python's
+     * escape_decode makes a name of it (listed as written), and not otherwise. */
     memset(&l, 0, sizeof l);
-    static const char s1[] = "\x80\x03S'posix'\nS\"system\"\n\x93.\x80\x03S'po\\x73ix'\nS'system'\n\x93.";
+    static const char s1[] = "\x80\x03S'posix'\nS\"system\"\n\x93.\x80\x03S'po\\x73ix'\nS'system'\n\x93."
+                             "\x80\x03S'po\\x2fix'\nS'system'\n\x93.";
     CHECK_CODE(SWEEP(s1, false, NULL, 0, &l, &err), 0, &err);
-    CHECK_INT(l.n, 1);
+    CHECK_INT(l.n, 2);
     CHECK_STR(l.seen[0], "posix.system@21");
+    CHECK_STR(l.seen[1], "po\\x73ix.system@47");
+    /* UNICODE with \\u and \\U escapes (raw-unicode-escape), names through NONE POP and MARK
+     * POP_MARK, and through the memo. */
+    memset(&l, 0, sizeof l);
+    static const char s2[] = "\x80\x02V\\u0070osix\nVsystem\n\x93."
+                             "\x80\x04\x8c\x02osN0\x8c\x04path(1\x93."
+                             "\x80\x04\x8c\x03sysq\x00\x8c\x04" "exitq\x01h\x00h\x01\x93.";
+    CHECK_CODE(SWEEP(s2, false, NULL, 0, &l, &err), 0, &err);
+    CHECK_INT(l.n, 3);
+    CHECK_STR(l.seen[0], "\\u0070osix.system@22");
+    CHECK_STR(l.seen[1], "os.path@40");
+    CHECK_STR(l.seen[2], "sys.exit@63");
     /* Two decodes that meet keep both modules STACK_GLOBAL could take, through memo opcodes. */
     memset(&l, 0, sizeof l);
     static const char m1[] = "\x80\x02\x8c\x05posix\x95\x80\x02U\x02osq\x00\x94\x94"
