@@ -236,7 +236,7 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
             return *path ? 1 : w->err.code;
         }
         if (descend(w->root) && push_frame(w, w->root, 0) < 0)
-            return PTC_ENOMEM;
+            return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
     }
     while (w->n > 0) {
         walk_frame *f = &w->st[w->n - 1];
@@ -267,7 +267,7 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
             return *path ? 1 : w->err.code;
         }
         if (push_frame(w, c, w->path.len) < 0)
-            return PTC_ENOMEM;
+            return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
     }
     return 0;
 }
