@@ -347,6 +347,8 @@ typedef struct sw_walk {
 /* Pairs one walk keeps; past it the walk only remembers that a STACK_GLOBAL could take a name
  * the sweep no longer knows, and reports it unresolved (outside any policy). */
 #define SW_MAX_ELEMS 32
+/* Walks a sweep holds without allocating (a power of two). */
+#define SW_INLINE 8
 
 typedef struct sweep {
     const uint8_t *d;
@@ -360,6 +362,8 @@ typedef struct sweep {
     uint32_t ne, cape, efree, elive;
     uint32_t *heap, nheap;
     uint32_t *ht; /* walk index + 1, 0 empty; capacity 2 * capw, a power of two */
+    sw_walk w_in[SW_INLINE]; /* w, heap and ht while capw is SW_INLINE */
+    uint32_t heap_in[SW_INLINE], ht_in[2 * SW_INLINE];
     size_t htmask;
     bool hton; /* the parked walks are in ht (with few, park() looks through the heap) */
     uint64_t base;
@@ -367,6 +371,16 @@ typedef struct sweep {
     ptc__scan_fn fn;
     void *ud;
 } sweep;
+
+/* Frees w, heap and ht unless they are the sweep's own inline arrays. */
+static void free_arrays(sweep *s)
+{
+    if (s->w != s->w_in) {
+        ptc__free(s->w);
+        ptc__free(s->heap);
+        ptc__free(s->ht);
+    }
+}
 
 static size_t find_nl(sweep *s, int which, size_t q)
 {
@@ -441,20 +455,29 @@ static int new_walk(sweep *s, size_t pos, size_t quiet_end, uint32_t *out, ptc_e
         s->wfree = s->w[wi].head;
     } else {
         if (s->nw == s->capw) {
-            uint32_t cap = s->capw ? s->capw * 2 : 64;
-            sw_walk *nw = ptc__realloc(s->w, (size_t)cap * sizeof *nw);
-            uint32_t *nh = nw ? ptc__realloc(s->heap, (size_t)cap * sizeof *nh) : NULL;
-            if (nw)
-                s->w = nw;
-            if (!nh)
-                return ptc__err(err, PTC_ENOMEM, s->member, -1, "out of memory");
+            /* The first SW_INLINE walks live in the sweep itself: a region of tensor data
+             * (thousands of small records in one file) then costs no allocation at all. */
+            uint32_t cap = s->capw ? s->capw * 2 : SW_INLINE;
+            sw_walk *nw = s->w_in;
+            uint32_t *nh = s->heap_in, *ht = s->ht_in;
+            if (s->capw) {
+                nw = ptc__malloc((size_t)cap * sizeof *nw);
+                nh = ptc__malloc((size_t)cap * sizeof *nh);
+                ht = ptc__calloc((size_t)cap * 2, sizeof *ht);
+                if (!nw || !nh || !ht) {
+                    ptc__free(nw);
+                    ptc__free(nh);
+                    ptc__free(ht);
+                    return ptc__err(err, PTC_ENOMEM, s->member, -1, "out of memory");
+                }
+                memcpy(nw, s->w, (size_t)s->capw * sizeof *nw);
+                memcpy(nh, s->heap, (size_t)s->capw * sizeof *nh);
+                free_arrays(s);
+            }
+            s->w = nw;
             s->heap = nh;
-            uint32_t *ht = ptc__calloc((size_t)cap * 2, sizeof *ht);
-            if (!ht)
-                return ptc__err(err, PTC_ENOMEM, s->member, -1, "out of memory");
-            s->htmask = (size_t)cap * 2 - 1;
-            ptc__free(s->ht);
             s->ht = ht;
+            s->htmask = (size_t)cap * 2 - 1;
             s->capw = cap;
             if (s->hton)
                 ht_fill(s);
@@ -866,9 +889,7 @@ int ptc__pickle_sweep(const uint8_t *data, size_t len, uint64_t base_offset, boo
         }
     }
 out:
-    ptc__free(s.w);
+    free_arrays(&s);
     ptc__free(s.e);
-    ptc__free(s.heap);
-    ptc__free(s.ht);
     return rc;
 }
