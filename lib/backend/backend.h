@@ -7,7 +7,9 @@
  *         against, and the one gradient checks run on);
  *   dnnl  oneDNN (Debian's libdnnl-dev), float32: activations stay in oneDNN's preferred blocked
  *         layouts from layer to layer, reordered only at the edges (tensor_write / tensor_read);
- *   cuda  cuDNN + cuBLAS (later): the same table over device memory and a stream.
+ *   cuda  cuDNN + cuBLAS + kernels/ (a module, backend-cuda.so): the same table over the memory
+ *         of one GPU and one stream per instance, activations channels-last (NHWC). Calls return
+ *         once the work is queued; tensor_read, sync and the raw forms of host memory wait.
  *
  * Tensors. A tensor has a logical shape [n][c][h][w] (vectors are [1][c][1][1], matrices
  * [n][c][1][1]) and a role that lets the backend choose its memory layout. Only tensor_write and
@@ -53,9 +55,21 @@ typedef enum ptc__role {
     PTC__ROLE_MAT     /* linear weights [m][k][1][1], and [n][k] inputs/outputs of linear */
 } ptc__role;
 
+typedef enum ptc__precision {
+    PTC__PREC_F32 = 0, /* every layer in the tensors' element type */
+    PTC__PREC_BF16 = 1 /* torch.autocast(dtype=bfloat16)'s rules: convolutions and linear layers
+                          compute in bfloat16 (inputs and weights rounded to bf16, float32
+                          accumulation, output rounded to bf16); batchnorm statistics, the loss,
+                          master weights and momentum stay float32 (device backends only) */
+} ptc__precision;
+
 typedef struct ptc__be_params {
     ptc__dtype_be dtype; /* PTC__BE_F32, or PTC__BE_F64 where the backend has it (ref) */
     int threads;         /* 0: the backend's default (all cores it may use) */
+    int device;          /* device backends: the GPU ordinal (0 default) */
+    ptc__precision precision;
+    int tf32;            /* device backends: allow TF32 tensor cores in float32 math */
+    int deterministic;   /* only algorithms whose results do not depend on scheduling */
 } ptc__be_params;
 
 typedef struct ptc__conv_shape {
@@ -165,6 +179,17 @@ typedef struct ptc__backend_ops {
     int (*tensor_pack)(ptc__be *be, const ptc__bt *t, void *dst, double scale, ptc_error *err);
     /* t = src in raw form. */
     int (*tensor_unpack)(ptc__be *be, ptc__bt *t, const void *src, ptc_error *err);
+
+    /* ---- device backends (NULL in host backends) ----
+     * For a device backend, dst and src of tensor_pack / tensor_unpack may be memory from
+     * raw_alloc (queued on the instance's stream) or host memory (copied through; returns when
+     * the host memory may be used). */
+    int (*raw_alloc)(ptc__be *be, void **out, size_t bytes, ptc_error *err);
+    void (*raw_free)(ptc__be *be, void *p); /* accepts NULL */
+    /* The instance's stream (a cudaStream_t) and device ordinal, for a device communicator. */
+    int (*device_info)(ptc__be *be, void **stream, int *device, ptc_error *err);
+    /* Returns when every operation queued on the instance has finished. */
+    int (*sync)(ptc__be *be, ptc_error *err);
 } ptc__backend_ops;
 
 /* The backends this build has. */

@@ -7,7 +7,10 @@
  *   mpi     MPI_COMM_WORLD duplicated (OpenMPI from Debian; MPI_Init_thread when nobody has
  *           initialised MPI yet, MPI_Finalize at close only then). Errors return (MPI_ERRORS_RETURN
  *           on the duplicate) with MPI's own message, file and line in ptc_error;
- *   nccl    (later) device buffers on a stream, bootstrapped through the mpi communicator.
+ *   nccl    a device communicator (module comm-nccl.so): buffers in a device backend's memory,
+ *           collectives on a stream of its own ordered after the backend's stream by events;
+ *           its unique id is made on rank 0 and broadcast over a host communicator (mpi, or
+ *           single at world 1). Host buffers are staged through device memory.
  * Collectives are called by every process of the group in the same order with the same counts;
  * a process that fails must end the job (ptc_comm_abort) rather than leave the others waiting.
  * Nothing is global: two communicators may live in one process.
@@ -62,6 +65,17 @@ typedef struct ptc__comm_ops {
     void (*abort)(ptc_comm *c, int code);
     void (*close)(ptc_comm *c);
 } ptc__comm_ops;
+
+/* What a communicator module (lib/base/plugin.h, kind PTC__PLUGIN_COMM) provides; one of the two
+ * is NULL. */
+typedef struct ptc__comm_plugin {
+    /* mpi: this process's place in the launcher's world. */
+    int (*open)(ptc_comm **out, ptc_error *err);
+    /* nccl: a communicator over the ranks of host (which carries the bootstrap), on the device
+     * and stream of the device backend instance be (ops->device_info). */
+    int (*open_device)(ptc_comm **out, ptc_comm *host, const struct ptc__backend_ops *ops,
+                       ptc__be *be, ptc_error *err);
+} ptc__comm_plugin;
 
 struct ptc_comm {
     const ptc__comm_ops *ops;
