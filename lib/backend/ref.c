@@ -192,7 +192,7 @@ static int64_t conv_block(const ptc__conv_shape *s)
 
 static int ref_open(ptc__be **out, const ptc__be_params *p, ptc_error *err)
 {
-    ptc__be_params def = {PTC__BE_F32, 0};
+    ptc__be_params def = {.dtype = PTC__BE_F32, .threads = 0};
     if (!out)
         return ptc__err(err, PTC_EINVAL, "", -1, "ref open: out is NULL");
     *out = NULL;

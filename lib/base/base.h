@@ -55,6 +55,7 @@ int ptc__verr(ptc_error *err, int code, const char *member, int64_t offset, cons
 void ptc__err_clear(ptc_error *err);
 /* Adds context in front of an existing message ("model.pth: " + message); keeps the code. */
 void ptc__err_prefix(ptc_error *err, const char *fmt, ...) PTC_PRINTF(2, 3);
+void ptc__verr_prefix(ptc_error *err, const char *fmt, va_list ap) PTC_PRINTF(2, 0);
 
 /* ---- checked arithmetic ------------------------------------------------------------------------
  * Each returns true when the result fits, false on overflow (then *out is unspecified). */

@@ -90,15 +90,12 @@ int ptc__err_stricter(ptc_error *err, int code, const char *member, int64_t offs
     return code;
 }
 
-void ptc__err_prefix(ptc_error *err, const char *fmt, ...)
+void ptc__verr_prefix(ptc_error *err, const char *fmt, va_list ap)
 {
     if (!err)
         return;
     char head[256];
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(head, sizeof head, fmt, ap);
-    va_end(ap);
     size_t hn = strlen(head), cap = sizeof err->message;
     size_t on = strnlen(err->message, cap - 1);
     if (hn > cap - 1)
@@ -108,6 +105,14 @@ void ptc__err_prefix(ptc_error *err, const char *fmt, ...)
     memmove(err->message + hn, err->message, on);
     memcpy(err->message, head, hn);
     err->message[hn + on] = '\0';
+}
+
+void ptc__err_prefix(ptc_error *err, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    ptc__verr_prefix(err, fmt, ap);
+    va_end(ap);
 }
 
 void ptc__assert_fail(const char *expr, const char *file, int line)

@@ -160,7 +160,7 @@ static int open_backend(const char *name, int threads, const ptc__backend_ops **
         return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
                         "backend \"%s\" is not built into this ptc (ref%s)", name,
                         ptc__backend_find("dnnl") ? ", dnnl" : "");
-    ptc__be_params bp = {PTC__BE_F32, threads};
+    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = threads};
     return (*ops)->open(be, &bp, err);
 }
 

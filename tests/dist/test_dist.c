@@ -84,7 +84,7 @@ static int fixture_open(fixture *f, const char *backend, uint64_t seed, ptc_erro
 {
     memset(f, 0, sizeof *f);
     f->ops = ptc__backend_find(backend);
-    ptc__be_params bp = {PTC__BE_F32, 1};
+    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = 1};
     if (!f->ops || f->ops->open(&f->be, &bp, err) < 0)
         return -1;
     ptc__model_params mp = {PTC__ARCH_RESNET18_CIFAR, 10, f->ops, f->be, seed};
@@ -453,7 +453,7 @@ static void test_mismatch(void)
     ptc__arch arch = rank == 0 || ptc__backend_find("dnnl") ? PTC__ARCH_RESNET18_CIFAR
                                                              : PTC__ARCH_RESNET18;
     f.ops = ptc__backend_find(backend);
-    ptc__be_params bp = {PTC__BE_F32, 1};
+    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = 1};
     f.be = NULL;
     f.m = NULL;
     CHECK(f.ops->open(&f.be, &bp, &err) == 0);

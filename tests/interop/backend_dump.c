@@ -290,7 +290,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "backend_dump: no backend \"%s\" in this build\n", backend);
         return 1;
     }
-    ptc__be_params bp = {PTC__BE_F32, 0};
+    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = 0};
     if (strcmp(argv[i], "f64") == 0)
         bp.dtype = PTC__BE_F64;
     else if (strcmp(argv[i], "f32") != 0)

@@ -51,7 +51,7 @@ int main(int argc, char **argv)
     if (!ops || n < 1 || arch < 0)
         return fail("unknown backend or architecture, or N < 1", NULL);
     ptc__be *be;
-    ptc__be_params bp = {PTC__BE_F32, 0};
+    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = 0};
     if (ops->open(&be, &bp, &err) < 0)
         return fail("backend", &err);
     ptc__data_params dp = ptc__data_params_default();

@@ -714,7 +714,7 @@ static int alloc_scenario(void)
     ptc__be *be = NULL;
     ptc__bt *t[16] = {0};
     ptc__op *op[4] = {0};
-    ptc__be_params p = {PTC__BE_F32, 1};
+    ptc__be_params p = {.dtype = PTC__BE_F32, .threads = 1};
     ptc_error e;
     int rc = D->open(&be, &p, &e);
     if (rc < 0)
@@ -833,7 +833,7 @@ static void test_errors(void)
     CHECK_CODE(D->bn_fwd_eval(db, op, x, x, x, x, x, x, 0, &err), PTC_EINVAL, &err);
     /* Tensors and plans belong to the instance that made them. */
     ptc__be *other;
-    ptc__be_params p1 = {PTC__BE_F32, 1};
+    ptc__be_params p1 = {.dtype = PTC__BE_F32, .threads = 1};
     OK(D->open(&other, &p1, &err));
     ptc__bt *y2;
     OK(D->tensor_new(other, &y2, PTC__ROLE_ACT, (const int[4]){4, 64, 8, 8}, &err));
@@ -849,7 +849,7 @@ static void test_errors(void)
 
 int main(void)
 {
-    ptc__be_params p = {PTC__BE_F32, 2};
+    ptc__be_params p = {.dtype = PTC__BE_F32, .threads = 2};
     tuned = ((unsigned)dnnl_get_effective_cpu_isa() & (unsigned)dnnl_cpu_isa_avx2) ==
             (unsigned)dnnl_cpu_isa_avx2;
     if (!tuned)

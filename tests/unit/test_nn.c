@@ -241,7 +241,7 @@ int main(void)
 {
     ptc_error err;
     ops = ptc__backend_find("ref");
-    ptc__be_params bp = {PTC__BE_F32, 1};
+    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = 1};
     if (!ops || ops->open(&be, &bp, &err) < 0) {
         printf("cannot open the ref backend\n");
         return 99;

@@ -268,7 +268,7 @@ int main(int argc, char **argv)
             return 2;
         }
     }
-    ptc__be_params p = {PTC__BE_F32, threads};
+    ptc__be_params p = {.dtype = PTC__BE_F32, .threads = threads};
     die_if(D->open(&be, &p, &err), "open");
 
     /* The ceiling: run a conv first so that OpenMP's threads exist and are set. */
