@@ -34,7 +34,7 @@ void *ptc__calloc(size_t n, size_t size)
         return NULL;
     void *p = ptc__malloc(n * size);
     if (p)
-        memset(p, 0, n * size ? n * size : 1);
+        memset(p, 0, n * size);
     return p;
 }
 
