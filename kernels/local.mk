@@ -1,0 +1,1 @@
+# kernels/local.mk: (automake fragment, included by Makefile.am)

@@ -1,0 +1,1 @@
+# lib/backend/cuda.mk: (automake fragment, included by Makefile.am)

@@ -1,0 +1,1 @@
+# lib/dist/nccl.mk: (automake fragment, included by Makefile.am)

@@ -1,0 +1,1 @@
+# tests/gpu/local.mk: (automake fragment, included by Makefile.am)
