@@ -6,13 +6,11 @@
  */
 #include "kcommon.cuh"
 
-static __global__ void augment_kernel(const uint8_t *__restrict__ images, int h, int w, int pad,
-                                      const int32_t *__restrict__ idx,
-                                      const int8_t *__restrict__ top,
-                                      const int8_t *__restrict__ left,
-                                      const uint8_t *__restrict__ flip,
-                                      const float *__restrict__ lut, float *__restrict__ out,
-                                      int64_t total)
+static __global__ void
+augment_kernel(const uint8_t *__restrict__ images, int h, int w, int pad,
+               const int32_t *__restrict__ idx, const int8_t *__restrict__ top,
+               const int8_t *__restrict__ left, const uint8_t *__restrict__ flip,
+               const float *__restrict__ lut, float *__restrict__ out, int64_t total)
 {
     const int64_t plane = (int64_t)h * w * 3;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;

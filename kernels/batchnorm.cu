@@ -12,7 +12,7 @@
 #include "kcommon.cuh"
 
 #define BN_LANES 8
-#define BN_SLAB 32
+#define BN_SLAB  32
 
 /* Rows per chunk: at least 64, and at most ~256 chunks however large the batch. */
 static int64_t chunk_rows(int64_t rows)
@@ -24,11 +24,10 @@ static int64_t chunk_rows(int64_t rows)
 /* Mode 0 (statistics): s1 = sum (x - k), s2 = sum (x - k)^2 with k = x[0][ch].
  * Mode 1 (backward): s1 = sum dy', s2 = sum dy' (x - mean). */
 template <int MODE>
-static __global__ void bn_partial_kernel(const float *__restrict__ x, const float *__restrict__ y,
-                                         const float *__restrict__ dy,
-                                         const float *__restrict__ mean, int64_t rows, int c,
-                                         int64_t crow, double *__restrict__ p1,
-                                         double *__restrict__ p2)
+static __global__ void
+bn_partial_kernel(const float *__restrict__ x, const float *__restrict__ y,
+                  const float *__restrict__ dy, const float *__restrict__ mean, int64_t rows, int c,
+                  int64_t crow, double *__restrict__ p1, double *__restrict__ p2)
 {
     __shared__ double sh1[BN_LANES][BN_SLAB], sh2[BN_LANES][BN_SLAB];
     const int tx = threadIdx.x, ty = threadIdx.y;
@@ -66,9 +65,9 @@ static __global__ void bn_partial_kernel(const float *__restrict__ x, const floa
 }
 
 /* Adds the chunks of each channel in order into s1[ch], s2[ch]. */
-static __global__ void bn_chunks_kernel(const double *__restrict__ p1, const double *__restrict__ p2,
-                                        int64_t nchunks, int c, double *__restrict__ s1,
-                                        double *__restrict__ s2)
+static __global__ void bn_chunks_kernel(const double *__restrict__ p1,
+                                        const double *__restrict__ p2, int64_t nchunks, int c,
+                                        double *__restrict__ s1, double *__restrict__ s2)
 {
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch >= c)
@@ -82,9 +81,10 @@ static __global__ void bn_chunks_kernel(const double *__restrict__ p1, const dou
     s2[ch] = t2;
 }
 
-static __global__ void bn_moments_kernel(const double *__restrict__ s1, const double *__restrict__ s2,
-                                         const float *__restrict__ x, int64_t rows, int c,
-                                         float *__restrict__ mean, float *__restrict__ var)
+static __global__ void bn_moments_kernel(const double *__restrict__ s1,
+                                         const double *__restrict__ s2, const float *__restrict__ x,
+                                         int64_t rows, int c, float *__restrict__ mean,
+                                         float *__restrict__ var)
 {
     const int ch = blockIdx.x * blockDim.x + threadIdx.x;
     if (ch < c)
@@ -166,7 +166,8 @@ static int bn_reduce(const float *x, const float *y, const float *dy, const floa
     if (nchunks > 65535)
         return (int)cudaErrorInvalidValue;
     double *buf = NULL;
-    cudaError_t e = cudaMallocAsync((void **)&buf, sizeof(double) * (size_t)c * (size_t)(2 * nchunks + 2), st);
+    cudaError_t e =
+        cudaMallocAsync((void **)&buf, sizeof(double) * (size_t)c * (size_t)(2 * nchunks + 2), st);
     if (e != cudaSuccess)
         return (int)e;
     double *p1 = buf, *p2 = buf + nchunks * c;
@@ -231,7 +232,8 @@ extern "C" int ptc_k_bn_invstd(const float *var, float *invstd, int c, float eps
 {
     if (c <= 0)
         return 0;
-    bn_invstd_kernel<<<chan_blocks(c), PTC_K_THREADS, 0, ptc_k_stream(stream)>>>(var, invstd, c, eps);
+    bn_invstd_kernel<<<chan_blocks(c), PTC_K_THREADS, 0, ptc_k_stream(stream)>>>(var, invstd, c,
+                                                                                 eps);
     return ptc_k_status();
 }
 

@@ -34,7 +34,8 @@ static __global__ void add_kernel(const float *a, const float *b, float *y, int6
         y[i] = ptc_km_add(a[i], b[i], relu);
 }
 
-static __global__ void add4_kernel(const float4 *a, const float4 *b, float4 *y, int64_t n4, int relu)
+static __global__ void add4_kernel(const float4 *a, const float4 *b, float4 *y, int64_t n4,
+                                   int relu)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n4;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -97,7 +98,8 @@ extern "C" int ptc_k_scale(const float *x, float *y, int64_t n, float s, void *s
     return ptc_k_status();
 }
 
-extern "C" int ptc_k_add(const float *a, const float *b, float *y, int64_t n, int relu, void *stream)
+extern "C" int ptc_k_add(const float *a, const float *b, float *y, int64_t n, int relu,
+                         void *stream)
 {
     if (n <= 0)
         return 0;
@@ -138,8 +140,8 @@ extern "C" int ptc_k_relu_fwd(const float *x, float *y, int64_t n, void *stream)
     if (aligned16(x) && aligned16(y)) {
         n4 = n / 4;
         if (n4 > 0) {
-            relu4_kernel<<<ptc_k_blocks(n4), PTC_K_THREADS, 0, st>>>((const float4 *)x,
-                                                                     (float4 *)y, n4);
+            relu4_kernel<<<ptc_k_blocks(n4), PTC_K_THREADS, 0, st>>>((const float4 *)x, (float4 *)y,
+                                                                     n4);
             int rc = ptc_k_status();
             if (rc)
                 return rc;

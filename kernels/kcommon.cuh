@@ -1,6 +1,6 @@
 /*
- * kcommon.cuh - what every .cu file of kernels/ shares: the launch shape of the grid-stride loops and the
- * conversion of a launch's status into the launchers' return value (kernels/ptc_kernels.h).
+ * kcommon.cuh - what every .cu file of kernels/ shares: the launch shape of the grid-stride loops
+ * and the conversion of a launch's status into the launchers' return value (kernels/ptc_kernels.h).
  */
 #ifndef PTC_KCOMMON_CUH
 #define PTC_KCOMMON_CUH

@@ -1,7 +1,7 @@
 /*
- * kmath.h - the per-element arithmetic of the CUDA kernels (the .cu files of kernels/), written once as
- * __host__ __device__ inline functions so that tests/unit/test_kmath runs the very same code on
- * the host against the ref backend (lib/backend/ref_kernels.h) and lib/data/augment.c.
+ * kmath.h - the per-element arithmetic of the CUDA kernels (the .cu files of kernels/), written
+ * once as __host__ __device__ inline functions so that tests/unit/test_kmath runs the very same
+ * code on the host against the ref backend (lib/backend/ref_kernels.h) and lib/data/augment.c.
  *
  * Compiled by nvcc (C++17, --fmad=false) for the device and by the C11 compiler for the host test.
  * --fmad=false keeps every a * b + c as two roundings unless written fmaf(), as ref writes it; the
@@ -50,11 +50,12 @@ PTC_HD static inline float ptc_km_bits_f32(uint32_t u)
 }
 
 /* ---- casts --------------------------------------------------------------------------------------
- * float32 -> bfloat16 as torch 2.6's Tensor.to(torch.bfloat16) on the CPU (and lib/tensor/convert.c):
- * round to nearest even on the bit pattern (a carry steps the exponent and, from the largest
- * finite values, reaches infinity, which is IEEE overflow); subnormals round like any value; every
- * NaN becomes 0xFFFF (a quiet NaN: torch's vectorised kernel blends that pattern in whatever the
- * sign or payload; the scalar c10::BFloat16 would give 0x7FC0, never reached by Tensor.to). */
+ * float32 -> bfloat16 as torch 2.6's Tensor.to(torch.bfloat16) on the CPU (and
+ * lib/tensor/convert.c): round to nearest even on the bit pattern (a carry steps the exponent and,
+ * from the largest finite values, reaches infinity, which is IEEE overflow); subnormals round like
+ * any value; every NaN becomes 0xFFFF (a quiet NaN: torch's vectorised kernel blends that pattern
+ * in whatever the sign or payload; the scalar c10::BFloat16 would give 0x7FC0, never reached by
+ * Tensor.to). */
 PTC_HD static inline uint16_t ptc_km_f32_to_bf16(float f)
 {
     uint32_t u = ptc_km_f32_bits(f);
@@ -70,7 +71,7 @@ PTC_HD static inline float ptc_km_bf16_to_f32(uint16_t h)
     return ptc_km_bits_f32((uint32_t)h << 16);
 }
 
-/* ---- elementwise ------------------------------------------------------------------------------ */
+/* ---- elementwise ----------------------------------------------------------------------------- */
 
 /* torch.relu is clamp_min(x, 0): negatives become +0; -0.0 and NaN pass unchanged. */
 PTC_HD static inline float ptc_km_relu(float v)
@@ -111,8 +112,8 @@ typedef struct ptc_km_sgd_hp {
 } ptc_km_sgd_hp;
 
 PTC_HD static inline ptc_km_sgd_hp ptc_km_sgd_prepare(double lr, double momentum, double dampening,
-                                                       double weight_decay, int nesterov,
-                                                       int first_step)
+                                                      double weight_decay, int nesterov,
+                                                      int first_step)
 {
     ptc_km_sgd_hp h;
     h.wd = (float)weight_decay;
@@ -251,7 +252,8 @@ PTC_HD static inline void ptc_km_bn_finish(float mean, float var, int64_t rows, 
                                            float *running_mean, float *running_var)
 {
     const double mo = momentum;
-    const double unbiased = rows > 1 ? (double)var * (double)rows / (double)(rows - 1) : (double)var;
+    const double unbiased =
+        rows > 1 ? (double)var * (double)rows / (double)(rows - 1) : (double)var;
     *save_mean = mean;
     *save_invstd = (float)(1.0 / sqrt((double)var + (double)eps));
     *running_mean = (float)(mo * (double)mean + (1.0 - mo) * (double)*running_mean);
@@ -264,8 +266,8 @@ PTC_HD static inline float ptc_km_bn_invstd(float var, float eps)
 }
 
 /* y = (x - mean) x invstd x gamma + beta in double, rounded once (ref's formula), relu fused. */
-PTC_HD static inline float ptc_km_bn_apply(float x, float mean, float invstd, float gamma, float beta,
-                                           int relu)
+PTC_HD static inline float ptc_km_bn_apply(float x, float mean, float invstd, float gamma,
+                                           float beta, int relu)
 {
     float v = (float)(((double)x - (double)mean) * (double)invstd * (double)gamma + (double)beta);
     return relu ? ptc_km_relu(v) : v;

@@ -29,7 +29,8 @@ extern "C" int ptc_k_bias_add(float *y, const float *b, int n, int m, void *stre
     const int64_t total = (int64_t)n * m;
     if (n <= 0 || m <= 0)
         return 0;
-    bias_add_kernel<<<ptc_k_blocks(total), PTC_K_THREADS, 0, ptc_k_stream(stream)>>>(y, b, m, total);
+    bias_add_kernel<<<ptc_k_blocks(total), PTC_K_THREADS, 0, ptc_k_stream(stream)>>>(y, b, m,
+                                                                                     total);
     return ptc_k_status();
 }
 

@@ -38,6 +38,8 @@ kernels/%.o: kernels/%.cu
 kernels/libptc_kernels.a: $(PTC_KERNEL_OBJS)
 	$(AM_V_KAR)rm -f $@ && $(AR) cr $@ $(PTC_KERNEL_OBJS) && $(RANLIB) $@
 
+# Built by plain `make` (the cuda module links it). Makefile.am and the other fragments set no
+# noinst_DATA; one that needs it must add to this line, automake refusing a second "=".
 noinst_DATA = kernels/libptc_kernels.a
 CLEANFILES += $(PTC_KERNEL_OBJS) kernels/libptc_kernels.a
 

@@ -6,7 +6,8 @@
 #include "kcommon.cuh"
 
 static __global__ void maxpool_fwd_kernel(const float *__restrict__ x, float *__restrict__ y,
-                                          int32_t *__restrict__ argmax, ptc_km_pool s, int64_t total)
+                                          int32_t *__restrict__ argmax, ptc_km_pool s,
+                                          int64_t total)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -23,8 +24,8 @@ static __global__ void maxpool_fwd_kernel(const float *__restrict__ x, float *__
 }
 
 static __global__ void maxpool_bwd_kernel(const float *__restrict__ dy,
-                                          const int32_t *__restrict__ argmax, float *__restrict__ dx,
-                                          ptc_km_pool s, int64_t total)
+                                          const int32_t *__restrict__ argmax,
+                                          float *__restrict__ dx, ptc_km_pool s, int64_t total)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -109,7 +110,7 @@ extern "C" int ptc_k_avgpool_fwd(const float *x, float *y, int n, int c, int hw,
     if (total <= 0 || hw <= 0)
         return 0;
     avgpool_fwd_kernel<<<ptc_k_blocks(total), PTC_K_THREADS, 0, ptc_k_stream(stream)>>>(x, y, n, c,
-                                                                                       hw);
+                                                                                        hw);
     return ptc_k_status();
 }
 
@@ -119,6 +120,6 @@ extern "C" int ptc_k_avgpool_bwd(const float *dy, float *dx, int n, int c, int h
     if (total <= 0)
         return 0;
     avgpool_bwd_kernel<<<ptc_k_blocks(total), PTC_K_THREADS, 0, ptc_k_stream(stream)>>>(dy, dx, c,
-                                                                                       hw, total);
+                                                                                        hw, total);
     return ptc_k_status();
 }

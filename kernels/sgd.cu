@@ -56,7 +56,8 @@ extern "C" int ptc_k_sgd(float *p, const float *g, float *buf, int64_t n, float 
 {
     if (n <= 0)
         return 0;
-    ptc_km_sgd_hp h = ptc_km_sgd_prepare(lr, momentum, dampening, weight_decay, nesterov, first_step);
+    ptc_km_sgd_hp h =
+        ptc_km_sgd_prepare(lr, momentum, dampening, weight_decay, nesterov, first_step);
     if (h.use_mom && !buf)
         return (int)cudaErrorInvalidValue;
     sgd_kernel<<<ptc_k_blocks(n), PTC_K_THREADS, 0, ptc_k_stream(stream)>>>(p, g, buf, n, h);
@@ -68,7 +69,8 @@ extern "C" int ptc_k_sgd_multi(int count, float *const *p, const float *const *g
                                float dampening, float weight_decay, int nesterov, int first_step,
                                void *stream)
 {
-    ptc_km_sgd_hp h = ptc_km_sgd_prepare(lr, momentum, dampening, weight_decay, nesterov, first_step);
+    ptc_km_sgd_hp h =
+        ptc_km_sgd_prepare(lr, momentum, dampening, weight_decay, nesterov, first_step);
     cudaStream_t st = ptc_k_stream(stream);
     for (int done = 0; done < count; done += SGD_MAX) {
         sgd_list L;

@@ -42,7 +42,7 @@
 
 #include "check.h"
 
-/* ---- helpers ---------------------------------------------------------------------------------- */
+/* ---- helpers --------------------------------------------------------------------------------- */
 
 static int printed; /* failures printed so far: the first 20 */
 
@@ -171,15 +171,16 @@ static void test_bf16(void)
         if (bits(got) != h << 16 || bits(ptc__bf16_to_f32((uint16_t)h)) != h << 16) {
             check_failures++;
             if (printed++ < 20)
-                fprintf(stderr, "bf16 -> f32: 0x%04X -> kmath 0x%08X, convert.c 0x%08X, want 0x%08X\n",
-                        h, bits(got), bits(ptc__bf16_to_f32((uint16_t)h)), h << 16);
+                fprintf(stderr,
+                        "bf16 -> f32: 0x%04X -> kmath 0x%08X, convert.c 0x%08X, want 0x%08X\n", h,
+                        bits(got), bits(ptc__bf16_to_f32((uint16_t)h)), h << 16);
         }
     }
     printf("bf16: %ld torch patterns, 200000 random words, 65536 bf16 -> f32 (%d failed)\n", n,
            check_failures - before);
 }
 
-/* ---- 2. SGD ----------------------------------------------------------------------------------- */
+/* ---- 2. SGD ---------------------------------------------------------------------------------- */
 
 static void test_sgd(void)
 {
@@ -231,14 +232,14 @@ static void test_sgd(void)
            STEPS, N, check_failures - before);
 }
 
-/* ---- 3. elementwise --------------------------------------------------------------------------- */
+/* ---- 3. elementwise -------------------------------------------------------------------------- */
 
 static void test_elementwise(void)
 {
     enum { N = 4096 };
     static float a[N], b[N], r1[N], k1[N];
-    const float special[] = {0.0f, -0.0f, 1.0f, -1.0f, INFINITY, -INFINITY, NAN, -NAN,
-                             1e-45f, -1e-45f, 3.4e38f, -3.4e38f, 1e-38f, -1e-38f};
+    const float special[] = {0.0f, -0.0f,  1.0f,    -1.0f,   INFINITY, -INFINITY, NAN,
+                             -NAN, 1e-45f, -1e-45f, 3.4e38f, -3.4e38f, 1e-38f,    -1e-38f};
     const int ns = (int)(sizeof special / sizeof special[0]);
     int before = check_failures;
     for (int i = 0; i < N; i++) {
@@ -262,9 +263,10 @@ static void test_elementwise(void)
     accumulate_f32(a, r1, N);
     for (int i = 0; i < N; i++)
         same_val("accumulate", i, ptc_km_accumulate(b[i], a[i]), r1[i]);
-    printf("elementwise: add, add+relu, relu, relu_bwd, accumulate on %d pairs incl. +-0, inf, NaN, "
-           "subnormals (%d failed)\n",
-           N, check_failures - before);
+    printf(
+        "elementwise: add, add+relu, relu, relu_bwd, accumulate on %d pairs incl. +-0, inf, NaN, "
+        "subnormals (%d failed)\n",
+        N, check_failures - before);
 }
 
 /* ---- 4. pooling ------------------------------------------------------------------------------ */
@@ -320,7 +322,8 @@ static void maxpool_case(int n, int c, int h, int w, int r, int st, int pad, int
                     float m, mr;
                     int64_t o = nhwc(in, oy, ox, ch, s.oh, s.ow, c);
                     am[o] = ptc_km_maxpool_win(&k, xk, in, oy, ox, ch, &m);
-                    int64_t ar = pool_argmax_f32(&s, xr + ((int64_t)in * c + ch) * h * w, oy, ox, &mr);
+                    int64_t ar =
+                        pool_argmax_f32(&s, xr + ((int64_t)in * c + ch) * h * w, oy, ox, &mr);
                     same_bits(what, (long)o, m, yr[nchw(in, oy, ox, ch, s.oh, s.ow, c)]);
                     check_count++;
                     if (am[o] != ar) {
@@ -348,10 +351,10 @@ static void maxpool_case(int n, int c, int h, int w, int r, int st, int pad, int
 static void test_pool(void)
 {
     int before = check_failures;
-    maxpool_case(2, 3, 9, 9, 3, 2, 1, 3);  /* ResNet's stem pool, odd size */
-    maxpool_case(2, 4, 8, 8, 3, 2, 1, 2);  /* even size: windows hang over the far edge */
-    maxpool_case(1, 2, 8, 6, 2, 2, 0, 3);  /* no overlap, non-square */
-    maxpool_case(2, 3, 5, 7, 3, 1, 1, 2);  /* stride 1: every input in up to 9 windows */
+    maxpool_case(2, 3, 9, 9, 3, 2, 1, 3);   /* ResNet's stem pool, odd size */
+    maxpool_case(2, 4, 8, 8, 3, 2, 1, 2);   /* even size: windows hang over the far edge */
+    maxpool_case(1, 2, 8, 6, 2, 2, 0, 3);   /* no overlap, non-square */
+    maxpool_case(2, 3, 5, 7, 3, 1, 1, 2);   /* stride 1: every input in up to 9 windows */
     maxpool_case(1, 2, 11, 10, 5, 3, 2, 4); /* larger window, stride 3 */
 
     enum { N = 3, C = 5, HW = 49 };
@@ -380,7 +383,7 @@ static void test_pool(void)
            check_failures - before);
 }
 
-/* ---- 5. augmentation -------------------------------------------------------------------------- */
+/* ---- 5. augmentation ------------------------------------------------------------------------- */
 
 static void test_augment(void)
 {
@@ -462,8 +465,8 @@ static void bn_case(int N, int C, int H, int W, float offset, int relu)
     const double eps = 1e-5, mom = 0.1;
     bn_fwd_train_f32(N, C, HW, eps, mom, relu, xr, g, beta, yr, sm, si, rm, rv, 1);
     char what[96];
-    snprintf(what, sizeof what, "bn [%d][%d][%d][%d] offset %g relu %d", N, C, H, W,
-             (double)offset, relu);
+    snprintf(what, sizeof what, "bn [%d][%d][%d][%d] offset %g relu %d", N, C, H, W, (double)offset,
+             relu);
     for (int c = 0; c < C; c++) {
         /* the kernels' statistics, summed here in row order */
         double s1 = 0, s2 = 0, k = xk[c];
@@ -494,8 +497,7 @@ static void bn_case(int N, int C, int H, int W, float offset, int relu)
         for (int n = 0; n < N; n++)
             for (int i = 0; i < HW; i++) {
                 int64_t o = ((int64_t)n * HW + i) * C + c;
-                near("bn eval", (long)o, ptc_km_bn_apply(xk[o], rm[c], inv, g[c],
-                                                         beta[c], relu),
+                near("bn eval", (long)o, ptc_km_bn_apply(xk[o], rm[c], inv, g[c], beta[c], relu),
                      yr[((int64_t)n * C + c) * HW + i], 1e-6);
             }
     }
