@@ -12,8 +12,9 @@ lib_backend_cuda_la_SOURCES = lib/backend/cuda.c lib/backend/cuda.h lib/base/mod
 lib_backend_cuda_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)
 lib_backend_cuda_la_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS) $(CUDNN_CFLAGS)
 # libtool warns that a static archive in a module is not portable: the archive is built -fPIC
-# for exactly this use (kernels/local.mk).
-lib_backend_cuda_la_LIBADD = kernels/libptc_kernels.a $(CUDNN_LIBS) $(CUDA_LIBS)
+# for exactly this use (kernels/local.mk). Its host code is nvcc's C++ (static guards), hence
+# -lstdc++.
+lib_backend_cuda_la_LIBADD = kernels/libptc_kernels.a $(CUDNN_LIBS) $(CUDA_LIBS) -lstdc++
 lib_backend_cuda_la_LDFLAGS = -module -avoid-version -shared -no-undefined \
 	-export-symbols-regex '^ptc_plugin_entry_v1$$'
 
@@ -25,6 +26,6 @@ tests_gpu_cuda_layers_SOURCES = tests/gpu/cuda_layers.c lib/backend/cuda.c lib/b
 tests_gpu_cuda_layers_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir) -DPTC_CUDA_NO_MODULE
 tests_gpu_cuda_layers_CFLAGS = $(AM_CFLAGS) $(CUDA_CFLAGS) $(CUDNN_CFLAGS)
 tests_gpu_cuda_layers_LDADD = lib/libptc_core.la kernels/libptc_kernels.a $(CUDNN_LIBS) \
-	$(CUDA_LIBS)
+	$(CUDA_LIBS) -lstdc++
 endif
 endif

@@ -68,7 +68,7 @@ static void fail_op(const char *what)
 {
     n_checks++;
     n_failed++;
-    printf("%-34s %-26s %10s  FAIL (%s: %s)\n", what, "-", "-", ptc_err_name(err.code),
+    printf("%-38s %-26s %10s  FAIL (%s: %s)\n", what, "-", "-", ptc_err_name(err.code),
            err.message);
 }
 
@@ -166,7 +166,7 @@ static void cmp(const char *what, const pair *p)
     int ok = e <= TOL;
     n_checks++;
     n_failed += !ok;
-    printf("%-34s %-26s %10.3e  %s", what, shape, e, ok ? "PASS" : "FAIL");
+    printf("%-38s %-26s %10.3e  %s", what, shape, e, ok ? "PASS" : "FAIL");
     if (!ok)
         printf(" (element %lld: cuda %.9g, ref %.9g)", (long long)worst, (double)p->host2[worst],
                (double)p->host[worst]);
@@ -419,12 +419,12 @@ static void check_raw(void)
     n_checks++;
     if (cbytes != (size_t)t.n * 4 || rbytes != cbytes || clay == rlay) {
         n_failed++;
-        printf("%-34s %-26s %10s  FAIL (cuda %zu bytes, ref %zu; layouts %016llx, %016llx: the "
+        printf("%-38s %-26s %10s  FAIL (cuda %zu bytes, ref %zu; layouts %016llx, %016llx: the "
                "sizes must agree and the layouts differ)\n",
                "tensor_raw_size", "[2][64][56][56]", "-", cbytes, rbytes,
                (unsigned long long)clay, (unsigned long long)rlay);
     } else {
-        printf("%-34s %-26s %10.3e  PASS\n", "tensor_raw_size", "[2][64][56][56]", 0.0);
+        printf("%-38s %-26s %10.3e  PASS\n", "tensor_raw_size", "[2][64][56][56]", 0.0);
     }
     /* ref's raw form is the plain layout: after pack (scale) + unpack into another tensor, the
      * cuda tensor reads back as ref's packed bytes. Host memory first, then device memory. */
@@ -453,10 +453,10 @@ static void check_raw(void)
     n_checks++;
     if (!stream || device != 0) {
         n_failed++;
-        printf("%-34s %-26s %10s  FAIL (stream %p, device %d; expected a stream and 0)\n",
+        printf("%-38s %-26s %10s  FAIL (stream %p, device %d; expected a stream and 0)\n",
                "device_info", "-", "-", stream, device);
     } else {
-        printf("%-34s %-26s %10.3e  PASS\n", "device_info", "-", 0.0);
+        printf("%-38s %-26s %10.3e  PASS\n", "device_info", "-", 0.0);
     }
     free(ref_raw);
     free(host_raw);
@@ -475,10 +475,10 @@ static void check_errors(void)
     n_checks++;
     if (r1 != PTC_EINVAL || r2 != PTC_EINVAL || strcmp(e1.message, e2.message) != 0) {
         n_failed++;
-        printf("%-34s %-26s %10s  FAIL (ref %d \"%s\", cuda %d \"%s\")\n", "add shape mismatch",
+        printf("%-38s %-26s %10s  FAIL (ref %d \"%s\", cuda %d \"%s\")\n", "add shape mismatch",
                "-", "-", r1, e1.message, r2, e2.message);
     } else {
-        printf("%-34s %-26s %10.3e  PASS\n", "add shape mismatch", "-", 0.0);
+        printf("%-38s %-26s %10.3e  PASS\n", "add shape mismatch", "-", 0.0);
     }
     ptc__be *bad = NULL;
     ptc__be_params p = {.dtype = PTC__BE_F32, .device = 1 << 20};
@@ -486,13 +486,97 @@ static void check_errors(void)
     n_checks++;
     if (r2 >= 0 || !strstr(e2.message, "no device cuda:1048576")) {
         n_failed++;
-        printf("%-34s %-26s %10s  FAIL (%d \"%s\")\n", "open cuda:1048576", "-", "-", r2,
+        printf("%-38s %-26s %10s  FAIL (%d \"%s\")\n", "open cuda:1048576", "-", "-", r2,
                e2.message);
         C->close(bad);
     } else {
-        printf("%-34s %-26s %10.3e  PASS (%s)\n", "open cuda:1048576", "-", 0.0, e2.message);
+        printf("%-38s %-26s %10.3e  PASS (%s)\n", "open cuda:1048576", "-", 0.0, e2.message);
     }
     pfree(&a), pfree(&b);
+}
+
+/* An instance opened with deterministic = 1 (only CUDNN_DETERMINISTIC algorithms): the three
+ * passes of a convolution, run twice, give the same bits; and they agree with ref. */
+static void check_deterministic(const char *name, int n, int c, int h, int w, int k, int r,
+                                int stride, int pad)
+{
+    ptc__be_params p = {.dtype = PTC__BE_F32, .deterministic = 1};
+    ptc__be *save = cb;
+    if (C->open(&cb, &p, &err) < 0) {
+        cb = save;
+        fail_op(name);
+        return;
+    }
+    ptc__conv_shape s = {n, c, h, w, k, r, r, stride, pad, 0, 0};
+    s.oh = ptc__conv_out(h, r, stride, pad);
+    s.ow = ptc__conv_out(w, r, stride, pad);
+    ptc__op *ro = NULL, *co = NULL;
+    pair x, wt, y, dy, dx, dw;
+    char what[80];
+    int ok = 0;
+    if (R->conv_plan(rb, &ro, &s, &err) < 0 || C->conv_plan(cb, &co, &s, &err) < 0) {
+        fail_op(name);
+        goto out;
+    }
+    if (pnew(&x, name, PTC__ROLE_ACT, n, c, h, w, RAND) < 0 ||
+        pnew(&wt, name, PTC__ROLE_CONV_W, k, c, r, r, RAND) < 0 ||
+        pnew(&y, name, PTC__ROLE_ACT, n, k, s.oh, s.ow, ZERO) < 0 ||
+        pnew(&dy, name, PTC__ROLE_ACT, n, k, s.oh, s.ow, RAND) < 0 ||
+        pnew(&dx, name, PTC__ROLE_ACT, n, c, h, w, ZERO) < 0 ||
+        pnew(&dw, name, PTC__ROLE_CONV_W, k, c, r, r, ZERO) < 0)
+        goto out;
+    pair *outs[3] = {&y, &dx, &dw};
+    float *first[3];
+    for (int run = 0; run < 2; run++) {
+        if (C->conv_fwd(cb, co, x.c, wt.c, y.c, &err) < 0 ||
+            C->conv_bwd_data(cb, co, dy.c, wt.c, dx.c, &err) < 0 ||
+            C->conv_bwd_weight(cb, co, x.c, dy.c, dw.c, &err) < 0) {
+            fail_op(name);
+            goto out;
+        }
+        for (int i = 0; i < 3; i++) {
+            float *h2 = xmalloc((size_t)outs[i]->n * sizeof(float));
+            if (C->tensor_read(cb, outs[i]->c, h2, &err) < 0) {
+                free(h2);
+                fail_op(name);
+                goto out;
+            }
+            if (run == 0) {
+                first[i] = h2;
+                continue;
+            }
+            static const char *const names[3] = {"y", "dx", "dw"};
+            int same = memcmp(first[i], h2, (size_t)outs[i]->n * sizeof(float)) == 0;
+            snprintf(what, sizeof what, "%s %s bits of 2 runs", name, names[i]);
+            n_checks++;
+            n_failed += !same;
+            printf("%-38s %-26s %10s  %s\n", what, "-", same ? "equal" : "differ",
+                   same ? "PASS" : "FAIL");
+            free(first[i]);
+            free(h2);
+        }
+    }
+    if (R->conv_fwd(rb, ro, x.r, wt.r, y.r, &err) < 0 ||
+        R->conv_bwd_data(rb, ro, dy.r, wt.r, dx.r, &err) < 0 ||
+        R->conv_bwd_weight(rb, ro, x.r, dy.r, dw.r, &err) < 0) {
+        fail_op(name);
+        goto out;
+    }
+    snprintf(what, sizeof what, "%s y", name);
+    cmp(what, &y);
+    snprintf(what, sizeof what, "%s dx", name);
+    cmp(what, &dx);
+    snprintf(what, sizeof what, "%s dw", name);
+    cmp(what, &dw);
+    ok = 1;
+out:
+    /* the pairs live on this instance: freed before it closes (on failure they leak) */
+    if (ok)
+        pfree(&x), pfree(&wt), pfree(&y), pfree(&dy), pfree(&dx), pfree(&dw);
+    R->plan_free(rb, ro);
+    C->plan_free(cb, co);
+    C->close(cb);
+    cb = save;
 }
 
 /* ---- bf16 dump ------------------------------------------------------------------------------- */
@@ -665,7 +749,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "cuda_layers: cannot open the ref backend: %s\n", err.message);
         return 1;
     }
-    printf("%-34s %-26s %10s  %s\n", "op", "shape", "error", "result (tolerance 1e-4, TF32 off)");
+    printf("%-38s %-26s %10s  %s\n", "op", "shape", "error", "result (tolerance 1e-4, TF32 off)");
     check_errors();
     check_elementwise();
     check_raw();
@@ -674,6 +758,8 @@ int main(int argc, char **argv)
     check_conv("conv 3x3/2 64->128", 2, 64, 56, 56, 128, 3, 2, 1);
     check_conv("conv 1x1/2 downsample", 2, 64, 56, 56, 128, 1, 2, 0);
     check_conv("conv 3x3/1 512", 2, 512, 7, 7, 512, 3, 1, 1);
+    check_deterministic("det conv 7x7/2 stem", 2, 3, 224, 224, 64, 7, 2, 3);
+    check_deterministic("det conv 3x3/1 64", 2, 64, 56, 56, 64, 3, 1, 1);
     check_bn("bn relu 64@112", 2, 64, 112, 112, 1);
     check_bn("bn 128@28", 2, 128, 28, 28, 0);
     check_bn("bn relu 512@7", 2, 512, 7, 7, 1);
