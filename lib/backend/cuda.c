@@ -60,9 +60,9 @@ struct ptc__be {
     cudaStream_t stream;
     cudnnHandle_t dnn;
     cublasHandle_t blas;
-    dbuf ws;      /* cuDNN workspace */
-    dbuf plain;   /* tensor_write / tensor_read / raw forms of host memory: one tensor, float32 */
-    dbuf bf[3];   /* bf16 operands and output of a convolution or linear layer */
+    dbuf ws;        /* cuDNN workspace */
+    dbuf plain;     /* tensor_write / tensor_read / raw forms of host memory: one tensor, float32 */
+    dbuf bf[3];     /* bf16 operands and output of a convolution or linear layer */
     uint64_t clock; /* the last version handed out */
 };
 
@@ -90,7 +90,7 @@ struct ptc__op {
     /* OP_CONV */
     cudnnTensorDescriptor_t xd, yd;
     cudnnFilterDescriptor_t wd;
-    cudnnConvolutionDescriptor_t cd;
+    cudnnConvolutionDescriptor_t cd[3]; /* forward, backward-data, backward-filter */
     cudnnConvolutionFwdAlgo_t fwd_algo;
     cudnnConvolutionBwdDataAlgo_t bwd_data_algo;
     cudnnConvolutionBwdFilterAlgo_t bwd_filter_algo;
@@ -125,8 +125,7 @@ static int dnn_fail(ptc_error *err, const char *file, int line, const char *call
                     cudnnGetErrorString(e));
 }
 
-static int blas_fail(ptc_error *err, const char *file, int line, const char *call,
-                     cublasStatus_t e)
+static int blas_fail(ptc_error *err, const char *file, int line, const char *call, cublasStatus_t e)
 {
     int code = e == CUBLAS_STATUS_ALLOC_FAILED ? PTC_ENOMEM : PTC_EIO;
     return ptc__err(err, code, "", -1, "cuda: %s:%d: %s: cuBLAS: %s", base_name(file), line, call,
@@ -542,8 +541,7 @@ static int cuda_tensor_raw_size(ptc__be *be, const ptc__bt *t, size_t *bytes, ui
     return 0;
 }
 
-static int cuda_tensor_pack(ptc__be *be, const ptc__bt *t, void *dst, double scale,
-                            ptc_error *err)
+static int cuda_tensor_pack(ptc__be *be, const ptc__bt *t, void *dst, double scale, ptc_error *err)
 {
     if (!t || !dst)
         return ptc__err(err, PTC_EINVAL, "", -1, "tensor_pack: NULL argument");
@@ -670,8 +668,8 @@ static int cuda_accumulate(ptc__be *be, const ptc__bt *x, ptc__bt *y, ptc_error 
 
 /* Whether an algorithm cuDNN proposes may be used: it runs, its workspace fits, it does what
  * determinism asks, and float32 math stays off the tensor cores unless TF32 was asked for. */
-static bool algo_ok(const ptc__be *be, cudnnStatus_t status, size_t memory,
-                    cudnnDeterminism_t det, cudnnMathType_t math)
+static bool algo_ok(const ptc__be *be, cudnnStatus_t status, size_t memory, cudnnDeterminism_t det,
+                    cudnnMathType_t math)
 {
     if (status != CUDNN_STATUS_SUCCESS || memory > WS_CAP)
         return false;
@@ -694,6 +692,14 @@ static int conv_no_algo(ptc_error *err, const ptc__be *be, const ptc__conv_shape
                     be->deterministic ? ", deterministic" : "", WS_CAP >> 20);
 }
 
+/* The math type a pass runs with: float32 without TF32 stays FMA_MATH whatever cuDNN proposes
+ * (DEFAULT_MATH would let float32 use TF32 tensor cores); otherwise the one the algorithm was
+ * proposed with, as cuDNN's documentation of the _v7 calls asks. */
+static cudnnMathType_t pass_math(const ptc__be *be, cudnnMathType_t proposed)
+{
+    return be->prec == PTC__PREC_F32 && !be->tf32 ? CUDNN_FMA_MATH : proposed;
+}
+
 static int conv_descriptors(ptc__be *be, ptc__op *op, ptc_error *err)
 {
     const ptc__conv_shape *s = &op->conv;
@@ -702,61 +708,84 @@ static int conv_descriptors(ptc__be *be, ptc__op *op, ptc_error *err)
     DNN(cudnnCreateTensorDescriptor(&op->xd));
     DNN(cudnnCreateTensorDescriptor(&op->yd));
     DNN(cudnnCreateFilterDescriptor(&op->wd));
-    DNN(cudnnCreateConvolutionDescriptor(&op->cd));
     DNN(cudnnSetTensor4dDescriptor(op->xd, CUDNN_TENSOR_NHWC, dt, s->n, s->c, s->h, s->w));
     DNN(cudnnSetTensor4dDescriptor(op->yd, CUDNN_TENSOR_NHWC, dt, s->n, s->k, s->oh, s->ow));
     DNN(cudnnSetFilter4dDescriptor(op->wd, dt, CUDNN_TENSOR_NHWC, s->k, s->c, s->r, s->s));
-    /* Compute (accumulation) in float32 in both precisions. */
-    DNN(cudnnSetConvolution2dDescriptor(op->cd, s->pad, s->pad, s->stride, s->stride, 1, 1,
-                                        CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    DNN(cudnnSetConvolutionMathType(op->cd, bf         ? CUDNN_TENSOR_OP_MATH
-                                            : be->tf32 ? CUDNN_DEFAULT_MATH
-                                                       : CUDNN_FMA_MATH));
+    /* One convolution descriptor per pass, since each pass may run with another math type.
+     * Compute (accumulation) in float32 in both precisions. */
+    for (int i = 0; i < 3; i++) {
+        DNN(cudnnCreateConvolutionDescriptor(&op->cd[i]));
+        DNN(cudnnSetConvolution2dDescriptor(op->cd[i], s->pad, s->pad, s->stride, s->stride, 1, 1,
+                                            CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+        DNN(cudnnSetConvolutionMathType(op->cd[i], bf         ? CUDNN_TENSOR_OP_MATH
+                                                   : be->tf32 ? CUDNN_DEFAULT_MATH
+                                                              : CUDNN_FMA_MATH));
+    }
     return 0;
 }
 
+/* Each pass: the first algorithm of cuDNN's heuristic ranking that algo_ok accepts and whose
+ * workspace cuDNN confirms for the math type it will run with (a ranked algorithm can still be
+ * refused there; the next one is tried). */
 static int conv_choose(ptc__be *be, ptc__op *op, ptc_error *err)
 {
     const ptc__conv_shape *s = &op->conv;
     int got = 0, i;
+    size_t ws = 0;
 
     cudnnConvolutionFwdAlgoPerf_t fp[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-    DNN(cudnnGetConvolutionForwardAlgorithm_v7(be->dnn, op->xd, op->wd, op->cd, op->yd,
+    DNN(cudnnGetConvolutionForwardAlgorithm_v7(be->dnn, op->xd, op->wd, op->cd[0], op->yd,
                                                CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &got, fp));
-    for (i = 0; i < got; i++)
-        if (algo_ok(be, fp[i].status, fp[i].memory, fp[i].determinism, fp[i].mathType))
+    for (i = 0; i < got; i++) {
+        if (!algo_ok(be, fp[i].status, fp[i].memory, fp[i].determinism, fp[i].mathType))
+            continue;
+        DNN(cudnnSetConvolutionMathType(op->cd[0], pass_math(be, fp[i].mathType)));
+        if (cudnnGetConvolutionForwardWorkspaceSize(be->dnn, op->xd, op->wd, op->cd[0], op->yd,
+                                                    fp[i].algo, &ws) == CUDNN_STATUS_SUCCESS &&
+            ws <= WS_CAP)
             break;
-    if (i == got)
+    }
+    if (i >= got)
         return conv_no_algo(err, be, s, "forward");
     op->fwd_algo = fp[i].algo;
-    DNN(cudnnGetConvolutionForwardWorkspaceSize(be->dnn, op->xd, op->wd, op->cd, op->yd,
-                                                op->fwd_algo, &op->fwd_ws));
+    op->fwd_ws = ws;
 
     cudnnConvolutionBwdDataAlgoPerf_t dp[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(be->dnn, op->wd, op->yd, op->cd, op->xd,
+    DNN(cudnnGetConvolutionBackwardDataAlgorithm_v7(be->dnn, op->wd, op->yd, op->cd[1], op->xd,
                                                     CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &got,
                                                     dp));
-    for (i = 0; i < got; i++)
-        if (algo_ok(be, dp[i].status, dp[i].memory, dp[i].determinism, dp[i].mathType))
+    for (i = 0; i < got; i++) {
+        if (!algo_ok(be, dp[i].status, dp[i].memory, dp[i].determinism, dp[i].mathType))
+            continue;
+        DNN(cudnnSetConvolutionMathType(op->cd[1], pass_math(be, dp[i].mathType)));
+        if (cudnnGetConvolutionBackwardDataWorkspaceSize(be->dnn, op->wd, op->yd, op->cd[1], op->xd,
+                                                         dp[i].algo, &ws) == CUDNN_STATUS_SUCCESS &&
+            ws <= WS_CAP)
             break;
-    if (i == got)
+    }
+    if (i >= got)
         return conv_no_algo(err, be, s, "backward-data");
     op->bwd_data_algo = dp[i].algo;
-    DNN(cudnnGetConvolutionBackwardDataWorkspaceSize(be->dnn, op->wd, op->yd, op->cd, op->xd,
-                                                     op->bwd_data_algo, &op->bwd_data_ws));
+    op->bwd_data_ws = ws;
 
     cudnnConvolutionBwdFilterAlgoPerf_t wp[CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT];
-    DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(be->dnn, op->xd, op->yd, op->cd, op->wd,
-                                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT,
-                                                      &got, wp));
-    for (i = 0; i < got; i++)
-        if (algo_ok(be, wp[i].status, wp[i].memory, wp[i].determinism, wp[i].mathType))
+    DNN(cudnnGetConvolutionBackwardFilterAlgorithm_v7(be->dnn, op->xd, op->yd, op->cd[2], op->wd,
+                                                      CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, &got,
+                                                      wp));
+    for (i = 0; i < got; i++) {
+        if (!algo_ok(be, wp[i].status, wp[i].memory, wp[i].determinism, wp[i].mathType))
+            continue;
+        DNN(cudnnSetConvolutionMathType(op->cd[2], pass_math(be, wp[i].mathType)));
+        if (cudnnGetConvolutionBackwardFilterWorkspaceSize(be->dnn, op->xd, op->yd, op->cd[2],
+                                                           op->wd, wp[i].algo,
+                                                           &ws) == CUDNN_STATUS_SUCCESS &&
+            ws <= WS_CAP)
             break;
-    if (i == got)
+    }
+    if (i >= got)
         return conv_no_algo(err, be, s, "backward-filter");
     op->bwd_filter_algo = wp[i].algo;
-    DNN(cudnnGetConvolutionBackwardFilterWorkspaceSize(be->dnn, op->xd, op->yd, op->cd, op->wd,
-                                                       op->bwd_filter_algo, &op->bwd_filter_ws));
+    op->bwd_filter_ws = ws;
     return 0;
 }
 
@@ -774,8 +803,9 @@ static void cuda_plan_free(ptc__be *be, ptc__op *op)
         (void)cudnnDestroyTensorDescriptor(op->yd);
     if (op->wd)
         (void)cudnnDestroyFilterDescriptor(op->wd);
-    if (op->cd)
-        (void)cudnnDestroyConvolutionDescriptor(op->cd);
+    for (int i = 0; i < 3; i++)
+        if (op->cd[i])
+            (void)cudnnDestroyConvolutionDescriptor(op->cd[i]);
     (void)cudaFree(op->mean);
     (void)cudaFree(op->var);
     (void)cudaFree(op->argmax);
@@ -813,8 +843,8 @@ static int cuda_conv_plan(ptc__be *be, ptc__op **out, const ptc__conv_shape *s, 
     return 0;
 }
 
-static int cuda_conv_fwd(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *w,
-                         ptc__bt *y, ptc_error *err)
+static int cuda_conv_fwd(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *w, ptc__bt *y,
+                         ptc_error *err)
 {
     TRY(check_plan(be, err, "conv_fwd", op, OP_CONV));
     const ptc__conv_shape *s = &op->conv;
@@ -830,11 +860,11 @@ static int cuda_conv_fwd(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__
         TRY(to_bf16(be, x, 0, &xb, err));
         TRY(weight_bf16(be, w, &wb, err));
         TRY(bf16_out(be, y->numel, 2, &yb, err));
-        DNN(cudnnConvolutionForward(be->dnn, &one, op->xd, xb, op->wd, wb, op->cd, op->fwd_algo,
+        DNN(cudnnConvolutionForward(be->dnn, &one, op->xd, xb, op->wd, wb, op->cd[0], op->fwd_algo,
                                     be->ws.p, op->fwd_ws, &zero, op->yd, yb));
         KL(ptc_k_bf16_to_f32(yb, y->d, y->numel, be->stream));
     } else {
-        DNN(cudnnConvolutionForward(be->dnn, &one, op->xd, x->d, op->wd, w->d, op->cd,
+        DNN(cudnnConvolutionForward(be->dnn, &one, op->xd, x->d, op->wd, w->d, op->cd[0],
                                     op->fwd_algo, be->ws.p, op->fwd_ws, &zero, op->yd, y->d));
     }
     touch(be, y);
@@ -858,12 +888,12 @@ static int cuda_conv_bwd_data(ptc__be *be, ptc__op *op, const ptc__bt *dy, const
         TRY(to_bf16(be, dy, 0, &dyb, err));
         TRY(weight_bf16(be, w, &wb, err));
         TRY(bf16_out(be, dx->numel, 2, &dxb, err));
-        DNN(cudnnConvolutionBackwardData(be->dnn, &one, op->wd, wb, op->yd, dyb, op->cd,
+        DNN(cudnnConvolutionBackwardData(be->dnn, &one, op->wd, wb, op->yd, dyb, op->cd[1],
                                          op->bwd_data_algo, be->ws.p, op->bwd_data_ws, &zero,
                                          op->xd, dxb));
         KL(ptc_k_bf16_to_f32(dxb, dx->d, dx->numel, be->stream));
     } else {
-        DNN(cudnnConvolutionBackwardData(be->dnn, &one, op->wd, w->d, op->yd, dy->d, op->cd,
+        DNN(cudnnConvolutionBackwardData(be->dnn, &one, op->wd, w->d, op->yd, dy->d, op->cd[1],
                                          op->bwd_data_algo, be->ws.p, op->bwd_data_ws, &zero,
                                          op->xd, dx->d));
     }
@@ -889,14 +919,14 @@ static int cuda_conv_bwd_weight(ptc__be *be, ptc__op *op, const ptc__bt *x, cons
         TRY(to_bf16(be, x, 0, &xb, err));
         TRY(to_bf16(be, dy, 1, &dyb, err));
         TRY(bf16_out(be, dw->numel, 2, &dwb, err));
-        DNN(cudnnConvolutionBackwardFilter(be->dnn, &one, op->xd, xb, op->yd, dyb, op->cd,
-                                           op->bwd_filter_algo, be->ws.p, op->bwd_filter_ws,
-                                           &zero, op->wd, dwb));
+        DNN(cudnnConvolutionBackwardFilter(be->dnn, &one, op->xd, xb, op->yd, dyb, op->cd[2],
+                                           op->bwd_filter_algo, be->ws.p, op->bwd_filter_ws, &zero,
+                                           op->wd, dwb));
         KL(ptc_k_bf16_to_f32(dwb, dw->d, dw->numel, be->stream));
     } else {
-        DNN(cudnnConvolutionBackwardFilter(be->dnn, &one, op->xd, x->d, op->yd, dy->d, op->cd,
-                                           op->bwd_filter_algo, be->ws.p, op->bwd_filter_ws,
-                                           &zero, op->wd, dw->d));
+        DNN(cudnnConvolutionBackwardFilter(be->dnn, &one, op->xd, x->d, op->yd, dy->d, op->cd[2],
+                                           op->bwd_filter_algo, be->ws.p, op->bwd_filter_ws, &zero,
+                                           op->wd, dw->d));
     }
     touch(be, dw);
     return 0;
@@ -1066,8 +1096,8 @@ static int cuda_maxpool_plan(ptc__be *be, ptc__op **out, const ptc__pool_shape *
     int64_t count = (int64_t)s->n * s->c * oh * ow;
     if ((int64_t)s->h * s->w > INT32_MAX)
         return ptc__err(err, PTC_EINVAL, "", -1,
-                        "maxpool_plan: an input plane of %dx%d does not fit the int32 argmax",
-                        s->h, s->w);
+                        "maxpool_plan: an input plane of %dx%d does not fit the int32 argmax", s->h,
+                        s->w);
     TRY(enter(be, err));
     ptc__op *op = ptc__calloc(1, sizeof *op);
     if (!op)
@@ -1084,8 +1114,7 @@ static int cuda_maxpool_plan(ptc__be *be, ptc__op **out, const ptc__pool_shape *
     return 0;
 }
 
-static int cuda_maxpool_fwd(ptc__be *be, ptc__op *op, const ptc__bt *x, ptc__bt *y,
-                            ptc_error *err)
+static int cuda_maxpool_fwd(ptc__be *be, ptc__op *op, const ptc__bt *x, ptc__bt *y, ptc_error *err)
 {
     TRY(check_plan(be, err, "maxpool_fwd", op, OP_MAXPOOL));
     const ptc__pool_shape *s = &op->pool;
@@ -1152,11 +1181,16 @@ static int cuda_avgpool_bwd(ptc__be *be, const ptc__bt *dy, ptc__bt *dx, ptc_err
 }
 
 /* ---- linear ----------------------------------------------------------------------------------
- * Row-major data seen by column-major cuBLAS: a row-major [r][c] matrix is the column-major c x r
- * matrix (its transpose, leading dimension c). With x [N][K], w [M][K], y [N][M]:
- *   y^T  (M x N) = w^T... as stored: op(A) = (K x M)^T = w,   B = x^T (K x N)  -> gemm(T, N, M, N, K)
- *   dx^T (K x N) = w^T (K x M, stored) . dy^T (M x N, stored) -> gemm(N, N, K, N, M)
- *   dw^T (K x M) = x^T (K x N, stored) . (dy^T)^T (N x M)     -> gemm(N, T, K, M, N) */
+ * cuBLAS is column-major: a row-major [r][c] matrix is, as stored, the column-major c x r matrix
+ * (its transpose) with leading dimension c. With x [N][K], w [M][K], y [N][M] stored row-major:
+ *
+ *   y = x w^T   <=>  y^T (M x N) = (w^T stored, K x M)^T . (x^T stored, K x N)
+ *               ->   gemm(T, N, m = M, n = N, k = K, A = w lda K, B = x ldb K, C = y ldc M)
+ *   dx = dy w   <=>  dx^T (K x N) = (w^T stored, K x M) . (dy^T stored, M x N)
+ *               ->   gemm(N, N, m = K, n = N, k = M, A = w lda K, B = dy ldb M, C = dx ldc K)
+ *   dw = dy^T x <=>  dw^T (K x M) = (x^T stored, K x N) . (dy^T stored, M x N)^T
+ *               ->   gemm(N, T, m = K, n = M, k = N, A = x lda K, B = dy ldb M, C = dw ldc K)
+ */
 
 /* C = op(A) op(B) (+ C when accumulate) in float32 or, in bf16 precision, on bf16 copies
  * (A, B of the tensors given; C through bf16 scratch and widened into c). */
@@ -1173,8 +1207,8 @@ static int gemm(ptc__be *be, cublasOperation_t ta, cublasOperation_t tb, int m, 
     TRY(bf16_out(be, c_count, 2, &c16, err));
     if (accumulate)
         KL(ptc_k_f32_to_bf16(c, c16, c_count, be->stream));
-    BLAS(cublasGemmEx(be->blas, ta, tb, m, n, k, &one, a16, CUDA_R_16BF, lda, b16, CUDA_R_16BF,
-                      ldb, &beta, c16, CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    BLAS(cublasGemmEx(be->blas, ta, tb, m, n, k, &one, a16, CUDA_R_16BF, lda, b16, CUDA_R_16BF, ldb,
+                      &beta, c16, CUDA_R_16BF, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     KL(ptc_k_bf16_to_f32(c16, c, c_count, be->stream));
     return 0;
 }
@@ -1199,8 +1233,8 @@ static int cuda_linear_fwd(ptc__be *be, const ptc__bt *x, const ptc__bt *w, cons
         TRY(weight_bf16(be, w, &w16, err));
         KL(ptc_k_fill(y->d, y->numel, 0.0f, be->stream));
         KL(ptc_k_bias_add(y->d, b->d, N, M, be->stream));
-        TRY(gemm(be, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, w->d, w16, K, x->d, x16, K, y->d,
-                 y->numel, M, 1, err));
+        TRY(gemm(be, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, w->d, w16, K, x->d, x16, K, y->d, y->numel,
+                 M, 1, err));
     } else {
         TRY(gemm(be, CUBLAS_OP_T, CUBLAS_OP_N, M, N, K, w->d, NULL, K, x->d, NULL, K, y->d,
                  y->numel, M, 0, err));
@@ -1236,8 +1270,8 @@ static int cuda_linear_bwd(ptc__be *be, const ptc__bt *x, const ptc__bt *w, cons
                  dx->numel, K, 0, err));
         touch(be, dx);
     }
-    TRY(gemm(be, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, x->d, x16, K, dy->d, dy16, M, dw->d,
-             dw->numel, K, 0, err));
+    TRY(gemm(be, CUBLAS_OP_N, CUBLAS_OP_T, K, M, N, x->d, x16, K, dy->d, dy16, M, dw->d, dw->numel,
+             K, 0, err));
     /* The bias gradient is a float32 sum of dy in both precisions. */
     KL(ptc_k_bias_grad(dy->d, db->d, N, M, be->stream));
     touch(be, dw);
@@ -1247,8 +1281,8 @@ static int cuda_linear_bwd(ptc__be *be, const ptc__bt *x, const ptc__bt *w, cons
 
 /* ---- optimizer ------------------------------------------------------------------------------- */
 
-static int cuda_sgd_step(ptc__be *be, ptc__bt *p, const ptc__bt *g, ptc__bt *buf,
-                         const ptc__sgd *h, ptc_error *err)
+static int cuda_sgd_step(ptc__be *be, ptc__bt *p, const ptc__bt *g, ptc__bt *buf, const ptc__sgd *h,
+                         ptc_error *err)
 {
     if (!p || !h)
         return ptc__err(err, PTC_EINVAL, "", -1, "sgd_step: p or the hyperparameters are NULL");
@@ -1259,8 +1293,8 @@ static int cuda_sgd_step(ptc__be *be, ptc__bt *p, const ptc__bt *g, ptc__bt *buf
         TRY(check_like(be, err, "sgd_step", "buf", buf, p));
     TRY(enter(be, err));
     KL(ptc_k_sgd(p->d, g->d, mom ? buf->d : NULL, p->numel, (float)h->lr, (float)h->momentum,
-                 (float)h->dampening, (float)h->weight_decay, h->nesterov != 0,
-                 h->first_step != 0, be->stream));
+                 (float)h->dampening, (float)h->weight_decay, h->nesterov != 0, h->first_step != 0,
+                 be->stream));
     touch(be, p);
     if (mom)
         touch(be, buf);

@@ -112,8 +112,7 @@ static void fill_host(float *h, int64_t n, enum fill f)
 }
 
 /* Makes the pair; 0, or -1 after a FAIL line. */
-static int pnew(pair *p, const char *what, ptc__role role, int n, int c, int h, int w,
-                enum fill f)
+static int pnew(pair *p, const char *what, ptc__role role, int n, int c, int h, int w, enum fill f)
 {
     memset(p, 0, sizeof *p);
     p->dims[0] = n, p->dims[1] = c, p->dims[2] = h, p->dims[3] = w;
@@ -387,8 +386,7 @@ static void check_sgd(const char *name, ptc__role role, int k, int c, int r, ptc
 {
     pair p, g, buf;
     char what[64];
-    if (pnew(&p, name, role, k, c, r, r, RAND) < 0 ||
-        pnew(&g, name, role, k, c, r, r, RAND) < 0 ||
+    if (pnew(&p, name, role, k, c, r, r, RAND) < 0 || pnew(&g, name, role, k, c, r, r, RAND) < 0 ||
         pnew(&buf, name, role, k, c, r, r, RAND) < 0)
         return;
     /* two steps: the first one (h.first_step as given), then one with the buffer in place */
@@ -421,8 +419,8 @@ static void check_raw(void)
         n_failed++;
         printf("%-38s %-26s %10s  FAIL (cuda %zu bytes, ref %zu; layouts %016llx, %016llx: the "
                "sizes must agree and the layouts differ)\n",
-               "tensor_raw_size", "[2][64][56][56]", "-", cbytes, rbytes,
-               (unsigned long long)clay, (unsigned long long)rlay);
+               "tensor_raw_size", "[2][64][56][56]", "-", cbytes, rbytes, (unsigned long long)clay,
+               (unsigned long long)rlay);
     } else {
         printf("%-38s %-26s %10.3e  PASS\n", "tensor_raw_size", "[2][64][56][56]", 0.0);
     }
@@ -733,8 +731,8 @@ int main(int argc, char **argv)
         printf("cuda_layers: no NVIDIA GPU found: %s (skipped)\n", err.message);
         return 77;
     }
-    ptc__be_params cp = {.dtype = PTC__BE_F32, .device = 0,
-                         .precision = dump ? PTC__PREC_BF16 : PTC__PREC_F32};
+    ptc__be_params cp = {
+        .dtype = PTC__BE_F32, .device = 0, .precision = dump ? PTC__PREC_BF16 : PTC__PREC_F32};
     if (C->open(&cb, &cp, &err) < 0) {
         fprintf(stderr, "cuda_layers: cannot open the cuda backend: %s\n", err.message);
         return 1;
