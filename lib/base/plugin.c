@@ -153,10 +153,11 @@ static int load_file(ptc__plugin_kind kind, const char *name, const char *path,
                       "with this version of ptc)",
                       ep, d->abi, PTC__PLUGIN_ABI);
     else if (d->kind != kind || !d->name || strcmp(d->name, name) != 0 || !d->ops)
-        rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1,
-                      "%s: the module says it is the %s \"%s\", not the %s \"%s\" its name promises",
-                      ep, d->kind == PTC__PLUGIN_BACKEND ? "backend" : "communicator",
-                      esc(em, sizeof em, d->name ? d->name : "(none)"), kind_word(kind), name);
+        rc =
+            ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                     "%s: the module says it is the %s \"%s\", not the %s \"%s\" its name promises",
+                     ep, d->kind == PTC__PLUGIN_BACKEND ? "backend" : "communicator",
+                     esc(em, sizeof em, d->name ? d->name : "(none)"), kind_word(kind), name);
     if (rc < 0) {
         /* A module that ran its entry point may have started threads or registered handlers:
          * closing it is only safe when it never got that far. It stays loaded, unused. */
@@ -197,7 +198,8 @@ int ptc__plugin_load(ptc__plugin_kind kind, const char *name, const ptc__plugin 
     return rc;
 }
 
-/* ---- public: the list for `ptc --version` ------------------------------------------------------ */
+/* ---- public: the list for `ptc --version` ------------------------------------------------------
+ */
 
 int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err)
 {

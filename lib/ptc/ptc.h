@@ -583,8 +583,10 @@ PTC_API uint64_t ptc_report_dropped(const ptc_report *r);
  * A communicator is this process's place among the processes of one data-parallel run. kind:
  * "single" (one process), "mpi" (MPI_COMM_WORLD; MPI is initialised here unless the program
  * already did, and finalised by ptc_comm_close only in that case), or NULL / "auto": "mpi" when
- * an MPI launcher (mpirun, srun) started this process, else "single". PTC_EUNSUPPORTED when MPI
- * is asked for and this libptc was built without it; PTC_ECOMM when MPI fails to start.
+ * an MPI launcher (mpirun, srun) started this process, else "single". MPI lives in the module
+ * comm-mpi.so (see "modules" below): PTC_ENOTFOUND when MPI is asked for and that module is not
+ * installed, PTC_EUNSUPPORTED when it cannot be loaded (libmpi missing, another plugin ABI);
+ * PTC_ECOMM when MPI fails to start.
  *
  * Every process of a run calls the same collective functions in the same order. A process that
  * meets an error in ptc_train must end the whole job with ptc_comm_abort (the others would wait
