@@ -151,7 +151,13 @@ static void train_usage(FILE *f)
             "  --max-samples N          use only the first N images of each split (only those\n"
             "                           are held; Normalize's statistics stay the whole train\n"
             "                           split's, streamed)\n"
-            "  --threads N              --backend ref|dnnl\n"
+            "  --threads N              CPU threads of the backend (0: all it may use)\n"
+            "  --backend auto|ref|dnnl|cuda  (auto: cuda when a GPU can be used, else dnnl,\n"
+            "                           else ref)\n"
+            "  --device cuda:N          the GPU (default: the local rank's under mpirun, else 0)\n"
+            "  --precision f32|bf16     bf16: torch.autocast's rules (cuda backend only)\n"
+            "  --tf32                   allow TF32 tensor cores in float32 math (cuda)\n"
+            "  --deterministic          only algorithms whose results do not depend on scheduling\n"
             "  --progress | --no-progress  progress bar (default: on a terminal)\n");
 }
 
@@ -160,8 +166,51 @@ enum {
     O_NESTEROV, O_SCHEDULE, O_SEED, O_NO_SHUFFLE, O_NO_AUGMENT, O_EVAL_EVERY, O_INIT, O_SAVE,
     O_CHECKPOINT, O_RESUME, O_METRICS, O_THREADS, O_BACKEND, O_PROGRESS, O_NO_PROGRESS,
     O_MAX_SAMPLES, O_LR_SCALING, O_WEIGHTS, O_JSON, O_NPROC, O_BUCKET_MB, O_NO_BCAST_BUFFERS, O_SYNC_BN,
-    O_CKPT_ALL_RANKS
+    O_CKPT_ALL_RANKS, O_DEVICE, O_PRECISION, O_TF32, O_DETERMINISTIC
 };
+
+#define DEVICE_LONGOPTS                                                                            \
+    {"backend", required_argument, NULL, O_BACKEND},                                              \
+        {"device", required_argument, NULL, O_DEVICE},                                            \
+        {"precision", required_argument, NULL, O_PRECISION},                                      \
+        {"tf32", no_argument, NULL, O_TF32}, {"deterministic", no_argument, NULL, O_DETERMINISTIC}
+
+/* The options that choose where and how the numbers are computed, shared by train and eval.
+ * Returns 1 when c is not one of them, else 0 or a usage error's exit status in *status. */
+static int device_option(int c, const char *arg, ptc_train_params *p, int *status)
+{
+    *status = 0;
+    switch (c) {
+    case O_BACKEND:
+        if (strcmp(arg, "auto") && strcmp(arg, "ref") && strcmp(arg, "dnnl") && strcmp(arg, "cuda"))
+            *status = cli_usage_error("unknown backend '%s' (auto, ref, dnnl, cuda)", arg);
+        p->backend = arg;
+        return 0;
+    case O_DEVICE: {
+        /* "cuda:N" as torch writes it; "cuda" alone is the default device. */
+        int64_t v;
+        if (strcmp(arg, "cuda") == 0) {
+            p->device = -1;
+            return 0;
+        }
+        if (strncmp(arg, "cuda:", 5) != 0 || !arg[5])
+            *status = cli_usage_error("--device takes cuda:N (cuda:0, cuda:1, ...), not '%s'", arg);
+        else
+            *status = parse_int(arg + 5, "--device cuda:N", 0, 1023, &v);
+        if (!*status)
+            p->device = (int)v;
+        return 0;
+    }
+    case O_PRECISION:
+        if (strcmp(arg, "f32") && strcmp(arg, "bf16"))
+            *status = cli_usage_error("--precision takes f32 or bf16, not '%s'", arg);
+        p->precision = arg;
+        return 0;
+    case O_TF32: p->tf32 = 1; return 0;
+    case O_DETERMINISTIC: p->deterministic = 1; return 0;
+    default: return 1;
+    }
+}
 
 /* ---- several processes --------------------------------------------------------------------------- */
 
@@ -249,7 +298,7 @@ int cmd_train(int argc, char **argv)
         {"metrics", required_argument, NULL, O_METRICS},
         {"max-samples", required_argument, NULL, O_MAX_SAMPLES},
         {"threads", required_argument, NULL, O_THREADS},
-        {"backend", required_argument, NULL, O_BACKEND},
+        DEVICE_LONGOPTS,
         {"progress", no_argument, NULL, O_PROGRESS},
         {"no-progress", no_argument, NULL, O_NO_PROGRESS},
         {"help", no_argument, NULL, 'h'},
@@ -264,6 +313,11 @@ int cmd_train(int argc, char **argv)
     cli_getopt_reset();
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int bad = 0;
+        if (!device_option(c, optarg, &p, &bad)) {
+            if (bad)
+                return bad;
+            continue;
+        }
         switch (c) {
         case O_DATASET: dataset = optarg; break;
         case O_DATA: dir = optarg; break;
@@ -308,7 +362,6 @@ int cmd_train(int argc, char **argv)
         case O_METRICS: p.metrics = optarg; break;
         case O_MAX_SAMPLES: bad = parse_int(optarg, "--max-samples", 1, INT64_MAX, &p.max_samples); break;
         case O_THREADS: bad = parse_int(optarg, "--threads", 0, 4096, &v); p.threads = (int)v; break;
-        case O_BACKEND: p.backend = optarg; break;
         case O_PROGRESS: u.mode = CLI_PROGRESS_ALWAYS; break;
         case O_NO_PROGRESS: u.mode = CLI_PROGRESS_NEVER; break;
         case 'h': train_usage(stdout); return CLI_EXIT_OK;
@@ -388,7 +441,7 @@ int cmd_eval(int argc, char **argv)
         {"batch-size", required_argument, NULL, O_BATCH},
         {"max-samples", required_argument, NULL, O_MAX_SAMPLES},
         {"threads", required_argument, NULL, O_THREADS},
-        {"backend", required_argument, NULL, O_BACKEND},
+        DEVICE_LONGOPTS,
         {"json", no_argument, NULL, O_JSON},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
@@ -401,6 +454,11 @@ int cmd_eval(int argc, char **argv)
     cli_getopt_reset();
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int bad = 0;
+        if (!device_option(c, optarg, &p, &bad)) {
+            if (bad)
+                return bad;
+            continue;
+        }
         switch (c) {
         case O_WEIGHTS: weights = optarg; break;
         case O_DATASET: dataset = optarg; break;
@@ -409,11 +467,12 @@ int cmd_eval(int argc, char **argv)
         case O_BATCH: bad = parse_int(optarg, "--batch-size", 1, 65536, &batch); break;
         case O_MAX_SAMPLES: bad = parse_int(optarg, "--max-samples", 1, INT64_MAX, &p.max_samples); break;
         case O_THREADS: bad = parse_int(optarg, "--threads", 0, 4096, &v); p.threads = (int)v; break;
-        case O_BACKEND: p.backend = optarg; break;
         case O_JSON: json = 1; break;
         case 'h':
             printf("Usage: ptc eval --weights PATH [--dataset D] [--data DIR] [--arch A]\n"
-                   "                [--batch-size B] [--max-samples N] [--backend B] [--json]\n"
+                   "                [--batch-size B] [--max-samples N] [--threads N] [--json]\n"
+                   "                [--backend auto|ref|dnnl|cuda] [--device cuda:N]\n"
+                   "                [--precision f32|bf16] [--tf32] [--deterministic]\n"
                    "Test accuracy and mean cross-entropy of a ResNet-18 state dict.\n"
                    "Only the test split is held (its first N images with --max-samples); for\n"
                    "Fashion-MNIST the train images are streamed once for Normalize's statistics,\n"

@@ -101,6 +101,37 @@ static int help(int argc, char **argv)
     return run_command(cmd, 2, sub_argv);
 }
 
+/* `ptc --version`: the library's version and every module it can find (the one command that
+ * loads them all: listing them, and whether each can run here, is its job). */
+static int version(void)
+{
+    printf("ptc %s\n", ptc_version());
+    ptc_plugin_info mods[8];
+    ptc_error err;
+    int n = ptc_plugins_list(mods, (int)(sizeof mods / sizeof *mods), &err);
+    if (n < 0)
+        return cli_finish(cli_report(n, &err));
+    printf("built in: backend ref, communicator single\n");
+    printf("modules:\n");
+    for (int i = 0; i < n && i < (int)(sizeof mods / sizeof *mods); i++) {
+        const ptc_plugin_info *m = &mods[i];
+        const char *kind = strcmp(m->kind, "backend") == 0 ? "backend" : "communicator";
+        if (!m->found) {
+            printf("  %-5s %-12s not installed\n        %s\n", m->name, kind, m->why);
+            continue;
+        }
+        printf("  %-5s %-12s %s\n", m->name, kind, m->path);
+        if (!m->loaded)
+            printf("        cannot be loaded: %s\n", m->why);
+        else
+            printf("        %s%s%s\n", m->can_run ? "can run here" : "cannot run here: ",
+                   m->can_run ? "" : m->why, m->experimental ? " (experimental)" : "");
+        if (m->loaded && m->summary[0])
+            printf("        %s\n", m->summary);
+    }
+    return cli_finish(CLI_EXIT_OK);
+}
+
 int main(int argc, char **argv)
 {
     cli_set_prog("ptc");
@@ -109,10 +140,8 @@ int main(int argc, char **argv)
         return CLI_EXIT_USAGE;
     }
     const char *name = argv[1];
-    if (strcmp(name, "--version") == 0) {
-        printf("ptc %s\n", ptc_version());
-        return cli_finish(CLI_EXIT_OK);
-    }
+    if (strcmp(name, "--version") == 0)
+        return version();
     if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
         usage(stdout);
         return cli_finish(CLI_EXIT_OK);

@@ -192,13 +192,19 @@ typedef struct ptc__backend_ops {
     int (*sync)(ptc__be *be, ptc_error *err);
 } ptc__backend_ops;
 
-/* The backends this build has. */
+/* The backend built into libptc. */
 extern const ptc__backend_ops ptc__backend_ref;
-#ifdef PTC_HAVE_DNNL
+/* The oneDNN backend's table: defined in lib/backend/dnnl.c, which is compiled into the module
+ * backend-dnnl.so (and into the tests that look inside it), never into libptc. */
 extern const ptc__backend_ops ptc__backend_dnnl;
-#endif
-/* By name ("ref", "dnnl"); NULL when not built. */
+/* By name: ref, or the table of the module of that name (loaded on first use); NULL when there is
+ * no such backend or its module cannot be loaded. Does not ask the module whether it can run. */
 const ptc__backend_ops *ptc__backend_find(const char *name);
+/* The backend to train with: "ref", "dnnl", "cuda", or NULL / "auto" (cuda when its module loads
+ * and its probe finds a usable GPU, else dnnl when its module loads, else ref). A named module
+ * that is missing or cannot run gives PTC_ENOTFOUND / PTC_EUNSUPPORTED / the probe's code, with
+ * the reason ("backend \"cuda\" cannot run here: no CUDA driver ..."). */
+int ptc__backend_get(const char *name, const ptc__backend_ops **out, ptc_error *err);
 
 /* FNV-1a over n bytes, continuing from h (start with PTC__FNV_START): layout fingerprints. */
 #define PTC__FNV_START 0xcbf29ce484222325ull

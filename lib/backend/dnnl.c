@@ -43,6 +43,8 @@
  * (batchnorm, SGD, relu, the dense-layer gathers) run on the same threads.
  */
 #include "backend/dnnl.h"
+#include "base/env.h"
+#include "base/module.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -505,7 +507,7 @@ static int dn_open(ptc__be **out, const ptc__be_params *p, ptc_error *err)
     }
 #endif
     {
-        const char *wg = getenv("PTC_DNNL_WINOGRAD");
+        const char *wg = ptc__getenv("PTC_DNNL_WINOGRAD");
         be->winograd = wg && strcmp(wg, "1") == 0;
     }
     DNG(dnnl_engine_create, &be->eng, dnnl_cpu, 0);
@@ -2157,3 +2159,19 @@ const ptc__backend_ops ptc__backend_dnnl = {
     .sgd_step = dn_sgd_step,
     .plan_free = dn_plan_free,
 };
+
+/* The module's descriptor (lib/base/plugin.h). A test program that compiles this file next to
+ * libptc_core (to reach ptc__dnnl_stats_get) defines PTC_MODULE_LINKED_IN: it is not a module
+ * then, and lib/base/module.c is not linked in. */
+#ifndef PTC_MODULE_LINKED_IN
+static const ptc__plugin dnnl_plugin = {
+    .abi = PTC__PLUGIN_ABI,
+    .kind = PTC__PLUGIN_BACKEND,
+    .name = "dnnl",
+    .summary = "oneDNN on the CPU, float32",
+    .experimental = 0,
+    .ops = &ptc__backend_dnnl,
+    .probe = NULL, /* it runs wherever libdnnl loads, which loading the module already showed */
+};
+PTC__DEFINE_PLUGIN_ENTRY(dnnl_plugin)
+#endif

@@ -11,6 +11,7 @@
  * of state of a module, set before any other call) and returns the descriptor.
  */
 #include "base/module.h"
+#include "base/env.h"
 
 #include <string.h>
 

@@ -2,17 +2,17 @@
  * comm.c - the public communicator handle (ptc_comm_open and friends), the single-process
  * communicator, and what every communicator shares (see dist.h).
  *
- * Choosing: "mpi" asks for MPI and fails clearly when this build has none; "single" is one
+ * Choosing: "mpi" asks for MPI, which lives in the module comm-mpi.so (lib/base/plugin.h), and
+ * fails clearly when that module is not installed or cannot load libmpi; "single" is one
  * process; NULL or "auto" takes MPI exactly when an MPI launcher started the process (mpirun sets
  * OMPI_COMM_WORLD_SIZE, srun --mpi=pmix and pmix-based launchers PMIX_RANK, PMI launchers
  * PMI_SIZE), so a plain `ptc train` never initialises MPI and `mpirun -np 4 ptc train` always
  * does.
  */
-#include "config.h" /* PTC_HAVE_MPI */
-
+#include "base/env.h"
+#include "base/plugin.h"
 #include "dist/dist.h"
 
-#include <stdlib.h>
 #include <string.h>
 
 /* ---- single ------------------------------------------------------------------------------------ */
@@ -106,7 +106,7 @@ int ptc__comm_launched_by_mpi(void)
     static const char *const vars[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE",
                                        "MPI_LOCALNRANKS"};
     for (size_t i = 0; i < sizeof vars / sizeof *vars; i++)
-        if (getenv(vars[i]))
+        if (ptc__getenv(vars[i]))
             return 1;
     return 0;
 }
@@ -150,13 +150,17 @@ int ptc_comm_open(ptc_comm **out, const char *kind, ptc_error *err)
                         kind);
     if (!want_mpi)
         return ptc__comm_single_open(out, err);
-#ifdef PTC_HAVE_MPI
-    return ptc__comm_mpi_open(out, err);
-#else
-    return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
-                    "this ptc was built without MPI (install libopenmpi-dev and reconfigure), so it "
-                    "cannot run as one of several processes");
-#endif
+    const ptc__plugin *d;
+    int rc = ptc__plugin_load(PTC__PLUGIN_COMM, "mpi", &d, err);
+    if (rc < 0) {
+        if (rc == PTC_ENOTFOUND)
+            ptc__err_prefix(err, "cannot run as one of several processes: ");
+        return rc;
+    }
+    const ptc__comm_plugin *cp = d->ops;
+    if (!cp->open)
+        return ptc__err(err, PTC_EUNSUPPORTED, "", -1, "the mpi module has no open function");
+    return cp->open(out, err);
 }
 
 int ptc_comm_rank(const ptc_comm *c) { return c ? c->rank : 0; }

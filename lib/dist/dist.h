@@ -84,11 +84,10 @@ struct ptc_comm {
     void *impl;
 };
 
-/* The implementations (mpi only when built with MPI). */
+/* The implementations: single inside libptc; mpi in the module comm-mpi.so (lib/dist/mpi.c),
+ * reached through ptc_comm_open. */
 int ptc__comm_single_open(ptc_comm **out, ptc_error *err);
-#ifdef PTC_HAVE_MPI
 int ptc__comm_mpi_open(ptc_comm **out, ptc_error *err);
-#endif
 /* 1 when this process was started by an MPI launcher (mpirun, srun with PMI/PMIx). */
 int ptc__comm_launched_by_mpi(void);
 

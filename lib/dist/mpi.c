@@ -13,6 +13,7 @@
  */
 #include "config.h" /* PTC_HAVE_MPI */
 
+#include "base/module.h"
 #include "dist/dist.h"
 
 #include <limits.h>
@@ -255,3 +256,19 @@ int ptc__comm_mpi_open(ptc_comm **out, ptc_error *err)
     *out = c;
     return 0;
 }
+
+/* The module's descriptor (lib/base/plugin.h): comm-mpi.so. A test program that compiles this
+ * file next to libptc_core defines PTC_MODULE_LINKED_IN and links no lib/base/module.c. */
+#ifndef PTC_MODULE_LINKED_IN
+static const ptc__comm_plugin mpi_plugin_ops = {.open = ptc__comm_mpi_open, .open_device = NULL};
+static const ptc__plugin mpi_plugin = {
+    .abi = PTC__PLUGIN_ABI,
+    .kind = PTC__PLUGIN_COMM,
+    .name = "mpi",
+    .summary = "MPI (MPI_COMM_WORLD) between processes started by mpirun or srun",
+    .experimental = 0,
+    .ops = &mpi_plugin_ops,
+    .probe = NULL, /* MPI_Init itself says whether a launcher is there */
+};
+PTC__DEFINE_PLUGIN_ENTRY(mpi_plugin)
+#endif

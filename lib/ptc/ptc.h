@@ -29,7 +29,9 @@
  *   - Every *_free / *_close accepts NULL.
  *   - Getters on a checkpoint return borrowed pointers that live as long as the checkpoint.
  *   - No function keeps global mutable state; distinct handles may be used from distinct threads.
- *     One handle must not be used from two threads at once.
+ *     One handle must not be used from two threads at once. The one exception is the table of
+ *     loaded modules (see "Modules" below): modules are loaded once per process, on first use,
+ *     under a lock, and never unloaded.
  */
 #ifndef PTC_PTC_H
 #define PTC_PTC_H
@@ -598,13 +600,46 @@ PTC_API int ptc_comm_barrier(ptc_comm *c, ptc_error *err);
 PTC_API void ptc_comm_abort(ptc_comm *c, int code);
 PTC_API void ptc_comm_close(ptc_comm *c); /* accepts NULL */
 
+/* ---- modules -----------------------------------------------------------------------------------
+ *
+ * The backends dnnl and cuda and the communicators mpi and nccl live in loadable modules
+ * (backend-dnnl.so, backend-cuda.so, comm-mpi.so, comm-nccl.so) that libptc loads only when a
+ * caller asks for one by name (a backend or communicator of ptc_train, ptc_evaluate,
+ * ptc_comm_open), so that programs which only read checkpoints never load oneDNN, MPI or CUDA.
+ * They are searched in the directories of PTC_PLUGIN_PATH (':'-separated) when it is set, and
+ * otherwise in the directory libptc was loaded from, its ptc/ subdirectory, and the directory
+ * they are installed in ($(pkglibdir), e.g. /usr/local/lib/ptc).
+ *
+ * ptc_plugins_list fills out[0..max) with every known module, loading those it finds and asking
+ * each whether it can run on this machine (the one function here that loads every module), and
+ * returns how many modules are known (4; out may be NULL to ask), or a negative PTC_E* code. */
+typedef struct ptc_plugin_info {
+    const char *kind;  /* "backend" or "comm" (static) */
+    const char *name;  /* "dnnl", "cuda", "mpi", "nccl" (static) */
+    int found;         /* its file exists in the search path */
+    int loaded;        /* it loaded and its ABI is this libptc's */
+    int can_run;       /* its probe passed: it can run on this machine */
+    int experimental;  /* it has not yet run where it is meant to run (the module says so) */
+    char path[1024];   /* the file (escaped), or "" when not found */
+    char summary[160]; /* the module's one-line description, or "" */
+    char why[512];     /* when !loaded or !can_run: why ("no CUDA driver is installed ...") */
+} ptc_plugin_info;
+
+PTC_API int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err);
+
 typedef struct ptc_train_params {
     const char *dataset;  /* "cifar10" or "fashion-mnist" (default) */
     const char *data_dir; /* NULL: ./data/cifar-10-batches-bin or /usr/share/datasets/fashion-mnist */
     int64_t max_samples;  /* use only the first N images of each split; 0: all */
     const char *arch;     /* "resnet18" (default) or "resnet18-cifar" */
-    const char *backend;  /* "ref" or "dnnl"; NULL: dnnl when built */
+    const char *backend;  /* "ref", "dnnl" or "cuda"; NULL or "auto": cuda when its module loads
+                             and finds a GPU, else dnnl when its module loads, else ref */
     int threads;          /* 0: the backend's default */
+    int device;           /* GPU ordinal; -1 (default): the local rank's (OMPI_COMM_WORLD_LOCAL_RANK,
+                             SLURM_LOCALID) or 0 */
+    const char *precision; /* "f32" (default, NULL) or "bf16" (device backends only) */
+    int tf32;             /* allow TF32 tensor cores in float32 math (device backends); 0 */
+    int deterministic;    /* only algorithms whose results do not depend on scheduling; 0 */
     int epochs;           /* 10 */
     int64_t max_steps;    /* 0: no limit */
     int batch_size;       /* 128 */

@@ -28,6 +28,7 @@
  */
 #include "train/train.h"
 
+#include "base/env.h"
 #include "dist/dist.h"
 
 #include <math.h>
@@ -53,6 +54,8 @@ void ptc_train_params_default(ptc_train_params *p)
     p->augment = 1;
     p->eval_every = 2;
     p->bucket_cap_mb = 25;
+    p->device = -1;
+    p->precision = "f32";
 }
 
 int ptc__dataset_from_name(const char *name, ptc__data_format *out)
@@ -150,17 +153,33 @@ static int threads_per_rank(int threads, const ptc_comm *comm)
     return t > 0 ? t : 1;
 }
 
-static int open_backend(const char *name, int threads, const ptc__backend_ops **ops, ptc__be **be,
-                        ptc_error *err)
+static int open_backend(const ptc_train_params *p, int threads, const ptc__backend_ops **ops,
+                        ptc__be **be, ptc_error *err)
 {
-    if (!name)
-        name = ptc__backend_find("dnnl") ? "dnnl" : "ref";
-    *ops = ptc__backend_find(name);
-    if (!*ops)
+    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = threads, .tf32 = p->tf32,
+                         .deterministic = p->deterministic};
+    if (!p->precision || strcmp(p->precision, "f32") == 0 || strcmp(p->precision, "float32") == 0)
+        bp.precision = PTC__PREC_F32;
+    else if (strcmp(p->precision, "bf16") == 0 || strcmp(p->precision, "bfloat16") == 0)
+        bp.precision = PTC__PREC_BF16;
+    else
+        return ptc__err(err, PTC_EINVAL, "", -1, "unknown precision \"%s\" (f32, bf16)",
+                        p->precision);
+    bp.device = p->device;
+    if (bp.device < 0) {
+        int lr = ptc__env_local_rank();
+        bp.device = lr >= 0 ? lr : 0;
+    }
+    int rc = ptc__backend_get(p->backend, ops, err);
+    if (rc < 0)
+        return rc;
+    /* Only device backends compute in bfloat16 (backend.h); ref and dnnl would silently train in
+     * float32, which is not what was asked. */
+    if (bp.precision == PTC__PREC_BF16 && strcmp((*ops)->name, "cuda") != 0)
         return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
-                        "backend \"%s\" is not built into this ptc (ref%s)", name,
-                        ptc__backend_find("dnnl") ? ", dnnl" : "");
-    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = threads};
+                        "--precision bf16 needs the cuda backend; the %s backend computes in "
+                        "float32 only",
+                        (*ops)->name);
     return (*ops)->open(be, &bp, err);
 }
 
@@ -666,10 +685,10 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     if (ptc__schedule_parse(&sched, p->schedule ? p->schedule : "constant", r.rc.lr) < 0)
         return ptc__err(err, PTC_EINVAL, "", -1, "unknown schedule \"%s\"", p->schedule);
     const int world = r.rc.world, rank = r.rc.rank;
-    rc = load_data(&r.rc, false, &r.data, err);
+    /* The backend first: a missing module or GPU is reported before the dataset is read. */
+    rc = open_backend(p, threads_per_rank(p->threads, p->comm), &r.ops, &r.be, err);
     if (rc == 0)
-        rc = open_backend(p->backend, threads_per_rank(p->threads, p->comm), &r.ops, &r.be,
-                          err);
+        rc = load_data(&r.rc, false, &r.data, err);
     ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, p->seed};
     if (rc == 0)
         rc = ptc__model_new(&r.model, &mp, err);
@@ -842,9 +861,9 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
     run r = {.p = p};
     int rc = resolve(p, &r.rc, err);
     if (rc == 0)
-        rc = load_data(&r.rc, true, &r.data, err);
+        rc = open_backend(p, p->threads, &r.ops, &r.be, err);
     if (rc == 0)
-        rc = open_backend(p->backend, p->threads, &r.ops, &r.be, err);
+        rc = load_data(&r.rc, true, &r.data, err);
     ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, 0};
     if (rc == 0)
         rc = ptc__model_new(&r.model, &mp, err);

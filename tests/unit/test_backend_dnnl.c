@@ -814,7 +814,7 @@ static void test_alloc_failures(void)
 static void test_errors(void)
 {
     ptc__be *b = NULL;
-    ptc__be_params p64 = {PTC__BE_F64, 1};
+    ptc__be_params p64 = {.dtype = PTC__BE_F64, .threads = 1};
     CHECK_CODE(D->open(&b, &p64, &err), PTC_EUNSUPPORTED, &err);
     CHECK(b == NULL);
     D->close(NULL);

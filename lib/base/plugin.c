@@ -1,0 +1,248 @@
+/*
+ * plugin.c - the libptc side of lib/base/plugin.h: finding a module file, loading it, checking
+ * its descriptor, and listing the known modules for `ptc --version` (ptc_plugins_list).
+ *
+ * Process state: the table of loaded modules below (g_mods, under g_lock) is the one piece of
+ * mutable global state in libptc. It exists because a module, once dlopen()ed, cannot be safely
+ * unloaded (oneDNN, OpenMPI and the CUDA runtime keep threads and atexit handlers in it), so
+ * every later request for the same module must get the same handle rather than a second load.
+ * Entries are added, never removed; only successful loads are kept, so a module installed while
+ * the process runs is found on the next request.
+ *
+ * Nothing here runs unless a caller asks for a module by name: reading, verifying, diffing or
+ * converting checkpoints never reaches this file.
+ */
+#include "config.h"
+
+#include "base/plugin.h"
+#include "base/base.h"
+#include "base/env.h"
+
+#include <dlfcn.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifndef PTC_PKGLIBDIR
+#error "PTC_PKGLIBDIR must be defined (Makefile.am passes $(pkglibdir))"
+#endif
+
+#define MAX_MODS 16
+#define PATH_CAP 4096
+
+typedef struct loaded {
+    ptc__plugin_kind kind;
+    char name[32];
+    const ptc__plugin *desc;
+} loaded;
+
+static pthread_mutex_t g_lock = PTHREAD_MUTEX_INITIALIZER;
+static loaded g_mods[MAX_MODS];
+static int g_nmods;
+
+static const ptc__host g_host = {
+    .abi = PTC__PLUGIN_ABI,
+    .realloc = ptc__realloc,
+    .verr = ptc__verr,
+    .verr_prefix = ptc__verr_prefix,
+    .getenv = ptc__getenv,
+};
+
+static const char *kind_name(ptc__plugin_kind kind)
+{
+    return kind == PTC__PLUGIN_BACKEND ? "backend" : kind == PTC__PLUGIN_COMM ? "comm" : "?";
+}
+
+static const char *kind_word(ptc__plugin_kind kind)
+{
+    return kind == PTC__PLUGIN_BACKEND ? "backend" : "communicator";
+}
+
+static char *esc(char *dst, size_t cap, const char *s)
+{
+    return ptc__escape(dst, cap, s, strlen(s), true);
+}
+
+/* The directories to search, ':'-separated, into dirs (always NUL-terminated). */
+static void search_dirs(char *dirs, size_t cap)
+{
+    const char *env = ptc__getenv("PTC_PLUGIN_PATH");
+    if (env && *env) {
+        snprintf(dirs, cap, "%s", env);
+        return;
+    }
+    /* The directory libptc was loaded from: a build tree's lib/.libs (or, for a program linked
+     * with libptc_core statically, the program's own directory). */
+    Dl_info info;
+    char self[PATH_CAP] = "";
+    if (dladdr((void *)(uintptr_t)ptc__plugin_load, &info) && info.dli_fname &&
+        strchr(info.dli_fname, '/')) {
+        snprintf(self, sizeof self, "%s", info.dli_fname);
+        *strrchr(self, '/') = '\0';
+        if (!*self)
+            snprintf(self, sizeof self, "/");
+    }
+    if (*self)
+        snprintf(dirs, cap, "%s:%s/ptc:%s", self, self, PTC_PKGLIBDIR);
+    else
+        snprintf(dirs, cap, "%s", PTC_PKGLIBDIR);
+}
+
+/* The first <dir>/<kind>-<name>.so that exists, into path; 0 when none (dirs then says where it
+ * looked). */
+static int find_file(ptc__plugin_kind kind, const char *name, char *path, size_t cap, char *dirs,
+                     size_t dcap)
+{
+    search_dirs(dirs, dcap);
+    const char *p = dirs;
+    while (*p) {
+        const char *e = strchr(p, ':');
+        size_t n = e ? (size_t)(e - p) : strlen(p);
+        if (n > 0) {
+            int w = snprintf(path, cap, "%.*s/%s-%s.so", (int)n, p, kind_name(kind), name);
+            if (w > 0 && (size_t)w < cap && access(path, F_OK) == 0)
+                return 1;
+        }
+        p += n + (e ? 1 : 0);
+    }
+    *path = '\0';
+    return 0;
+}
+
+static int not_installed(ptc_error *err, ptc__plugin_kind kind, const char *name, const char *dirs)
+{
+    char en[64], ed[1024];
+    esc(en, sizeof en, name);
+    return ptc__err(err, PTC_ENOTFOUND, "", -1, "the %s \"%s\" is not installed: no %s-%s.so in %s",
+                    kind_word(kind), en, kind_name(kind), en, esc(ed, sizeof ed, dirs));
+}
+
+/* Loads and checks the module at path; called under g_lock. */
+static int load_file(ptc__plugin_kind kind, const char *name, const char *path,
+                     const ptc__plugin **out, ptc_error *err)
+{
+    char ep[1024], em[512];
+    esc(ep, sizeof ep, path);
+    dlerror();
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        return ptc__err(err, PTC_EUNSUPPORTED, "", -1, "%s: cannot be loaded: %s", ep,
+                        esc(em, sizeof em, why ? why : "dlopen failed"));
+    }
+    ptc__plugin_entry_fn entry;
+    void *sym = dlsym(h, PTC__PLUGIN_ENTRY);
+    memcpy(&entry, &sym, sizeof entry); /* object pointer to function pointer, as POSIX allows */
+    if (!sym) {
+        dlclose(h);
+        return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                        "%s: not a ptc module (it has no entry point %s); rebuild the module with "
+                        "this version of ptc",
+                        ep, PTC__PLUGIN_ENTRY);
+    }
+    const ptc__plugin *d = entry(&g_host);
+    int rc = 0;
+    if (!d)
+        rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1, "%s: its entry point returned no descriptor",
+                      ep);
+    else if (d->abi != PTC__PLUGIN_ABI)
+        rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                      "%s: built for plugin ABI %d, this libptc has ABI %d (rebuild the module "
+                      "with this version of ptc)",
+                      ep, d->abi, PTC__PLUGIN_ABI);
+    else if (d->kind != kind || !d->name || strcmp(d->name, name) != 0 || !d->ops)
+        rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                      "%s: the module says it is the %s \"%s\", not the %s \"%s\" its name promises",
+                      ep, d->kind == PTC__PLUGIN_BACKEND ? "backend" : "communicator",
+                      esc(em, sizeof em, d->name ? d->name : "(none)"), kind_word(kind), name);
+    if (rc < 0) {
+        /* A module that ran its entry point may have started threads or registered handlers:
+         * closing it is only safe when it never got that far. It stays loaded, unused. */
+        if (!d)
+            dlclose(h);
+        return rc;
+    }
+    *out = d;
+    return 0;
+}
+
+int ptc__plugin_load(ptc__plugin_kind kind, const char *name, const ptc__plugin **out,
+                     ptc_error *err)
+{
+    *out = NULL;
+    if (!name || !*name || strlen(name) >= sizeof g_mods[0].name || strchr(name, '/'))
+        return ptc__err(err, PTC_EINVAL, "", -1, "invalid module name");
+    pthread_mutex_lock(&g_lock);
+    for (int i = 0; i < g_nmods; i++)
+        if (g_mods[i].kind == kind && strcmp(g_mods[i].name, name) == 0) {
+            *out = g_mods[i].desc;
+            pthread_mutex_unlock(&g_lock);
+            return 0;
+        }
+    char path[PATH_CAP], dirs[PATH_CAP];
+    int rc;
+    if (!find_file(kind, name, path, sizeof path, dirs, sizeof dirs))
+        rc = not_installed(err, kind, name, dirs);
+    else
+        rc = load_file(kind, name, path, out, err);
+    if (rc == 0 && g_nmods < MAX_MODS) {
+        g_mods[g_nmods].kind = kind;
+        snprintf(g_mods[g_nmods].name, sizeof g_mods[0].name, "%s", name);
+        g_mods[g_nmods].desc = *out;
+        g_nmods++;
+    }
+    pthread_mutex_unlock(&g_lock);
+    return rc;
+}
+
+/* ---- public: the list for `ptc --version` ------------------------------------------------------ */
+
+int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err)
+{
+    static const struct {
+        ptc__plugin_kind kind;
+        const char *name;
+    } known[] = {{PTC__PLUGIN_BACKEND, "dnnl"},
+                 {PTC__PLUGIN_BACKEND, "cuda"},
+                 {PTC__PLUGIN_COMM, "mpi"},
+                 {PTC__PLUGIN_COMM, "nccl"}};
+    ptc__err_clear(err);
+    int n = (int)(sizeof known / sizeof *known);
+    if (!out)
+        return n;
+    if (max < 0)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_plugins_list: max is negative");
+    for (int i = 0; i < n && i < max; i++) {
+        ptc_plugin_info *pi = &out[i];
+        memset(pi, 0, sizeof *pi);
+        pi->kind = kind_name(known[i].kind);
+        pi->name = known[i].name;
+        char dirs[PATH_CAP], path[PATH_CAP];
+        ptc_error e;
+        ptc__err_clear(&e);
+        if (!find_file(known[i].kind, known[i].name, path, sizeof path, dirs, sizeof dirs)) {
+            not_installed(&e, known[i].kind, known[i].name, dirs);
+            snprintf(pi->why, sizeof pi->why, "%s", e.message);
+            continue;
+        }
+        pi->found = 1;
+        esc(pi->path, sizeof pi->path, path);
+        const ptc__plugin *d;
+        if (ptc__plugin_load(known[i].kind, known[i].name, &d, &e) < 0) {
+            snprintf(pi->why, sizeof pi->why, "%s", e.message);
+            continue;
+        }
+        pi->loaded = 1;
+        pi->experimental = d->experimental;
+        if (d->summary)
+            esc(pi->summary, sizeof pi->summary, d->summary);
+        ptc__err_clear(&e);
+        if (d->probe && d->probe(&e) < 0)
+            snprintf(pi->why, sizeof pi->why, "%s", e.message);
+        else
+            pi->can_run = 1;
+    }
+    return n;
+}
