@@ -101,6 +101,10 @@ typedef struct ptc__reducer ptc__reducer;
 typedef struct ptc__reducer_params {
     size_t first_bucket_bytes; /* 1 MiB */
     size_t bucket_bytes;       /* 25 MiB */
+    /* A device communicator (nccl) over the same ranks, for the buckets of a device backend (one
+     * with raw_alloc): they live in device memory and their all-reduces go through it. NULL: the
+     * buckets are host memory and go through c. Borrowed; it outlives the reducer. */
+    ptc_comm *device_comm;
 } ptc__reducer_params;
 
 typedef struct ptc__reducer_stats {

@@ -149,7 +149,7 @@ static void test_reducer(const char *backend)
     CHECK(rank == 0 || memcmp(wv, w0, (size_t)w->numel * sizeof *wv) != 0); /* differ before */
 
     ptc__reducer *r = NULL;
-    ptc__reducer_params rp = {1 << 20, 25u << 20};
+    ptc__reducer_params rp = {1 << 20, 25u << 20, NULL};
     CHECK(ptc__reducer_new(&r, comm, f.m, &rp, &err) == 0);
     if (!r) {
         fprintf(stderr, "rank %d: %s\n", rank, err.message);
@@ -373,7 +373,7 @@ static void test_syncbn(const char *backend)
     CHECK(ptc__model_forward(ctl.m, x, B, 1, lg_plain, &err) == 0);
 
     ptc__reducer *r = NULL;
-    ptc__reducer_params rp = {1 << 20, 25u << 20};
+    ptc__reducer_params rp = {1 << 20, 25u << 20, NULL};
     CHECK(ptc__reducer_new(&r, comm, dist.m, &rp, &err) == 0);
     if (!r)
         goto out;
@@ -460,7 +460,7 @@ static void test_mismatch(void)
     ptc__model_params mp = {arch, 10, f.ops, f.be, seed};
     CHECK(ptc__model_new(&f.m, &mp, &err) == 0);
     ptc__reducer *r = NULL;
-    ptc__reducer_params rp = {1 << 20, 25u << 20};
+    ptc__reducer_params rp = {1 << 20, 25u << 20, NULL};
     int rc = ptc__reducer_new(&r, comm, f.m, &rp, &err);
     CHECK_CODE(rc, PTC_EINVAL, &err);
     CHECK(r == NULL);
