@@ -749,15 +749,20 @@ static int open_device(ptc_comm **out, ptc_comm *host, const ptc__backend_ops *o
 
 static int probe(ptc_error *err)
 {
-    int n = 0, rank = 0;
+    int n = 0, rank = 0, rt = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
-    if (e == cudaErrorInsufficientDriver || e == cudaErrorNoDevice ||
-        e == cudaErrorInitializationError)
+    if (e == cudaErrorInsufficientDriver) {
+        (void)cudaRuntimeGetVersion(&rt);
         return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
-                        "no usable CUDA driver or device: %s", cudaGetErrorString(e));
-    TRY(CUDA, e);
-    if (n < 1)
+                        "no NVIDIA driver is installed, or it is older than CUDA %d.%d needs (%s)",
+                        rt / 1000, rt % 1000 / 10, cudaGetErrorString(e));
+    }
+    if (e == cudaErrorNoDevice || (e == cudaSuccess && n < 1))
         return ptc__err(err, PTC_EUNSUPPORTED, "", -1, "no CUDA device is present");
+    if (e == cudaErrorInitializationError)
+        return ptc__err(err, PTC_EUNSUPPORTED, "", -1, "the CUDA driver cannot start: %s",
+                        cudaGetErrorString(e));
+    TRY(CUDA, e);
     int v = 0;
     TRY(NCCL, ncclGetVersion(&v));
     return 0;

@@ -656,7 +656,7 @@ static int open_device_comm(run *r, ptc_error *err)
     if (strcmp(want, "nccl") == 0 && !gpu)
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "--comm nccl needs a GPU backend (cuda); the %s backend's gradients are in "
-                        "host memory and go over %s",
+                        "host memory and go over the host communicator (%s)",
                         r->ops->name, ptc_comm_kind(r->rc.comm));
     if (r->rc.world == 1 || !gpu)
         return 0;
