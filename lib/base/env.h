@@ -10,6 +10,8 @@
  *   OMPI_COMM_WORLD_SIZE, PMIX_RANK, PMI_SIZE, MPI_LOCALNRANKS
  *                                set by MPI launchers: the process was started by one
  *   PTC_DNNL_WINOGRAD            1: the dnnl backend may use Winograd convolutions
+ *   CUDA_VISIBLE_DEVICES         the GPUs CUDA numbers 0, 1, ...: lib/train/gpumon.c maps the
+ *                                training GPU to NVML's numbering through it
  */
 #ifndef PTC_BASE_ENV_H
 #define PTC_BASE_ENV_H

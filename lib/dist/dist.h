@@ -101,6 +101,10 @@ typedef struct ptc__reducer ptc__reducer;
 typedef struct ptc__reducer_params {
     size_t first_bucket_bytes; /* 1 MiB */
     size_t bucket_bytes;       /* 25 MiB */
+    /* A device communicator (nccl) over the same ranks, for the buckets of a device backend (one
+     * with raw_alloc): they live in device memory and their all-reduces go through it. NULL: the
+     * buckets are host memory and go through c. Borrowed; it outlives the reducer. */
+    ptc_comm *device_comm;
 } ptc__reducer_params;
 
 typedef struct ptc__reducer_stats {
@@ -108,7 +112,9 @@ typedef struct ptc__reducer_stats {
     size_t bytes;              /* gradient bytes all-reduced per step */
     double allreduce_seconds;  /* the buckets all-reduced one after another, nothing else running
                                   (measured at the start, median of 5) */
-    double exposed_seconds;    /* summed over steps: waiting after backward ended */
+    double exposed_seconds;    /* summed over steps: waiting after backward ended (with a device
+                                  communicator the host does not wait: only the time to queue
+                                  the waits, so this says nothing of the device's own wait) */
     double pack_seconds;       /* summed over steps: copies into and out of buckets */
     int64_t steps;
 } ptc__reducer_stats;

@@ -13,6 +13,14 @@
  * Invariants: a bucket's all-reduce starts only when all of its gradients are in it; a parameter
  * is counted once per step (a second gradient for it is an error, as in torch's reducer); the
  * hook does nothing between finish and the next prepare.
+ *
+ * A device backend (one with raw_alloc) keeps its buckets in device memory, allocated with
+ * raw_alloc, and all-reduces them over the device communicator of the params (nccl); the host
+ * never touches them: the packs of a step tile a bucket exactly (offsets are the running sum of
+ * the raw sizes), so no bucket needs zeroing, and the calibration sums whatever they hold. The
+ * broadcasts of parameters and buffers and the layout check stay on the host communicator c: the
+ * device backend packs to and unpacks from host memory too. Waiting for a device request only
+ * orders the backend's stream after it, so finish's unpacks are queued, not waited for.
  */
 #include "dist/dist.h"
 
@@ -30,14 +38,16 @@ typedef struct slot {
 typedef struct bucket {
     size_t first, count; /* slots[first .. first + count) */
     size_t bytes;
-    float *buf;
+    void *buf; /* host memory, or the device backend's (raw_alloc) */
     size_t pending; /* gradients still to come this step */
     ptc__creq *req; /* the all-reduce in flight, or NULL */
     int started;
 } bucket;
 
 struct ptc__reducer {
-    ptc_comm *c;
+    ptc_comm *c;  /* layout check and broadcasts */
+    ptc_comm *bc; /* the buckets' all-reduces: c, or the device communicator */
+    int device;   /* buckets in device memory */
     ptc__model *m;
     const ptc__backend_ops *ops;
     ptc__be *be;
@@ -211,10 +221,16 @@ static int make_buckets(ptc__reducer *r, const ptc__reducer_params *p, ptc_error
         r->nbuckets++;
     for (int k = 0; k < r->nbuckets; k++) {
         bucket *q = &r->buckets[k];
-        if (!(q->buf = ptc__malloc(q->bytes)))
-            return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory for a %zu-byte bucket",
-                            q->bytes);
-        memset(q->buf, 0, q->bytes);
+        if (r->device) {
+            int rc = r->ops->raw_alloc(r->be, &q->buf, q->bytes, err);
+            if (rc < 0)
+                return rc;
+        } else {
+            if (!(q->buf = ptc__malloc(q->bytes)))
+                return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory for a %zu-byte bucket",
+                                q->bytes);
+            memset(q->buf, 0, q->bytes);
+        }
         r->st.bytes += q->bytes;
     }
     r->st.nbuckets = r->nbuckets;
@@ -235,8 +251,8 @@ static int calibrate(ptc__reducer *r, ptc_error *err)
     for (int round = -1; round < 5; round++) {
         double t0 = now();
         for (int k = 0; k < r->nbuckets; k++) {
-            int rc = r->c->ops->allreduce(r->c, r->buckets[k].buf, r->buckets[k].bytes / 4,
-                                          PTC__C_F32, PTC__C_SUM, err);
+            int rc = r->bc->ops->allreduce(r->bc, r->buckets[k].buf, r->buckets[k].bytes / 4,
+                                           PTC__C_F32, PTC__C_SUM, err);
             if (rc < 0)
                 return rc;
         }
@@ -245,7 +261,7 @@ static int calibrate(ptc__reducer *r, ptc_error *err)
     }
     qsort(t, 5, sizeof *t, cmp_double);
     r->st.allreduce_seconds = t[2];
-    for (int k = 0; k < r->nbuckets; k++)
+    for (int k = 0; !r->device && k < r->nbuckets; k++)
         memset(r->buckets[k].buf, 0, r->buckets[k].bytes);
     return 0;
 }
@@ -257,8 +273,8 @@ static int launch_ready(ptc__reducer *r, ptc_error *err)
 {
     while (r->next < r->nbuckets && r->buckets[r->next].pending == 0) {
         bucket *q = &r->buckets[r->next];
-        int rc = r->c->ops->iallreduce(r->c, q->buf, q->bytes / 4, PTC__C_F32, PTC__C_SUM,
-                                       &q->req, err);
+        int rc = r->bc->ops->iallreduce(r->bc, q->buf, q->bytes / 4, PTC__C_F32, PTC__C_SUM,
+                                        &q->req, err);
         if (rc < 0)
             return rc;
         q->started = 1;
@@ -274,7 +290,7 @@ static int progress(ptc__reducer *r, ptc_error *err)
         bucket *q = &r->buckets[k];
         int done;
         if (q->req && !q->req->done) {
-            int rc = r->c->ops->test(r->c, q->req, &done, err);
+            int rc = r->bc->ops->test(r->bc, q->req, &done, err);
             if (rc < 0)
                 return rc;
             if (!done)
@@ -336,7 +352,7 @@ int ptc__reducer_finish(ptc__reducer *r, ptc_error *err)
         bucket *q = &r->buckets[k];
         if (!q->req)
             continue;
-        int wrc = r->c->ops->wait(r->c, q->req, err);
+        int wrc = r->bc->ops->wait(r->bc, q->req, err);
         q->req = NULL;
         if (rc == 0)
             rc = wrc;
@@ -376,7 +392,27 @@ int ptc__reducer_new(ptc__reducer **out, ptc_comm *c, ptc__model *m, const ptc__
     r->ops = ptc__model_ops(m);
     r->be = ptc__model_be(m);
     r->scale = 1.0 / (double)c->size;
-    int rc = check_alike(r, err);
+    r->device = r->ops->raw_alloc != NULL;
+    r->bc = r->device && p->device_comm ? p->device_comm : c;
+    int rc = 0;
+    if (r->device && !p->device_comm && c->size > 1)
+        rc = ptc__err(err, PTC_EINVAL, "", -1,
+                      "backend %s keeps gradients in device memory: its buckets need a device "
+                      "communicator (nccl), not %s",
+                      r->ops->name, c->ops->name);
+    else if (!r->device && p->device_comm)
+        rc = ptc__err(err, PTC_EINVAL, "", -1,
+                      "a device communicator needs a device backend, not %s", r->ops->name);
+    else if (r->bc->size != c->size || r->bc->rank != c->rank)
+        rc = ptc__err(err, PTC_EINVAL, "", -1,
+                      "the device communicator (rank %d of %d) is not over the ranks of the host "
+                      "one (rank %d of %d)",
+                      r->bc->rank, r->bc->size, c->rank, c->size);
+    if (rc < 0) {
+        ptc__free(r);
+        return rc;
+    }
+    rc = check_alike(r, err);
     if (rc == 0)
         rc = make_buckets(r, p, err);
     /* scratch for the broadcast of buffers before each forward */
@@ -411,8 +447,11 @@ void ptc__reducer_free(ptc__reducer *r)
     ptc__model_set_grad_hook(r->m, NULL, NULL);
     for (int k = 0; k < r->nbuckets; k++) {
         if (r->buckets[k].req)
-            r->c->ops->wait(r->c, r->buckets[k].req, NULL);
-        ptc__free(r->buckets[k].buf);
+            r->bc->ops->wait(r->bc, r->buckets[k].req, NULL);
+        if (r->device)
+            r->ops->raw_free(r->be, r->buckets[k].buf);
+        else
+            ptc__free(r->buckets[k].buf);
     }
     ptc__free(r->buckets);
     ptc__free(r->slots);

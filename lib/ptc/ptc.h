@@ -668,6 +668,15 @@ typedef struct ptc_train_params {
      * to checkpoint with ".rank<r>" appended (r = 0, 1, ...), for checking that the ranks hold the
      * same parameters and momentum buffers. 0: rank 0 alone writes checkpoint. */
     int checkpoint_all_ranks;
+    /* What carries the gradients of several processes: "auto" (default; NULL is the same): nccl
+     * for a GPU backend, the host communicator (comm) otherwise; "nccl": the nccl module,
+     * bootstrapped over comm (refused with a CPU backend); "host": comm itself (refused with a GPU
+     * backend and several processes: its gradients are in device memory). */
+    const char *device_comm;
+    /* Rank 0 of a GPU backend, every ~2 s while training, when NVML (libnvidia-ml.so.1) is
+     * there: the GPU's state as short text for a progress display, "gpu 97% 31.2/139.8 GiB 512 W
+     * 61C" (fields the GPU cannot report are left out). NULL: not called. */
+    void (*device_status)(void *ctx, const char *text);
 } ptc_train_params;
 
 typedef struct ptc_train_result {

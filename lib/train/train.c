@@ -29,7 +29,9 @@
 #include "train/train.h"
 
 #include "base/env.h"
+#include "base/plugin.h"
 #include "dist/dist.h"
+#include "train/gpumon.h"
 
 #include <math.h>
 #include <sched.h>
@@ -38,6 +40,7 @@
 #include <time.h>
 
 #define WARMUP_STEPS 10
+#define GPU_SAMPLE_S 2.0 /* between two readings of the GPU's state (NVML) */
 
 void ptc_train_params_default(ptc_train_params *p)
 {
@@ -56,6 +59,7 @@ void ptc_train_params_default(ptc_train_params *p)
     p->bucket_cap_mb = 25;
     p->device = -1;
     p->precision = "f32";
+    p->device_comm = "auto";
 }
 
 int ptc__dataset_from_name(const char *name, ptc__data_format *out)
@@ -136,6 +140,8 @@ typedef struct run {
     ptc__be *be;
     ptc__model *model;
     ptc__reducer *reducer; /* world > 1 */
+    ptc_comm *dcomm;       /* nccl over rc.comm: a GPU backend, world > 1 */
+    ptc__gpumon *mon;      /* rank 0 of a GPU backend, when NVML loads */
     ptc__dataset *data;
     FILE *metrics;
     float *logits, *dlogits;
@@ -578,6 +584,8 @@ static void metric(run *r, const char *fmt, ...)
 static void run_free(run *r)
 {
     ptc__reducer_free(r->reducer);
+    ptc_comm_close(r->dcomm); /* before the backend: it runs on the backend's stream */
+    ptc__gpumon_close(r->mon);
     ptc__model_free(r->model);
     if (r->be)
         r->ops->close(r->be);
@@ -634,11 +642,67 @@ static int save_rank0(run *r, const char *path, int epoch, int64_t step, double 
     return rc;
 }
 
+/* The communicator of the gradient buckets (p->device_comm): a GPU backend keeps them in device
+ * memory, which only a device communicator (nccl, bootstrapped over the host one) can reduce;
+ * "auto" takes nccl exactly then. Nothing to open in one process. Called before the dataset is
+ * read, so that a wrong choice costs nothing. */
+static int open_device_comm(run *r, ptc_error *err)
+{
+    const char *want = r->p->device_comm ? r->p->device_comm : "auto";
+    int gpu = r->ops->device_info != NULL;
+    if (strcmp(want, "auto") != 0 && strcmp(want, "nccl") != 0 && strcmp(want, "host") != 0)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "unknown gradient communicator \"%s\" (auto, nccl, host)", want);
+    if (strcmp(want, "nccl") == 0 && !gpu)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "--comm nccl needs a GPU backend (cuda); the %s backend's gradients are in "
+                        "host memory and go over the host communicator (%s)",
+                        r->ops->name, ptc_comm_kind(r->rc.comm));
+    if (r->rc.world == 1 || !gpu)
+        return 0;
+    if (strcmp(want, "host") == 0)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "--comm host cannot carry the %s backend's gradients: they are in device "
+                        "memory, which a host communicator (%s) does not reach; use --comm nccl "
+                        "(or auto)",
+                        r->ops->name, ptc_comm_kind(r->rc.comm));
+    const ptc__plugin *pl;
+    int rc = ptc__plugin_load(PTC__PLUGIN_COMM, "nccl", &pl, err);
+    if (rc == 0 && pl->probe)
+        rc = pl->probe(err);
+    const ptc__comm_plugin *cp = rc == 0 ? pl->ops : NULL;
+    if (rc == 0 && (!cp || !cp->open_device))
+        rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1, "the nccl module opens no device communicator");
+    if (rc == 0)
+        rc = cp->open_device(&r->dcomm, r->rc.comm, r->ops, r->be, err);
+    if (rc < 0)
+        ptc__err_prefix(err, "the %s backend's gradients need the nccl communicator: ",
+                        r->ops->name);
+    return rc;
+}
+
 /* The synchronised batchnorm's all-reduce (ptc__bn_sync). */
 static int sum_over_ranks(void *ctx, double *buf, size_t n, ptc_error *err)
 {
     ptc_comm *c = ctx;
     return c->ops->allreduce(c, buf, n, PTC__C_F64, PTC__C_SUM, err);
+}
+
+/* Rank 0 of a GPU backend, after a step: every GPU_SAMPLE_S the GPU's state to the progress
+ * display and to the metrics file. */
+static void gpu_tick(run *r, int epoch, int64_t step)
+{
+    ptc__gpu_sample s;
+    if (!ptc__gpumon_poll(r->mon, now(), &s) || !s.valid)
+        return;
+    char text[96], json[320];
+    if (r->p->device_status) {
+        ptc__gpumon_text(&s, text, sizeof text);
+        r->p->device_status(r->p->ctx, text);
+    }
+    ptc__gpumon_json(&s, json, sizeof json);
+    metric(r, "{\"event\": \"gpu\", \"epoch\": %d, \"step\": %lld%s}", epoch, (long long)step,
+           json);
 }
 
 /* One optimizer step on a batch: forward, loss, backward with the reducer's all-reduces, SGD. */
@@ -688,6 +752,8 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     /* The backend first: a missing module or GPU is reported before the dataset is read. */
     rc = open_backend(p, threads_per_rank(p->threads, p->comm), &r.ops, &r.be, err);
     if (rc == 0)
+        rc = open_device_comm(&r, err);
+    if (rc == 0)
         rc = load_data(&r.rc, false, &r.data, err);
     ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, p->seed};
     if (rc == 0)
@@ -699,7 +765,8 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     if (rc == 0 && p->resume)
         rc = resume(r.model, p->resume, world, p->epochs, &start_epoch, &step, err);
     if (rc == 0 && world > 1) {
-        ptc__reducer_params rp = {(size_t)1 << 20, (size_t)(p->bucket_cap_mb * 1048576.0)};
+        ptc__reducer_params rp = {(size_t)1 << 20, (size_t)(p->bucket_cap_mb * 1048576.0),
+                                  r.dcomm};
         rc = ptc__reducer_new(&r.reducer, r.rc.comm, r.model, &rp, err);
         if (rc == 0 && p->sync_bn)
             ptc__model_set_bn_sync(r.model, sum_over_ranks, r.rc.comm);
@@ -707,6 +774,12 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     if (rc == 0 && p->metrics && rank == 0 &&
         !(r.metrics = fopen(p->metrics, start_epoch ? "a" : "w")))
         rc = ptc__err(err, PTC_EIO, "", -1, "cannot write %s", p->metrics);
+    if (rc == 0 && rank == 0 && r.ops->device_info) {
+        void *stream;
+        int dev;
+        if (r.ops->device_info(r.be, &stream, &dev, NULL) == 0)
+            r.mon = ptc__gpumon_open(dev, GPU_SAMPLE_S); /* NULL without NVML: no monitoring */
+    }
     size_t logit_bytes = (size_t)p->batch_size * PTC__DATA_CLASSES * sizeof(float);
     if (rc == 0 && (!(r.logits = ptc__malloc(logit_bytes)) || !(r.dlogits = ptc__malloc(logit_bytes))))
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
@@ -718,12 +791,14 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     int64_t shard = ptc__sampler_count(d->train.n, world, false);
     int64_t per_epoch = (shard + p->batch_size - 1) / p->batch_size;
     sched.total = per_epoch * p->epochs;
-    char procs[96] = "";
+    char procs[160] = "", kind[64];
     if (world > 1) {
         ptc__reducer_stats st;
         ptc__reducer_get_stats(r.reducer, &st);
+        snprintf(kind, sizeof kind, "%s%s%s", r.dcomm ? ptc_comm_kind(r.dcomm) : "",
+                 r.dcomm ? " over " : "", ptc_comm_kind(r.rc.comm));
         snprintf(procs, sizeof procs, ", %d processes (%s, %d buckets of gradients, %.1f MiB%s)",
-                 world, ptc_comm_kind(r.rc.comm), st.nbuckets, (double)st.bytes / 1048576.0,
+                 world, kind, st.nbuckets, (double)st.bytes / 1048576.0,
                  p->sync_bn ? ", synchronised batchnorm" : "");
     }
     say(p, "ptc train: %s on %s, %lld training and %lld test images, backend %s, batch %d%s, "
@@ -775,6 +850,8 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
             }
             if (p->progress && rank == 0)
                 p->progress(p->ctx, epoch + 1, seen, n, loss_sum / (double)seen);
+            if (r.mon)
+                gpu_tick(&r, epoch + 1, step);
             if (p->max_steps > 0 && step >= p->max_steps)
                 stop = true;
         }
@@ -787,12 +864,22 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
         say(p, "epoch %d/%d: loss %.4f, train accuracy %.2f%%, %.0f images/s, %.1f s", epoch + 1,
             p->epochs, seen ? loss_sum / (double)seen : 0, seen ? 100.0 * (double)right / (double)seen : 0,
             secs > 0 ? (double)seen / secs : 0, secs);
+        char gpu[320] = ""; /* the epoch's GPU readings: utilisation and power averaged */
+        if (r.mon) {
+            ptc__gpu_sample es;
+            char warn[256];
+            if (ptc__gpumon_epoch(r.mon, &es) > 0)
+                ptc__gpumon_json(&es, gpu, sizeof gpu);
+            if (ptc__gpumon_epoch_warning(r.mon, epoch + 1, warn, sizeof warn))
+                say(p, "warning: %s", warn);
+            ptc__gpumon_epoch_reset(r.mon);
+        }
         metric(&r,
                "{\"event\": \"epoch\", \"epoch\": %d, \"step\": %lld, \"loss\": %.6f, "
-               "\"accuracy\": %.6f, \"lr\": %.8g, \"images_per_sec\": %.1f, \"seconds\": %.3f}",
+               "\"accuracy\": %.6f, \"lr\": %.8g, \"images_per_sec\": %.1f, \"seconds\": %.3f%s}",
                epoch + 1, (long long)step, seen ? loss_sum / (double)seen : 0,
                seen ? (double)right / (double)seen : 0, lr, secs > 0 ? (double)seen / secs : 0,
-               secs);
+               secs, gpu);
         bool last = epoch + 1 == p->epochs || stop;
         double t_aside = now();
         if ((p->eval_every > 0 && (epoch + 1) % p->eval_every == 0) || last) {

@@ -149,7 +149,7 @@ static void test_reducer(const char *backend)
     CHECK(rank == 0 || memcmp(wv, w0, (size_t)w->numel * sizeof *wv) != 0); /* differ before */
 
     ptc__reducer *r = NULL;
-    ptc__reducer_params rp = {1 << 20, 25u << 20};
+    ptc__reducer_params rp = {1 << 20, 25u << 20, NULL};
     CHECK(ptc__reducer_new(&r, comm, f.m, &rp, &err) == 0);
     if (!r) {
         fprintf(stderr, "rank %d: %s\n", rank, err.message);
@@ -268,6 +268,162 @@ out:
     fixture_close(&f);
 }
 
+/* ---- a device backend's buckets ---------------------------------------------------------------- */
+
+/* The ref backend dressed as a device backend: its raw_alloc hands out memory filled with 0xff
+ * (NaN as float32), so that a bucket byte that no pack wrote would spoil the sums; and a device
+ * communicator that forwards to the MPI one, counting what it is given. The reducer must put its
+ * buckets in raw_alloc's memory, all-reduce them over the device communicator only, and get the
+ * same averages as over the host path. */
+static struct {
+    int allocs, frees, iallreduces, allreduces, foreign;
+    void *bufs[16];
+} dev;
+
+static int dev_raw_alloc(ptc__be *be, void **out, size_t bytes, ptc_error *err)
+{
+    (void)be;
+    if (dev.allocs >= 16 || !(*out = malloc(bytes)))
+        return ptc__err(err, PTC_ENOMEM, "", -1, "test raw_alloc");
+    memset(*out, 0xff, bytes);
+    dev.bufs[dev.allocs++] = *out;
+    return 0;
+}
+
+static void dev_raw_free(ptc__be *be, void *p)
+{
+    (void)be;
+    if (p)
+        dev.frees++;
+    free(p);
+}
+
+static int dev_owned(const void *p)
+{
+    for (int i = 0; i < dev.allocs; i++)
+        if (dev.bufs[i] == p)
+            return 1;
+    return 0;
+}
+
+static int dc_allreduce(ptc_comm *c, void *buf, size_t count, ptc__cdtype t, ptc__cop op,
+                        ptc_error *err)
+{
+    (void)c;
+    dev.allreduces++;
+    dev.foreign += !dev_owned(buf);
+    return comm->ops->allreduce(comm, buf, count, t, op, err);
+}
+
+static int dc_iallreduce(ptc_comm *c, void *buf, size_t count, ptc__cdtype t, ptc__cop op,
+                         ptc__creq **out, ptc_error *err)
+{
+    (void)c;
+    dev.iallreduces++;
+    dev.foreign += !dev_owned(buf);
+    return comm->ops->iallreduce(comm, buf, count, t, op, out, err);
+}
+
+static int dc_test(ptc_comm *c, ptc__creq *r, int *done, ptc_error *err)
+{
+    (void)c;
+    return comm->ops->test(comm, r, done, err);
+}
+
+static int dc_wait(ptc_comm *c, ptc__creq *r, ptc_error *err)
+{
+    (void)c;
+    return comm->ops->wait(comm, r, err);
+}
+
+static void test_device_buckets(void)
+{
+    ptc_error err;
+    static ptc__backend_ops dops;
+    static ptc__comm_ops dcops;
+    dops = *ptc__backend_find("ref");
+    dops.raw_alloc = dev_raw_alloc;
+    dops.raw_free = dev_raw_free;
+    dcops = *comm->ops;
+    dcops.name = "device-standin";
+    dcops.allreduce = dc_allreduce;
+    dcops.iallreduce = dc_iallreduce;
+    dcops.test = dc_test;
+    dcops.wait = dc_wait;
+    ptc_comm dc = {.ops = &dcops, .rank = comm->rank, .size = comm->size,
+                   .local_size = comm->local_size};
+
+    fixture h, d;
+    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = 1};
+    memset(&d, 0, sizeof d);
+    d.ops = &dops;
+    int ok = fixture_open(&h, "ref", 77, &err) == 0 && dops.open(&d.be, &bp, &err) == 0;
+    ptc__model_params mp = {PTC__ARCH_RESNET18_CIFAR, 10, &dops, d.be, 77};
+    ok = ok && ptc__model_new(&d.m, &mp, &err) == 0;
+    CHECK(ok);
+    if (!ok) {
+        fprintf(stderr, "rank %d: %s\n", rank, err.message);
+        goto out;
+    }
+    ptc__reducer *rh = NULL, *rd = NULL;
+    ptc__reducer_params rp = {1 << 20, 25u << 20, NULL};
+    /* a device backend without a device communicator, a host backend with one: refused */
+    CHECK_CODE(ptc__reducer_new(&rd, comm, d.m, &rp, &err), PTC_EINVAL, &err);
+    CHECK(strstr(err.message, "device communicator") != NULL);
+    rp.device_comm = &dc;
+    CHECK_CODE(ptc__reducer_new(&rh, comm, h.m, &rp, &err), PTC_EINVAL, &err);
+    CHECK_INT(dev.allocs, 0);
+    rp.device_comm = NULL;
+    CHECK(ptc__reducer_new(&rh, comm, h.m, &rp, &err) == 0);
+    rp.device_comm = &dc;
+    CHECK(ptc__reducer_new(&rd, comm, d.m, &rp, &err) == 0);
+    if (!rh || !rd) {
+        fprintf(stderr, "rank %d: %s\n", rank, err.message);
+        goto free_reducers;
+    }
+    ptc__reducer_stats st;
+    ptc__reducer_get_stats(rd, &st);
+    CHECK_INT(dev.allocs, st.nbuckets);
+    CHECK_INT(dev.allreduces, 6 * st.nbuckets); /* the calibration: a warm-up and 5 rounds */
+    enum { B = 4 };
+    float x[B * 3 * 32 * 32];
+    int64_t y[B];
+    batch(x, y, B);
+    CHECK(fwd_bwd(&h, x, y, B, rh, &err) == 0);
+    CHECK(fwd_bwd(&d, x, y, B, rd, &err) == 0);
+    CHECK_INT(dev.iallreduces, st.nbuckets);
+    CHECK_INT(dev.foreign, 0);
+    size_t unequal = 0, nan = 0, n = 0;
+    for (size_t i = 0; i < ptc__model_nentries(h.m); i++) {
+        ptc__entry *eh = ptc__model_entry(h.m, i), *ed = ptc__model_entry(d.m, i);
+        if (eh->kind != PTC__ENTRY_PARAM)
+            continue;
+        float *gh = malloc((size_t)eh->numel * sizeof *gh), *gd = malloc((size_t)eh->numel * sizeof *gd);
+        CHECK(ptc__model_read_grad(h.m, eh, gh, &err) == 0);
+        CHECK(ptc__model_read_grad(d.m, ed, gd, &err) == 0);
+        for (int64_t k = 0; k < eh->numel; k++) {
+            unequal += memcmp(&gh[k], &gd[k], sizeof *gh) != 0;
+            nan += gd[k] != gd[k];
+        }
+        n += (size_t)eh->numel;
+        free(gh);
+        free(gd);
+    }
+    CHECK_INT(unequal, 0);
+    CHECK_INT(nan, 0);
+    if (rank == 0)
+        printf("device buckets (%d ranks): %d buckets from raw_alloc, %d all-reduces on the device "
+               "communicator; %zu averaged gradients, %zu differ from the host path, %zu NaN\n",
+               world, dev.allocs, dev.iallreduces, n, unequal, nan);
+free_reducers:
+    ptc__reducer_free(rd);
+    ptc__reducer_free(rh);
+    CHECK_INT(dev.frees, dev.allocs);
+out:
+    fixture_close(&h);
+    fixture_close(&d);
+}
+
 /* ---- synchronised batchnorm ------------------------------------------------------------------- */
 
 static int sum_doubles(void *ctx, double *buf, size_t n, ptc_error *err)
@@ -373,7 +529,7 @@ static void test_syncbn(const char *backend)
     CHECK(ptc__model_forward(ctl.m, x, B, 1, lg_plain, &err) == 0);
 
     ptc__reducer *r = NULL;
-    ptc__reducer_params rp = {1 << 20, 25u << 20};
+    ptc__reducer_params rp = {1 << 20, 25u << 20, NULL};
     CHECK(ptc__reducer_new(&r, comm, dist.m, &rp, &err) == 0);
     if (!r)
         goto out;
@@ -460,7 +616,7 @@ static void test_mismatch(void)
     ptc__model_params mp = {arch, 10, f.ops, f.be, seed};
     CHECK(ptc__model_new(&f.m, &mp, &err) == 0);
     ptc__reducer *r = NULL;
-    ptc__reducer_params rp = {1 << 20, 25u << 20};
+    ptc__reducer_params rp = {1 << 20, 25u << 20, NULL};
     int rc = ptc__reducer_new(&r, comm, f.m, &rp, &err);
     CHECK_CODE(rc, PTC_EINVAL, &err);
     CHECK(r == NULL);
@@ -501,6 +657,7 @@ int main(int argc, char **argv)
         test_syncbn("ref");
     }
     test_mismatch();
+    test_device_buckets();
     /* the status of every rank: one failure anywhere fails the run on rank 0 too */
     int64_t failures = check_failures;
     comm->ops->allreduce(comm, &failures, 1, PTC__C_I64, PTC__C_SUM, &err);

@@ -1,0 +1,226 @@
+/*
+ * test_gpumon.c - lib/train/gpumon.c against a stand-in NVML (tests/unit/fake_nvml.c, loaded
+ * from the build tree through ptc__gpumon_open_lib): the device picked for a CUDA ordinal (with
+ * and without CUDA_VISIBLE_DEVICES), the sample fields, the progress text and the JSON members,
+ * calls that fail, the sampling interval, the epoch's summary and the under-50% warning, and no
+ * monitor (and no error) when the library is missing or NVML does not start. No GPU needed.
+ */
+#include "ptc/ptc.h"
+#include "train/gpumon.h"
+
+#include "check.h"
+
+#include <dlfcn.h>
+#include <stdlib.h>
+
+typedef struct fake_nvml_state {
+    unsigned util[4];
+    unsigned long long mem_total, mem_used[4];
+    unsigned power_mw[4], temp_c[4];
+    unsigned fail;
+    int ndev;
+    int inits;
+    int last_handle;
+} fake_nvml_state;
+
+static char lib_path[4096];
+static fake_nvml_state *fake;
+
+#define GIB 1073741824.0
+
+static void reset_fake(void)
+{
+    fake->fail = 0;
+    fake->ndev = 2;
+    fake->last_handle = -1;
+    fake->mem_total = (unsigned long long)(139.8 * GIB);
+    for (int i = 0; i < 4; i++) {
+        fake->util[i] = 97;
+        fake->mem_used[i] = (unsigned long long)(31.2 * GIB);
+        fake->power_mw[i] = 512000;
+        fake->temp_c[i] = 61;
+    }
+}
+
+static void test_missing(void)
+{
+    CHECK(ptc__gpumon_open_lib("/nonexistent/libnvidia-ml.so.1", 0, 2.0) == NULL);
+    reset_fake();
+    fake->fail = 1; /* nvmlInit_v2 fails: the driver is not loaded */
+    CHECK(ptc__gpumon_open_lib(lib_path, 0, 2.0) == NULL);
+    CHECK_INT(fake->inits, 0);
+    reset_fake();
+    CHECK(ptc__gpumon_open_lib(lib_path, 2, 2.0) == NULL); /* only 2 devices */
+    CHECK_INT(fake->inits, 0);                             /* shut down again */
+    CHECK(ptc__gpumon_open_lib(lib_path, -1, 2.0) == NULL);
+    ptc__gpumon_close(NULL);
+}
+
+static void test_device_choice(void)
+{
+    reset_fake();
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    ptc__gpumon *m = ptc__gpumon_open_lib(lib_path, 1, 2.0);
+    CHECK(m != NULL);
+    CHECK_INT(fake->last_handle, 1);
+    ptc__gpumon_close(m);
+    CHECK_INT(fake->inits, 0);
+
+    setenv("CUDA_VISIBLE_DEVICES", "1,0", 1);
+    m = ptc__gpumon_open_lib(lib_path, 0, 2.0);
+    CHECK(m != NULL);
+    CHECK_INT(fake->last_handle, 1); /* CUDA's 0 is NVML's 1 */
+    ptc__gpumon_close(m);
+    m = ptc__gpumon_open_lib(lib_path, 1, 2.0);
+    CHECK(m != NULL);
+    CHECK_INT(fake->last_handle, 0);
+    ptc__gpumon_close(m);
+    CHECK(ptc__gpumon_open_lib(lib_path, 2, 2.0) == NULL); /* not visible */
+
+    setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-1", 1);
+    fake->last_handle = -1;
+    m = ptc__gpumon_open_lib(lib_path, 0, 2.0);
+    CHECK(m != NULL);
+    CHECK_INT(fake->last_handle, 1);
+    ptc__gpumon_close(m);
+    setenv("CUDA_VISIBLE_DEVICES", "GPU-other", 1);
+    CHECK(ptc__gpumon_open_lib(lib_path, 0, 2.0) == NULL);
+    setenv("CUDA_VISIBLE_DEVICES", "bogus", 1);
+    CHECK(ptc__gpumon_open_lib(lib_path, 0, 2.0) == NULL);
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    CHECK_INT(fake->inits, 0);
+}
+
+static void test_fields(void)
+{
+    reset_fake();
+    ptc__gpumon *m = ptc__gpumon_open_lib(lib_path, 0, 2.0);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    ptc__gpu_sample s;
+    char text[128], json[512];
+    CHECK_INT(ptc__gpumon_poll(m, 100.0, &s), 1);
+    CHECK_INT(s.valid, PTC__GPU_UTIL | PTC__GPU_MEM | PTC__GPU_POWER | PTC__GPU_TEMP);
+    CHECK_INT(s.mem_used, fake->mem_used[0]);
+    CHECK_INT(s.mem_total, fake->mem_total);
+    ptc__gpumon_text(&s, text, sizeof text);
+    CHECK_STR(text, "gpu 97% 31.2/139.8 GiB 512 W 61C");
+    ptc__gpumon_json(&s, json, sizeof json);
+    char want[512];
+    snprintf(want, sizeof want,
+             ", \"gpu_util\": 97.0, \"gpu_mem_used_bytes\": %llu, \"gpu_mem_total_bytes\": %llu, "
+             "\"gpu_power_w\": 512.0, \"gpu_temp_c\": 61",
+             fake->mem_used[0], fake->mem_total);
+    CHECK_STR(json, want);
+
+    /* the interval: nothing before 2 s have passed */
+    CHECK_INT(ptc__gpumon_poll(m, 101.0, &s), 0);
+    CHECK_INT(ptc__gpumon_poll(m, 101.99, &s), 0);
+    CHECK_INT(ptc__gpumon_poll(m, 102.0, &s), 1);
+
+    /* calls that fail leave their fields out */
+    fake->fail = 2 | 8; /* utilisation and power */
+    CHECK_INT(ptc__gpumon_poll(m, 105.0, &s), 1);
+    CHECK_INT(s.valid, PTC__GPU_MEM | PTC__GPU_TEMP);
+    ptc__gpumon_text(&s, text, sizeof text);
+    CHECK_STR(text, "gpu 31.2/139.8 GiB 61C");
+    ptc__gpumon_json(&s, json, sizeof json);
+    snprintf(want, sizeof want,
+             ", \"gpu_mem_used_bytes\": %llu, \"gpu_mem_total_bytes\": %llu, \"gpu_temp_c\": 61",
+             fake->mem_used[0], fake->mem_total);
+    CHECK_STR(json, want);
+    fake->fail = 2 | 4 | 8 | 16;
+    CHECK_INT(ptc__gpumon_poll(m, 108.0, &s), 1);
+    CHECK_INT(s.valid, 0);
+    ptc__gpumon_text(&s, text, sizeof text);
+    CHECK_STR(text, "");
+    ptc__gpumon_json(&s, json, sizeof json);
+    CHECK_STR(json, "");
+    /* a short buffer is cut, never overrun */
+    fake->fail = 0;
+    ptc__gpumon_sample(m, 110.0, &s);
+    char small[8];
+    memset(small, 'x', sizeof small);
+    ptc__gpumon_text(&s, small, sizeof small);
+    CHECK_STR(small, "gpu 97%");
+    ptc__gpumon_close(m);
+}
+
+static void test_epoch(void)
+{
+    reset_fake();
+    ptc__gpumon *m = ptc__gpumon_open_lib(lib_path, 1, 2.0);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    ptc__gpu_sample s, e;
+    char text[256];
+    /* busy 30, 40, 32 (mean 34): the warning */
+    const unsigned busy[3] = {30, 40, 32};
+    const unsigned power[3] = {200000, 300000, 250000};
+    for (int i = 0; i < 3; i++) {
+        fake->util[1] = busy[i];
+        fake->power_mw[1] = power[i];
+        fake->temp_c[1] = 50 + (unsigned)i * 10 % 25;
+        fake->mem_used[1] = (unsigned long long)((10 + i) * GIB);
+        CHECK_INT(ptc__gpumon_poll(m, 10.0 * i, &s), 1);
+    }
+    CHECK_INT(ptc__gpumon_epoch(m, &e), 3);
+    CHECK(e.util > 33.99 && e.util < 34.01);
+    CHECK(e.power_w > 249.99 && e.power_w < 250.01);
+    CHECK_INT(e.mem_used, (unsigned long long)(12 * GIB));
+    CHECK(e.temp_c == 70);
+    CHECK_INT(ptc__gpumon_epoch_warning(m, 1, text, sizeof text), 1);
+    const char *want = "GPU 1 was busy 34% of epoch 1: the input pipeline is the bottleneck";
+    if (strncmp(text, want, strlen(want)) != 0) {
+        fprintf(stderr, "warning text: \"%s\", expected it to start with \"%s\"\n", text, want);
+        CHECK(0);
+    }
+    /* a new epoch: two samples are too few to judge */
+    ptc__gpumon_epoch_reset(m);
+    CHECK_INT(ptc__gpumon_epoch(m, &e), 0);
+    CHECK_INT(e.valid, 0);
+    fake->util[1] = 10;
+    ptc__gpumon_sample(m, 100.0, &s);
+    ptc__gpumon_sample(m, 101.0, &s);
+    CHECK_INT(ptc__gpumon_epoch_warning(m, 2, text, sizeof text), 0);
+    /* busy enough: no warning */
+    ptc__gpumon_epoch_reset(m);
+    fake->util[1] = 50;
+    for (int i = 0; i < 4; i++)
+        ptc__gpumon_sample(m, 200.0 + i, &s);
+    CHECK_INT(ptc__gpumon_epoch_warning(m, 3, text, sizeof text), 0);
+    /* utilisation never readable: no warning either */
+    ptc__gpumon_epoch_reset(m);
+    fake->fail = 2;
+    for (int i = 0; i < 4; i++)
+        ptc__gpumon_sample(m, 300.0 + i, &s);
+    CHECK_INT(ptc__gpumon_epoch_warning(m, 4, text, sizeof text), 0);
+    CHECK_INT(ptc__gpumon_epoch(m, &e), 4);
+    CHECK_INT(e.valid & PTC__GPU_UTIL, 0);
+    ptc__gpumon_close(m);
+    CHECK_INT(fake->inits, 0);
+}
+
+int main(void)
+{
+    const char *top = getenv("top_builddir");
+    snprintf(lib_path, sizeof lib_path, "%s/tests/unit/.libs/libfake_nvml.so", top ? top : ".");
+    void *h = dlopen(lib_path, RTLD_NOW | RTLD_LOCAL);
+    fake_nvml_state *(*get)(void) = NULL;
+    if (h)
+        *(void **)&get = dlsym(h, "fake_nvml_get");
+    if (!get) {
+        fprintf(stderr, "test_gpumon: cannot load the stand-in NVML %s: %s\n", lib_path,
+                dlerror());
+        return 99;
+    }
+    fake = get();
+    test_missing();
+    test_device_choice();
+    test_fields();
+    test_epoch();
+    dlclose(h);
+    return check_exit("test_gpumon");
+}
