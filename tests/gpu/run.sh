@@ -79,7 +79,7 @@ if [ -z "${PTC_GPU_BUILD:-}" ] && [ ! -x "$carry/build/tools/ptc" ] && [ $want_b
         >>"$work/logs/build.log" 2>&1; then
         PTC_GPU_BUILD="$src/_gpu/build"
     else
-        row setup "build here (--build)" "see logs/build.log: $(tail -1 "$work/logs/build.log")" FAIL
+        row setup "build here (--build)" "see logs/build.log: $(why "$work/logs/build.log")" FAIL
     fi
 fi
 # nvidia.* Python packages: cuDNN, cuBLAS, NCCL and cudart live only there on the GPU machine
@@ -134,7 +134,7 @@ export PTC_GPU_PTC="$work/bin/ptc" PTC_GPU_BIN="$work/bin" PTC_GPU_CARRY="$carry
 log "work folder $work; library path $ldpath"
 if [ -x "$work/bin/ptc" ]; then
     "$work/bin/ptc" --version >"$work/logs/version.log" 2>&1 ||
-        row setup "ptc --version" "exit $?: $(tail -1 "$work/logs/version.log")" FAIL
+        row setup "ptc --version" "exit $?: $(why "$work/logs/version.log")" FAIL
     sed 's/^/    /' "$work/logs/version.log"
 fi
 if [ "$selftest" = 1 ]; then
@@ -172,6 +172,11 @@ wanted() { # wanted PART: whether --only (if given) names the part or its letter
     case ",${only:-$1}," in *",$(echo "$1" | cut -c1),"*|*",$1,"*) return 0 ;; esac
     return 1
 }
+why() { # why LOG: the line that says why a run failed: its first error line, else its last line
+    l=$(grep -m1 -i 'error\|cannot\|failed\|unknown\|invalid\|not built' "$1" 2>/dev/null)
+    [ -n "$l" ] || l=$(grep -v '^[-= ]*$' "$1" 2>/dev/null | tail -1)
+    printf '%s' "$l" | cut -c1-200
+}
 need() { # need PROG PART CHECK: FAIL the check when a program is missing (and the part wanted)
     wanted "$2" || return 1
     [ -x "$work/bin/$1" ] && return 0
@@ -183,9 +188,9 @@ need() { # need PROG PART CHECK: FAIL the check when a program is missing (and t
 if need test_kernels_gpu a1 "kernels vs host math"; then
     part a1 "kernels vs host math" 40 "$work/bin/test_kernels_gpu"
     rc=$?
-    case $rc in 0) row a1 "kernels vs host math" "$(tail -1 "$work/logs/a1.log")" PASS ;;
+    case $rc in 0) row a1 "kernels vs host math" "$(tail -1 "$work/logs/a1.log" | cut -c1-200)" PASS ;;
                 124|137|200) ;; 77) row a1 "kernels vs host math" "skipped (77)" FAIL ;;
-                *) row a1 "kernels vs host math" "exit $rc: $(tail -1 "$work/logs/a1.log")" FAIL ;; esac
+                *) row a1 "kernels vs host math" "exit $rc: $(why "$work/logs/a1.log")" FAIL ;; esac
 fi
 if need cuda_layers a2 "layers cuda vs ref, f32 TF32 off, 1e-4"; then
     part a2 "layers cuda vs ref, f32 TF32 off, 1e-4" 60 "$work/bin/cuda_layers"
@@ -195,15 +200,15 @@ if need cuda_layers a2 "layers cuda vs ref, f32 TF32 off, 1e-4"; then
         0) if [ -n "$fig" ] && echo "$fig" | grep -q ', 0 failed'; then
                row a2 "layers cuda vs ref, f32 TF32 off, 1e-4" "$fig" PASS
            else row a2 "layers cuda vs ref, f32 TF32 off, 1e-4" "exit 0 but no summary line '${fig:-none}'" FAIL; fi ;;
-        *) row a2 "layers cuda vs ref, f32 TF32 off, 1e-4" "exit $rc: ${fig:-$(tail -1 "$work/logs/a2.log")}" FAIL ;;
+        *) row a2 "layers cuda vs ref, f32 TF32 off, 1e-4" "exit $rc: ${fig:-$(why "$work/logs/a2.log")}" FAIL ;;
     esac
 fi
 if need nccl_check a3 "nccl communicator, world 1"; then
     part a3 "nccl communicator, world 1" 30 "$work/bin/nccl_check"
     rc=$?
-    case $rc in 0) row a3 "nccl communicator, world 1" "$(tail -1 "$work/logs/a3.log")" PASS ;;
+    case $rc in 0) row a3 "nccl communicator, world 1" "$(tail -1 "$work/logs/a3.log" | cut -c1-200)" PASS ;;
                 124|137|200) ;;
-                *) row a3 "nccl communicator, world 1" "exit $rc: $(tail -1 "$work/logs/a3.log")" FAIL ;; esac
+                *) row a3 "nccl communicator, world 1" "exit $rc: $(why "$work/logs/a3.log")" FAIL ;; esac
 fi
 
 # ---- b: bf16 layers ----------------------------------------------------------------------------------
@@ -211,7 +216,7 @@ bcheck="bf16 layers vs torch autocast (f64 oracle)"
 if [ "$selftest" = 1 ]; then
     part b "$bcheck" 120 python3 "$here/check_bf16_layers.py" --selftest "$work/bf16dump"
     rc=$?
-    [ $rc = 0 ] || [ $rc = 1 ] || [ $rc -ge 124 ] || row b "$bcheck" "exit $rc: $(tail -1 "$work/logs/b.log")" FAIL
+    [ $rc = 0 ] || [ $rc = 1 ] || [ $rc -ge 124 ] || row b "$bcheck" "exit $rc: $(why "$work/logs/b.log")" FAIL
 elif need cuda_layers b "$bcheck"; then
     part b0 "bf16 dump (cuda_layers --bf16-dump)" 40 "$work/bin/cuda_layers" --bf16-dump "$work/bf16dump"
     rc=$?
@@ -219,9 +224,9 @@ elif need cuda_layers b "$bcheck"; then
     0)  part b "$bcheck" 60 python3 "$here/check_bf16_layers.py" "$work/bf16dump"
         rc=$?
         # the script writes its rows itself, a FAIL row included when it fails (exit 1)
-        [ $rc = 0 ] || [ $rc = 1 ] || [ $rc -ge 124 ] || row b "$bcheck" "exit $rc: $(tail -1 "$work/logs/b.log")" FAIL ;;
+        [ $rc = 0 ] || [ $rc = 1 ] || [ $rc -ge 124 ] || row b "$bcheck" "exit $rc: $(why "$work/logs/b.log")" FAIL ;;
     124|137|200) ;;
-    *)  row b0 "bf16 dump (cuda_layers --bf16-dump)" "exit $rc: $(tail -1 "$work/logs/b0.log")" FAIL ;;
+    *)  row b0 "bf16 dump (cuda_layers --bf16-dump)" "exit $rc: $(why "$work/logs/b0.log")" FAIL ;;
     esac
 fi
 
@@ -230,7 +235,7 @@ if ! wanted c; then :
 elif [ -x "$work/bin/ptc" ]; then
     part c "free-running steps vs torch (f64 oracle)" 150 python3 "$here/check_free_run.py"
     rc=$?
-    [ $rc = 0 ] || [ $rc = 1 ] || [ $rc -ge 124 ] || row c "free-running steps" "exit $rc: $(tail -1 "$work/logs/c.log")" FAIL
+    [ $rc = 0 ] || [ $rc = 1 ] || [ $rc -ge 124 ] || row c "free-running steps" "exit $rc: $(why "$work/logs/c.log")" FAIL
 else
     row c "free-running steps vs torch (f64 oracle)" "no ptc" FAIL
 fi
@@ -254,7 +259,7 @@ elif [ -x "$work/bin/ptc" ] && [ -f "$carry/recipe.txt" ]; then
                v=$(awk -v a="$acc" -v r="$ref" 'BEGIN { d = a - r; if (d < 0) d = -d; print (d <= 1.0 ? "PASS" : "FAIL") }')
                row d "recipe accuracy vs dnnl (1 point)" "$(echo "$backend" | cut -d' ' -f2) $acc%, dnnl $ref% ($recipe)" "$v"
            fi ;;
-        *) row d "recipe accuracy vs dnnl (1 point)" "exit $rc: $(tail -1 "$work/logs/d.log")" FAIL ;;
+        *) row d "recipe accuracy vs dnnl (1 point)" "exit $rc: $(why "$work/logs/d.log")" FAIL ;;
     esac
     if [ $rc = 0 ]; then
         case ",${only:-f}," in *,f,*)
@@ -264,6 +269,8 @@ elif [ -x "$work/bin/ptc" ] && [ -f "$carry/recipe.txt" ]; then
         esac
     elif [ $rc != 200 ]; then
         row f "monitoring fields" "part d's run did not complete" FAIL
+    elif wanted f; then
+        row f "monitoring fields" "" "not run: part d (its run) not run"
     fi
 else
     row d "recipe accuracy vs dnnl (1 point)" "no ptc or no $carry/recipe.txt (prepare.sh)" FAIL
@@ -277,20 +284,24 @@ elif [ -x "$work/bin/ptc" ]; then
     export PTC_GPU_BENCH_SECONDS=$(( left - 10 ))  # ends before part's timeout below
     part e "images/s and peak memory vs torch" $(( left > 10 ? left : 10 )) python3 "$here/bench_gpu.py"
     rc=$?
-    [ $rc = 0 ] || [ $rc = 1 ] || [ $rc -ge 124 ] || row e "speed and memory" "exit $rc: $(tail -1 "$work/logs/e.log")" FAIL
+    [ $rc = 0 ] || [ $rc = 1 ] || [ $rc -ge 124 ] || row e "speed and memory" "exit $rc: $(why "$work/logs/e.log")" FAIL
 else
     row e "images/s and peak memory vs torch" "no ptc" FAIL
 fi
 
 # ---- g: nccl at world 2 ------------------------------------------------------------------------------
-if [ "$ngpu" -ge 2 ] && command -v mpirun >/dev/null 2>&1 && [ -x "$work/bin/ptc" ]; then
+if ! wanted g; then :
+elif [ "$ngpu" -ge 2 ] && command -v mpirun >/dev/null 2>&1 && [ -x "$work/bin/ptc" ]; then
     root=; [ "$(id -u)" = 0 ] && root=--allow-run-as-root
-    part g "nccl, world 2" 60 mpirun -np 2 $root -x LD_LIBRARY_PATH -x PTC_PLUGIN_PATH \
+    part g "nccl, world 2" 60 mpirun -np 2 $root \
         "$work/bin/ptc" train $(cat "$carry/recipe.txt") --data "$carry/data/fashion-mnist" \
         --backend cuda --max-steps 40 --save "$work/nccl2.pth" --no-progress
     rc=$?
-    case $rc in 0) row g "nccl, world 2" "$(grep -o '[0-9]* processes ([a-z]*' "$work/logs/g.log" | head -1)" PASS ;;
-                124|137|200) ;; *) row g "nccl, world 2" "exit $rc: $(tail -1 "$work/logs/g.log")" FAIL ;; esac
+    # each rank takes the GPU of its local rank; the communicator must be nccl (the default there)
+    fig=$(grep -o '[0-9]* processes ([a-z]*' "$work/logs/g.log" | head -1)
+    case $rc in 0) case "$fig" in *nccl*) row g "nccl, world 2" "$fig" PASS ;;
+                                  *) row g "nccl, world 2" "communicator: '${fig:-none}', not nccl" FAIL ;; esac ;;
+                124|137|200) ;; *) row g "nccl, world 2" "exit $rc: $(why "$work/logs/g.log")" FAIL ;; esac
 else
     why="one GPU"; [ "$ngpu" -ge 2 ] && why=
     command -v mpirun >/dev/null 2>&1 || why="${why:+$why / }no MPI"
