@@ -76,7 +76,12 @@ fi
 # ---- 2. the build's runnable part ------------------------------------------------------------------
 rm -rf "$carry/build" "$carry/sysroot"
 mkdir -p "$carry/build/lib" "$carry/build/tools" "$carry/build/tests/gpu" "$carry/sysroot/lib"
-cp -a "$build"/lib/.libs/*.so* "$carry/build/lib/"
+# each shared object once, under its SONAME (what the loader asks for): no symbolic links travel
+for f in "$build"/lib/.libs/*.so*; do
+    [ -L "$f" ] && continue
+    soname=$(objdump -p "$f" 2>/dev/null | awk '$1 == "SONAME" { print $2 }')
+    cp "$f" "$carry/build/lib/${soname:-$(basename "$f")}"
+done
 cp "$build/config.h" "$carry/build/"
 real_bin() { # the ELF behind a libtool wrapper (.libs/NAME or .libs/lt-NAME), or the file itself
     d=$(dirname "$1"); n=$(basename "$1")
