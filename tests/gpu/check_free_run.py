@@ -38,7 +38,7 @@ PART = 'c'
 SLACK = 1e-5
 CHAOTIC = 1e-2
 BF16_MEANINGLESS = 0.5
-PTC_TIMEOUT = 90
+PTC_TIMEOUT = 60
 
 
 def torch_runs(case, init, x, y, kinds, steps):
