@@ -87,12 +87,33 @@ def compute(op, attrs, ins, mode, dev):
     return out
 
 
+# The names tests/gpu/cuda_layers.c writes (its head comment, format "ptc-bf16-dump-1"): kinds
+# "conv" (stride, pad) and "linear", tensors w, b, dw, db.
+KINDS = {'conv': 'conv2d', 'linear': 'linear'}
+TENSORS = {'w': 'weight', 'b': 'bias', 'dw': 'dweight', 'db': 'dbias'}
+
+
+def from_cuda_layers(man):
+    """cuda_layers' manifest in this script's version 1 form."""
+    layers = []
+    for L in man.get('layers', []):
+        attrs = {}
+        if L.get('kind') == 'conv':
+            attrs = {'stride': L.get('stride', 1), 'padding': L.get('pad', 0)}
+        layers.append({'name': L.get('name'), 'op': KINDS.get(L.get('kind'), L.get('kind')),
+                       'attrs': attrs,
+                       'tensors': {TENSORS.get(k, k): v for k, v in L.get('tensors', {}).items()}})
+    return {'version': 1, 'layers': layers}
+
+
 def read_dump(folder):
     import numpy as np
     import torch
     path = os.path.join(folder, 'manifest.json')
     with open(path) as f:
         man = json.load(f)
+    if man.get('format') == 'ptc-bf16-dump-1':
+        man = from_cuda_layers(man)
     if man.get('version') != 1 or not isinstance(man.get('layers'), list) or not man['layers']:
         raise ValueError('%s: not a version 1 manifest with a non-empty "layers" list' % path)
 
