@@ -180,7 +180,11 @@ static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad, boo
         global_once(s, &K_UNTYPED, "torch.storage", "UntypedStorage");
     else
         global_once(s, &K_STORAGE_CLASS[st->dtype], "torch", info->storage_name);
-    const_str(s, e, e->key);
+    /* The key string is memoized under the storage itself: the entry e lives in an array that
+     * grows, so its address is no identity (after a move, a new entry could reuse an address the
+     * memo already holds for another storage's key). A storage is its own arena allocation, never
+     * the address of a value the memo also holds. */
+    const_str(s, st, e->key);
     const char *loc = s->location ? s->location : st->location;
     if (strcmp(loc, "cpu") == 0) {
         const_str(s, &K_CPU, "cpu");
