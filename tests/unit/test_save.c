@@ -193,6 +193,49 @@ static void roundtrip_file(const char *path, int expect_identical)
     ptc_ckpt_close(c);
 }
 
+/* An allocator under which every reallocation moves and the old block is poisoned before it is
+ * freed: whatever the library keys by the address of an element of a growing array breaks under
+ * it. The saver once memoized each storage's key string under the address of its entry in such
+ * an array; after a move, a new entry could take an address the memo held for another storage,
+ * and two storages were written with one key ("storage \"128\" is declared twice" on reading
+ * many_small.pt back). */
+typedef struct moving_hdr {
+    size_t size;
+    size_t pad; /* keeps the payload 16-byte aligned */
+} moving_hdr;
+
+static void *moving_realloc(void *ctx, void *ptr, size_t size)
+{
+    (void)ctx;
+    moving_hdr *old = ptr ? (moving_hdr *)ptr - 1 : NULL;
+    if (size == 0) {
+        if (old) {
+            memset(old + 1, 0xA5, old->size);
+            free(old);
+        }
+        return NULL;
+    }
+    moving_hdr *h = malloc(sizeof *h + size);
+    if (!h)
+        return NULL;
+    h->size = size;
+    if (old) {
+        memcpy(h + 1, old + 1, old->size < size ? old->size : size);
+        memset(old + 1, 0xA5, old->size);
+        free(old);
+    }
+    return h + 1;
+}
+
+static void test_moving_allocator(void)
+{
+    char path[4400];
+    snprintf(path, sizeof path, "%s/testdata/torch/v2.6/many_small.pt", build);
+    ptc_set_allocator(moving_realloc, NULL);
+    roundtrip_file(path, 1);
+    ptc_set_allocator(NULL, NULL);
+}
+
 static void test_fixtures(void)
 {
     static const char *const identical[] = {
@@ -426,6 +469,7 @@ int main(void)
     if (!mkdtemp(tmpdir))
         return 99;
     test_fixtures();
+    test_moving_allocator();
     test_document();
     test_map_location();
     test_budget();
