@@ -507,7 +507,10 @@ static void test_sgd(void)
     const float *gg[T];
     for (int combo = 0; combo < 32; combo++) {
         const float lr = combo & 1 ? 0.0123f : 0.1f, mom = combo & 2 ? 0.9f : 0.0f;
-        const float damp = combo & 4 ? 0.1f : 0.0f, wd = combo & 16 ? 5e-4f : 0.0f;
+        /* damp a double, as the backend holds it: (float)(1.0 - 0.9) differs from
+         * (float)(1.0 - (double)(float)0.9), so a launcher that took a float would fail here */
+        const double damp = combo & 4 ? 0.9 : 0.0;
+        const float wd = combo & 16 ? 5e-4f : 0.0f;
         const int nest = (combo & 8) != 0, multi = combo % 3 != 0;
         memcpy(ph, p0, 4 * total);
         memset(bh, 0, 4 * total);
@@ -530,7 +533,7 @@ static void test_sgd(void)
         }
         char what[96];
         snprintf(what, sizeof what, "sgd%s lr %g mom %g damp %g nest %d wd %g: p",
-                 multi ? "_multi" : "", (double)lr, (double)mom, (double)damp, nest, (double)wd);
+                 multi ? "_multi" : "", (double)lr, (double)mom, damp, nest, (double)wd);
         down(got, d_p, 4 * total);
         cmp_f32(what, got, ph, total, BITS, 0);
         if (mom != 0) {
