@@ -451,13 +451,13 @@ static void test_bn(void)
     bn_case(20000, 70, 0.0f, 1); /* many chunks, c not a multiple of 32 */
     bn_case(128 * 8 * 8, 256, 5.0f, 1);
     bn_case(3000, 3, 100.0f, 0); /* |mean| >> std */
+    bn_case(5, 33, 0.0f, 1);     /* fewer rows than row lanes; a slab of 1 channel */
 }
 
 /* ---- linear ---------------------------------------------------------------------------------- */
 
-static void test_linear(void)
+static void linear_case(int n, int m)
 {
-    const int n = 512, m = 10;
     float *y = halloc(4 * n * m), *b = halloc(4 * m), *want = halloc(4 * n * m);
     float *got = halloc(4 * n * m), *db = halloc(4 * m);
     float *d_y = dalloc(4 * n * m), *d_b = dalloc(4 * m);
@@ -480,6 +480,12 @@ static void test_linear(void)
     down(got, d_b, 4 * m);
     cmp_f32("bias_grad", got, db, m, BITS, 0);
     free(y), free(b), free(want), free(got), free(db), cudaFree(d_y), cudaFree(d_b);
+}
+
+static void test_linear(void)
+{
+    linear_case(512, 10);
+    linear_case(7, 300); /* bias_grad over 3 blocks of 128 columns, the last one partial */
 }
 
 /* ---- SGD ------------------------------------------------------------------------------------- */
