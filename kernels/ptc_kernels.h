@@ -86,14 +86,16 @@ int ptc_k_bias_grad(const float *dy, float *db, int n, int m, void *stream); /* 
 
 /* ---- optimizer (sgd.cu) ---- */
 /* torch.optim.SGD on one parameter, the per-element formula of kmath.h (the same as the ref
- * backend's). buf may be NULL when momentum is 0. */
-int ptc_k_sgd(float *p, const float *g, float *buf, int64_t n, float lr, float momentum,
-              float dampening, float weight_decay, int nesterov, int first_step, void *stream);
+ * backend's). buf may be NULL when momentum is 0. The hyperparameters are doubles, as the caller
+ * holds them: ptc_km_sgd_prepare rounds 1 - dampening from the double (as ref and torch do);
+ * rounding dampening to float first changes that factor for many values (0.9 among them). */
+int ptc_k_sgd(float *p, const float *g, float *buf, int64_t n, double lr, double momentum,
+              double dampening, double weight_decay, int nesterov, int first_step, void *stream);
 /* The same over many parameters in one launch (the lists are host arrays of device pointers;
  * bufs[i] may be NULL when momentum is 0). */
 int ptc_k_sgd_multi(int count, float *const *p, const float *const *g, float *const *bufs,
-                    const int64_t *n, float lr, float momentum, float dampening,
-                    float weight_decay, int nesterov, int first_step, void *stream);
+                    const int64_t *n, double lr, double momentum, double dampening,
+                    double weight_decay, int nesterov, int first_step, void *stream);
 
 /* ---- augmentation on the device (augment.cu) ----
  * images: the dataset as the loader holds it, uint8 [count][3][h][w], kept on the GPU. For sample

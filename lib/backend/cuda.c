@@ -678,6 +678,10 @@ static bool algo_ok(const ptc__be *be, cudnnStatus_t status, size_t memory, cudn
     if (be->prec == PTC__PREC_F32 && !be->tf32 &&
         (math == CUDNN_TENSOR_OP_MATH || math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
         return false;
+    /* ALLOW_CONVERSION lets cuDNN round float32 operands down to half precision (5 exponent
+     * bits: overflow past 65504), which TF32 does not mean. */
+    if (be->prec == PTC__PREC_F32 && math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+        return false;
     return true;
 }
 
@@ -1292,9 +1296,8 @@ static int cuda_sgd_step(ptc__be *be, ptc__bt *p, const ptc__bt *g, ptc__bt *buf
     if (mom)
         TRY(check_like(be, err, "sgd_step", "buf", buf, p));
     TRY(enter(be, err));
-    KL(ptc_k_sgd(p->d, g->d, mom ? buf->d : NULL, p->numel, (float)h->lr, (float)h->momentum,
-                 (float)h->dampening, (float)h->weight_decay, h->nesterov != 0, h->first_step != 0,
-                 be->stream));
+    KL(ptc_k_sgd(p->d, g->d, mom ? buf->d : NULL, p->numel, h->lr, h->momentum, h->dampening,
+                 h->weight_decay, h->nesterov != 0, h->first_step != 0, be->stream));
     touch(be, p);
     if (mom)
         touch(be, buf);

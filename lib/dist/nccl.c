@@ -417,6 +417,9 @@ static int blocking(ptc_comm *c, coll k, size_t bytes_in, size_t bytes_out, size
     const void *user_send = k.send;
     int staged = !is_device(k.recv) || (k.send != k.recv && !is_device(k.send));
     int rc;
+    /* the stage and events are made on the current device: this thread may have made another
+     * device current since (a second backend instance) */
+    TRY(CUDA, cudaSetDevice(im->device));
     /* device memory of the caller may still be written on the backend's stream: everything below,
      * the staging copies included, comes after it */
     TRY(CUDA, cudaEventRecord(im->ready, im->be_stream));
@@ -483,6 +486,11 @@ static int n_iallreduce(ptc_comm *c, void *buf, size_t count, ptc__cdtype t, ptc
         q->base.done = 1;
         *out = &q->base;
         return 0;
+    }
+    cudaError_t de = cudaSetDevice(im->device); /* as in blocking() */
+    if (de != cudaSuccess) {
+        ptc__free(q);
+        return lib_fail(err, rank, LIB_CUDA, de, "cudaSetDevice(im->device)", __LINE__);
     }
     if ((rc = get_event(c, &q->ev, err)) < 0) {
         ptc__free(q);
@@ -593,6 +601,7 @@ static void n_close(ptc_comm *c)
         return;
     nccl_impl *im = impl_of(c);
     if (im) {
+        (void)cudaSetDevice(im->device); /* what is freed below lives there */
         if (im->nc && im->done && im->stream) {
             /* nobody to report to: what does not finish is aborted, so that close returns */
             ptc_error e;

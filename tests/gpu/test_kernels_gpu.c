@@ -451,13 +451,13 @@ static void test_bn(void)
     bn_case(20000, 70, 0.0f, 1); /* many chunks, c not a multiple of 32 */
     bn_case(128 * 8 * 8, 256, 5.0f, 1);
     bn_case(3000, 3, 100.0f, 0); /* |mean| >> std */
+    bn_case(5, 33, 0.0f, 1);     /* fewer rows than row lanes; a slab of 1 channel */
 }
 
 /* ---- linear ---------------------------------------------------------------------------------- */
 
-static void test_linear(void)
+static void linear_case(int n, int m)
 {
-    const int n = 512, m = 10;
     float *y = halloc(4 * n * m), *b = halloc(4 * m), *want = halloc(4 * n * m);
     float *got = halloc(4 * n * m), *db = halloc(4 * m);
     float *d_y = dalloc(4 * n * m), *d_b = dalloc(4 * m);
@@ -480,6 +480,12 @@ static void test_linear(void)
     down(got, d_b, 4 * m);
     cmp_f32("bias_grad", got, db, m, BITS, 0);
     free(y), free(b), free(want), free(got), free(db), cudaFree(d_y), cudaFree(d_b);
+}
+
+static void test_linear(void)
+{
+    linear_case(512, 10);
+    linear_case(7, 300); /* bias_grad over 3 blocks of 128 columns, the last one partial */
 }
 
 /* ---- SGD ------------------------------------------------------------------------------------- */
@@ -507,7 +513,10 @@ static void test_sgd(void)
     const float *gg[T];
     for (int combo = 0; combo < 32; combo++) {
         const float lr = combo & 1 ? 0.0123f : 0.1f, mom = combo & 2 ? 0.9f : 0.0f;
-        const float damp = combo & 4 ? 0.1f : 0.0f, wd = combo & 16 ? 5e-4f : 0.0f;
+        /* damp a double, as the backend holds it: (float)(1.0 - 0.9) differs from
+         * (float)(1.0 - (double)(float)0.9), so a launcher that took a float would fail here */
+        const double damp = combo & 4 ? 0.9 : 0.0;
+        const float wd = combo & 16 ? 5e-4f : 0.0f;
         const int nest = (combo & 8) != 0, multi = combo % 3 != 0;
         memcpy(ph, p0, 4 * total);
         memset(bh, 0, 4 * total);
@@ -530,7 +539,7 @@ static void test_sgd(void)
         }
         char what[96];
         snprintf(what, sizeof what, "sgd%s lr %g mom %g damp %g nest %d wd %g: p",
-                 multi ? "_multi" : "", (double)lr, (double)mom, (double)damp, nest, (double)wd);
+                 multi ? "_multi" : "", (double)lr, (double)mom, damp, nest, (double)wd);
         down(got, d_p, 4 * total);
         cmp_f32(what, got, ph, total, BITS, 0);
         if (mom != 0) {
