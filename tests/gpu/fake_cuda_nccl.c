@@ -39,7 +39,7 @@
 
 #define FAKE_MAX_RANKS 8
 #define FAKE_MAX_GATES 64
-#define FAKE_HANG_S 20.0
+#define FAKE_HANG_S    20.0
 
 static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 
@@ -225,10 +225,19 @@ static void push(struct CUstream_st *s, item *it)
 static size_t type_size(ncclDataType_t t)
 {
     switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    case ncclInt64: case ncclUint64: case ncclFloat64: return 8;
-    default: return 0;
+    case ncclInt8:
+    case ncclUint8:
+        return 1;
+    case ncclInt32:
+    case ncclUint32:
+    case ncclFloat32:
+        return 4;
+    case ncclInt64:
+    case ncclUint64:
+    case ncclFloat64:
+        return 8;
+    default:
+        return 0;
     }
 }
 
@@ -237,7 +246,7 @@ static size_t type_size(ncclDataType_t t)
         T *a_ = acc;                                                                               \
         const T *b_ = in;                                                                          \
         for (size_t i_ = 0; i_ < count; i_++)                                                      \
-            a_[i_] = op == ncclSum ? a_[i_] + b_[i_]                                               \
+            a_[i_] = op == ncclSum   ? a_[i_] + b_[i_]                                             \
                      : op == ncclMax ? (b_[i_] > a_[i_] ? b_[i_] : a_[i_])                         \
                                      : (b_[i_] < a_[i_] ? b_[i_] : a_[i_]);                        \
     } while (0)
@@ -245,14 +254,30 @@ static size_t type_size(ncclDataType_t t)
 static void reduce_into(void *acc, const void *in, size_t count, ncclDataType_t t, ncclRedOp_t op)
 {
     switch (t) {
-    case ncclInt8: REDUCE(int8_t); break;
-    case ncclUint8: REDUCE(uint8_t); break;
-    case ncclInt32: REDUCE(int32_t); break;
-    case ncclUint32: REDUCE(uint32_t); break;
-    case ncclInt64: REDUCE(int64_t); break;
-    case ncclUint64: REDUCE(uint64_t); break;
-    case ncclFloat32: REDUCE(float); break;
-    default: REDUCE(double); break;
+    case ncclInt8:
+        REDUCE(int8_t);
+        break;
+    case ncclUint8:
+        REDUCE(uint8_t);
+        break;
+    case ncclInt32:
+        REDUCE(int32_t);
+        break;
+    case ncclUint32:
+        REDUCE(uint32_t);
+        break;
+    case ncclInt64:
+        REDUCE(int64_t);
+        break;
+    case ncclUint64:
+        REDUCE(uint64_t);
+        break;
+    case ncclFloat32:
+        REDUCE(float);
+        break;
+    default:
+        REDUCE(double);
+        break;
     }
 }
 
@@ -438,7 +463,10 @@ void fake_stream_hold(cudaStream_t s, int gate)
     pthread_mutex_unlock(&g_mu);
 }
 
-void fake_hold_next_collective(int gate) { t_hold_gate = gate; }
+void fake_hold_next_collective(int gate)
+{
+    t_hold_gate = gate;
+}
 
 void fake_set_async_error(int rank, ncclResult_t r)
 {
@@ -471,23 +499,37 @@ void fake_get_stats(fake_stats *out)
 const char *cudaGetErrorString(cudaError_t error)
 {
     switch (error) {
-    case cudaSuccess: return "no error";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorMemoryAllocation: return "out of memory";
-    case cudaErrorInitializationError: return "initialization error";
+    case cudaSuccess:
+        return "no error";
+    case cudaErrorInvalidValue:
+        return "invalid argument";
+    case cudaErrorMemoryAllocation:
+        return "out of memory";
+    case cudaErrorInitializationError:
+        return "initialization error";
     case cudaErrorInsufficientDriver:
         return "CUDA driver version is insufficient for CUDA runtime version";
-    case cudaErrorNoDevice: return "no CUDA-capable device is detected";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorLaunchFailure: return "unspecified launch failure";
-    case cudaErrorIllegalAddress: return "an illegal memory access was encountered";
-    default: return "unknown error";
+    case cudaErrorNoDevice:
+        return "no CUDA-capable device is detected";
+    case cudaErrorInvalidDevice:
+        return "invalid device ordinal";
+    case cudaErrorInvalidResourceHandle:
+        return "invalid resource handle";
+    case cudaErrorNotReady:
+        return "device not ready";
+    case cudaErrorLaunchFailure:
+        return "unspecified launch failure";
+    case cudaErrorIllegalAddress:
+        return "an illegal memory access was encountered";
+    default:
+        return "unknown error";
     }
 }
 
-cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+cudaError_t cudaGetLastError(void)
+{
+    return cudaSuccess;
+}
 
 cudaError_t cudaGetDeviceCount(int *count)
 {
@@ -780,8 +822,8 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
               (kind == cudaMemcpyDeviceToHost && (!src_dev || dst_dev)) ||
               (kind == cudaMemcpyDeviceToDevice && (!src_dev || !dst_dev));
     if (bad) {
-        misuse("cudaMemcpyAsync(%p, %p, %zu, kind %d): a range or the kind does not fit", dst,
-               src, count, (int)kind);
+        misuse("cudaMemcpyAsync(%p, %p, %zu, kind %d): a range or the kind does not fit", dst, src,
+               count, (int)kind);
         pthread_mutex_unlock(&g_mu);
         free(it);
         return cudaErrorInvalidValue;
@@ -809,15 +851,24 @@ cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaM
 const char *ncclGetErrorString(ncclResult_t result)
 {
     switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclUnhandledCudaError: return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
-    case ncclSystemError: return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
-    case ncclInternalError: return "internal error - please report this issue to the NCCL developers";
-    case ncclInvalidArgument: return "invalid argument (run with NCCL_DEBUG=WARN for details)";
-    case ncclInvalidUsage: return "invalid usage (run with NCCL_DEBUG=WARN for details)";
-    case ncclRemoteError: return "remote process exited or there was a network error";
-    case ncclInProgress: return "NCCL operation in progress";
-    default: return "unknown result code";
+    case ncclSuccess:
+        return "no error";
+    case ncclUnhandledCudaError:
+        return "unhandled cuda error (run with NCCL_DEBUG=INFO for details)";
+    case ncclSystemError:
+        return "unhandled system error (run with NCCL_DEBUG=INFO for details)";
+    case ncclInternalError:
+        return "internal error - please report this issue to the NCCL developers";
+    case ncclInvalidArgument:
+        return "invalid argument (run with NCCL_DEBUG=WARN for details)";
+    case ncclInvalidUsage:
+        return "invalid usage (run with NCCL_DEBUG=WARN for details)";
+    case ncclRemoteError:
+        return "remote process exited or there was a network error";
+    case ncclInProgress:
+        return "NCCL operation in progress";
+    default:
+        return "unknown result code";
     }
 }
 

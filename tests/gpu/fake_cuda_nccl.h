@@ -33,7 +33,7 @@ typedef struct fake_stats {
     int collectives_run; /* executed on every rank (counted once per rank) */
     int unique_ids, inits, aborts, destroys, async_queries;
     int live_allocs, live_streams, live_events, live_comms;
-    int misuse;          /* calls a real runtime would refuse or crash on; the first one below */
+    int misuse; /* calls a real runtime would refuse or crash on; the first one below */
     char first_misuse[256];
 } fake_stats;
 void fake_get_stats(fake_stats *out);
