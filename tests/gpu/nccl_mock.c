@@ -237,6 +237,48 @@ static fake_stats stats(void)
     return s;
 }
 
+/* The imitation tells what nccl.c relies on: device from host memory, an event never recorded
+ * is complete, a recorded one only once its stream reached it, a collective refuses host
+ * memory (so a buffer nccl.c forgot to stage fails the collective). */
+static void test_imitation(standin_be *be)
+{
+    float h[4] = {0};
+    float *d = NULL;
+    CU(cudaMalloc((void **)&d, sizeof h));
+    struct cudaPointerAttributes a;
+    CU(cudaPointerGetAttributes(&a, d + 1));
+    int dev = a.type == cudaMemoryTypeDevice;
+    CU(cudaPointerGetAttributes(&a, h));
+    check(dev && a.type != cudaMemoryTypeDevice, "imitation: device memory is told from host",
+          "device %d, host type %d", dev, (int)a.type);
+    cudaEvent_t ev;
+    CU(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    cudaError_t q0 = cudaEventQuery(ev);
+    int gate = fake_gate_new();
+    fake_stream_hold(be->stream, gate);
+    CU(cudaEventRecord(ev, be->stream));
+    cudaError_t q1 = cudaEventQuery(ev);
+    fake_gate_open(gate);
+    cudaError_t q2 = cudaEventQuery(ev);
+    check(q0 == cudaSuccess && q1 == cudaErrorNotReady && q2 == cudaSuccess,
+          "imitation: events complete when their stream reaches them", "%d %d %d", (int)q0, (int)q1,
+          (int)q2);
+    CU(cudaEventDestroy(ev));
+    ncclUniqueId id;
+    ncclComm_t nc = NULL;
+    check(ncclGetUniqueId(&id) == ncclSuccess && ncclCommInitRank(&nc, 1, id, 0) == ncclSuccess,
+          "imitation: a communicator of one", "%p", (void *)nc);
+    if (nc) {
+        ncclResult_t rh = ncclAllReduce(h, h, 4, ncclFloat32, ncclSum, nc, be->stream);
+        ncclResult_t rd = ncclAllReduce(d, d, 4, ncclFloat32, ncclSum, nc, be->stream);
+        check(rh == ncclInvalidArgument && rd == ncclSuccess,
+              "imitation: collectives refuse host memory", "host %d, device %d", (int)rh, (int)rd);
+        CU(cudaStreamSynchronize(be->stream));
+        ncclCommDestroy(nc);
+    }
+    CU(cudaFree(d));
+}
+
 /* ---- world 1 --------------------------------------------------------------------------------- */
 
 static void test_probe_and_refusals(ptc_comm *host, standin_be *be)
@@ -471,7 +513,7 @@ static void test_timeout_blocking(ptc_comm *host, standin_be *be)
         return;
     float *d = NULL;
     CU(cudaMalloc((void **)&d, 16 * sizeof *d));
-    int aborts0 = stats().aborts;
+    int aborts0 = stats().aborts, queries0 = stats().async_queries;
     fake_hold_next_collective(fake_gate_new()); /* never opened: a dead peer */
     double t0 = now();
     int rc = c->ops->allreduce(c, d, 16, PTC__C_F32, PTC__C_SUM, &err);
@@ -482,6 +524,8 @@ static void test_timeout_blocking(ptc_comm *host, standin_be *be)
     check(dt >= 0.9 && dt < 3.0, "it fails at the deadline (1 s)", "after %.2f s", dt);
     check(stats().aborts == aborts0 + 1, "the communicator was aborted (ncclCommAbort)",
           "aborts %d -> %d", aborts0, stats().aborts);
+    check(stats().async_queries > queries0, "the wait polled ncclCommGetAsyncError",
+          "%d -> %d queries", queries0, stats().async_queries);
     check_msg(c->ops->bcast(c, d, 8, 0, &err), PTC_ECOMM, &err,
               "every later call returns the reason", "rank 0", "did not finish within 1 s", NULL);
     CU(cudaStreamSynchronize(be->stream));
@@ -793,6 +837,7 @@ int main(void)
     standin_init(&be, 0);
     fake_stats s0 = stats();
 
+    test_imitation(&be);
     test_probe_and_refusals(host, &be);
     ptc_comm *c = open1(host, &be, 30.0);
     if (c) {
