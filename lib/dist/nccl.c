@@ -36,6 +36,7 @@
 
 #include "base/module.h"
 #include "dist/dist.h"
+#include "dist/nccl.h"
 
 #include <cuda_runtime_api.h>
 /* nccl.h declares a few functions with () instead of (void) */
@@ -180,10 +181,15 @@ static int wait_event(ptc_comm *c, cudaEvent_t ev, size_t bytes, const char *wha
     struct timespec nap = {0, 20000}; /* 20 us, doubling to 1 ms */
     for (;;) {
         cudaError_t q = cudaEventQuery(ev);
-        if (q == cudaSuccess)
-            return 0;
+        if (q == cudaSuccess) {
+            /* an abort (the watchdog's, for another collective) also ends this one, unrun */
+            pthread_mutex_lock(&im->mu);
+            int ended = im->aborted;
+            pthread_mutex_unlock(&im->mu);
+            return ended ? aborted_err(im, err) : 0;
+        }
         if (q != cudaErrorNotReady)
-            TRY(CUDA, q);
+            return lib_fail(err, rank, LIB_CUDA, q, "cudaEventQuery(ev)", __LINE__);
         pthread_mutex_lock(&im->mu);
         int bad = health_locked(im, rank, t0, bytes, what);
         pthread_mutex_unlock(&im->mu);
@@ -246,7 +252,7 @@ static int watch_add(ptc_comm *c, size_t bytes, const char *what, ptc_error *err
     cudaError_t e = cudaEventRecord(ev, im->stream);
     if (e != cudaSuccess) {
         put_event(im, ev);
-        TRY(CUDA, e);
+        return lib_fail(err, rank, LIB_CUDA, e, "cudaEventRecord(ev, im->stream)", __LINE__);
     }
     pthread_mutex_lock(&im->mu);
     if (im->nw == im->capw) {
@@ -401,7 +407,9 @@ static int enqueue(ptc_comm *c, const coll *k, int after_backend, ptc_error *err
         break;
     }
     pthread_mutex_unlock(&im->mu);
-    TRY(NCCL, r);
+    if (r != ncclSuccess) /* named: TRY(NCCL, r) would say "r failed" */
+        return lib_fail(err, rank, LIB_NCCL, r, k->kind == K_ALLREDUCE ? "ncclAllReduce"
+                        : k->kind == K_BCAST ? "ncclBroadcast" : "ncclAllGather", __LINE__);
     return 0;
 }
 
@@ -528,7 +536,8 @@ static int n_test(ptc_comm *c, ptc__creq *r, int *done, ptc_error *err)
     cudaError_t e = cudaEventQuery(q->ev);
     if (e == cudaErrorNotReady)
         return 0;
-    TRY(CUDA, e);
+    if (e != cudaSuccess)
+        return lib_fail(err, rank, LIB_CUDA, e, "cudaEventQuery(q->ev)", __LINE__);
     r->done = *done = 1;
     return 0;
 }
@@ -771,10 +780,19 @@ static int probe(ptc_error *err)
     if (e == cudaErrorInitializationError)
         return ptc__err(err, PTC_EUNSUPPORTED, "", -1, "the CUDA driver cannot start: %s",
                         cudaGetErrorString(e));
-    TRY(CUDA, e);
+    if (e != cudaSuccess)
+        return lib_fail(err, rank, LIB_CUDA, e, "cudaGetDeviceCount(&n)", __LINE__);
     int v = 0;
     TRY(NCCL, ncclGetVersion(&v));
     return 0;
+}
+
+void ptc__nccl_set_timeout(ptc_comm *c, double seconds)
+{
+    nccl_impl *im = impl_of(c);
+    pthread_mutex_lock(&im->mu); /* the watchdog reads it */
+    im->timeout = seconds;
+    pthread_mutex_unlock(&im->mu);
 }
 
 static const ptc__comm_plugin plugin_ops = {.open = NULL, .open_device = open_device};
@@ -789,4 +807,10 @@ static const ptc__plugin desc = {
     .probe = probe,
 };
 
+const ptc__plugin *ptc__nccl_plugin(void) { return &desc; }
+
+/* A test that compiles this file next to libptc_core (tests/gpu/nccl_mock) defines
+ * PTC_MODULE_LINKED_IN: it is not a module then, and lib/base/module.c is not linked in. */
+#ifndef PTC_MODULE_LINKED_IN
 PTC__DEFINE_PLUGIN_ENTRY(desc)
+#endif
