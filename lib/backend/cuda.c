@@ -1323,12 +1323,12 @@ struct ptc__bimg {
 
 static void cuda_images_free(ptc__be *be, ptc__bimg *im)
 {
+    (void)be; /* im knows its instance */
     if (!im)
         return;
     (void)cudaSetDevice(im->be->device);
     /* queued kernels may still read the images and the staging */
     (void)cudaStreamSynchronize(im->be->stream);
-    (void)be;
     (void)cudaFree(im->d);
     (void)cudaFree(im->stage_d);
     if (im->stage_h)
@@ -1338,8 +1338,8 @@ static void cuda_images_free(ptc__be *be, ptc__bimg *im)
     ptc__free(im);
 }
 
-static int images_upload(ptc__be *be, ptc__bimg *im, const uint8_t *images, size_t bytes,
-                         ptc_error *err)
+static int upload_to_device(ptc__be *be, ptc__bimg *im, const uint8_t *images, size_t bytes,
+                            ptc_error *err)
 {
     TRY(enter(be, err));
     CU(cudaEventCreateWithFlags(&im->copied, cudaEventDisableTiming));
@@ -1367,7 +1367,7 @@ static int cuda_images_upload(ptc__be *be, ptc__bimg **out, const uint8_t *image
         return ptc__err(err, PTC_ENOMEM, "", -1, "images_upload: out of memory");
     im->be = be;
     im->count = count;
-    int rc = images_upload(be, im, images, (size_t)bytes, err);
+    int rc = upload_to_device(be, im, images, (size_t)bytes, err);
     if (rc < 0) {
         ptc__err_prefix(err, "cannot hold %lld images (%.1f MiB) on device cuda:%d: ",
                         (long long)count, (double)bytes / 1048576.0, be->device);
