@@ -1314,11 +1314,11 @@ static int cuda_sgd_step(ptc__be *be, ptc__bt *p, const ptc__bt *g, ptc__bt *buf
 struct ptc__bimg {
     ptc__be *be;
     int64_t count;
-    uint8_t *d;       /* [count][3][32][32] in device memory */
-    void *stage_h;    /* pinned host staging */
-    size_t stage_size; /* bytes of stage_h and of stage_d */
-    void *stage_d;    /* its device copy: lut [3][256] float, idx [n] int32, top, left, flip [n] */
-    cudaEvent_t copied; /* recorded after the last copy from stage_h; NULL until then */
+    uint8_t *d;        /* [count][3][32][32] in device memory */
+    void *stage_h;     /* pinned host staging, stage_size bytes */
+    void *stage_d;     /* its device copy: lut [3][256] float, idx [n] int32, top, left, flip [n] */
+    size_t stage_size; /* 0 until the first batch */
+    cudaEvent_t copied; /* recorded after each copy from stage_h (made at upload) */
 };
 
 static void cuda_images_free(ptc__be *be, ptc__bimg *im)
@@ -1369,8 +1369,9 @@ static int cuda_images_upload(ptc__be *be, ptc__bimg **out, const uint8_t *image
     im->count = count;
     int rc = upload_to_device(be, im, images, (size_t)bytes, err);
     if (rc < 0) {
-        ptc__err_prefix(err, "cannot hold %lld images (%.1f MiB) on device cuda:%d: ",
-                        (long long)count, (double)bytes / 1048576.0, be->device);
+        ptc__err_prefix(err,
+                        "cannot hold %lld images (%.1f MiB) on device cuda:%d: ", (long long)count,
+                        (double)bytes / 1048576.0, be->device);
         cuda_images_free(be, im);
         return rc;
     }

@@ -725,8 +725,9 @@ static int ref_images_upload(ptc__be *be, ptc__bimg **out, const uint8_t *images
     if (!im || !data) {
         ptc__free(im);
         ptc__free(data);
-        return ptc__err(err, PTC_ENOMEM, "", -1, "images_upload: cannot allocate %lld bytes for "
-                        "%lld images", (long long)bytes, (long long)count);
+        return ptc__err(err, PTC_ENOMEM, "", -1,
+                        "images_upload: cannot allocate %lld bytes for %lld images",
+                        (long long)bytes, (long long)count);
     }
     if (bytes)
         memcpy(data, images, (size_t)bytes);
@@ -746,9 +747,9 @@ static void ref_images_free(ptc__be *be, ptc__bimg *im)
     ptc__free(im);
 }
 
-static int ref_images_batch(ptc__be *be, const ptc__bimg *im, const int32_t *idx,
-                            const int8_t *top, const int8_t *left, const uint8_t *flip, int n,
-                            const float *lut, ptc__bt *x, ptc_error *err)
+static int ref_images_batch(ptc__be *be, const ptc__bimg *im, const int32_t *idx, const int8_t *top,
+                            const int8_t *left, const uint8_t *flip, int n, const float *lut,
+                            ptc__bt *x, ptc_error *err)
 {
     if (!im || !idx || !top || !left || !flip || !lut || n < 1)
         return ptc__err(err, PTC_EINVAL, "", -1, "images_batch: invalid arguments");

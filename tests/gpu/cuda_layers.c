@@ -612,7 +612,7 @@ static void check_images(void)
     const double mean[3] = PTC__CIFAR10_MEAN, sd[3] = PTC__CIFAR10_STD;
     ptc__normalizer nz;
     ptc__normalizer_init(&nz, mean, sd);
-    const float (*lut)[256] = nz.lut;
+    const float(*lut)[256] = nz.lut;
     ptc__bimg *ri = NULL, *ci = NULL;
     ptc__bt *rx[3] = {NULL, NULL, NULL}, *cx[3] = {NULL, NULL, NULL};
     int32_t *idx[3];
@@ -674,13 +674,13 @@ static void check_images(void)
         uint8_t no[1] = {0};
         ptc__bt *x1 = NULL;
         const int d1[4] = {1, 3, 32, 32};
-        int refused = C->tensor_new(cb, &x1, PTC__ROLE_ACT, d1, &err) == 0 &&
-                      C->images_batch(cb, ci, out, four, four, no, 1, &lut[0][0], x1, &err) ==
-                          PTC_EINVAL;
+        int refused =
+            C->tensor_new(cb, &x1, PTC__ROLE_ACT, d1, &err) == 0 &&
+            C->images_batch(cb, ci, out, four, four, no, 1, &lut[0][0], x1, &err) == PTC_EINVAL;
         n_checks++;
         n_failed += !refused;
-        printf("%-38s %-26s %10s  %s\n", "images_batch index out of range", "[1][3][32][32]",
-               "-", refused ? "PASS (refused)" : "FAIL (not refused)");
+        printf("%-38s %-26s %10s  %s\n", "images_batch index out of range", "[1][3][32][32]", "-",
+               refused ? "PASS (refused)" : "FAIL (not refused)");
         C->tensor_free(cb, x1);
     }
     for (int k = 0; k < 3; k++) {

@@ -150,7 +150,7 @@ static void test_ref_images_batch(ptc__dtype_be dtype)
     free_split(&sp);
 }
 
-/* ---- 2. the loader's draws against its float batches ------------------------------------------ */
+/* ---- 2. the loader's draws against its float batches ---------------------------------------- */
 
 static void test_loader_draws(void)
 {
@@ -169,9 +169,17 @@ static void test_loader_draws(void)
     float *got = malloc((size_t)B * PIX * sizeof *got);
     int64_t batches = 0, samples = 0;
     for (int augment = 0; augment < 2; augment++) {
-        ptc__loader_params lp = {.split = &sp, .indices = idx, .nindices = n, .batch_size = B,
-                                 .nbuffers = 2, .augment = augment != 0, .mean = PTC__CIFAR10_MEAN,
-                                 .std = PTC__CIFAR10_STD, .seed = 5, .rank = 1, .epoch = 3};
+        ptc__loader_params lp = {.split = &sp,
+                                 .indices = idx,
+                                 .nindices = n,
+                                 .batch_size = B,
+                                 .nbuffers = 2,
+                                 .augment = augment != 0,
+                                 .mean = PTC__CIFAR10_MEAN,
+                                 .std = PTC__CIFAR10_STD,
+                                 .seed = 5,
+                                 .rank = 1,
+                                 .epoch = 3};
         ptc__normalizer nz;
         ptc__normalizer_init(&nz, lp.mean, lp.std);
         ptc__loader *lf = NULL, *ld = NULL;
@@ -231,7 +239,7 @@ static void test_loader_draws(void)
     free_split(&sp);
 }
 
-/* ---- 3. the model: forward of filled input against forward of float images --------------------- */
+/* ---- 3. the model: forward of filled input against forward of float images ------------------ */
 
 static void read_params(ptc__model *m, float *out)
 {
@@ -283,8 +291,8 @@ static void test_model(void)
             left[i] = train ? (int8_t)(next_byte(&s) % 9) : 4;
             flip[i] = train ? next_byte(&s) & 1 : 0;
             labels[i] = sp.labels[idx[i]];
-            ptc__augment_image(&nz, sp.images + (size_t)idx[i] * PIX, top[i], left[i],
-                               flip[i] != 0, images + (size_t)i * PIX);
+            ptc__augment_image(&nz, sp.images + (size_t)idx[i] * PIX, top[i], left[i], flip[i] != 0,
+                               images + (size_t)i * PIX);
         }
         double loss[2];
         CHECK_INT(ptc__model_forward(m[0], images, B, train, logits[0], &err), 0);
@@ -334,7 +342,7 @@ static void test_model(void)
     free_split(&sp);
 }
 
-/* ---- 4. the trainer --------------------------------------------------------------------------- */
+/* ---- 4. the trainer ------------------------------------------------------------------------- */
 
 static int write_cifar(const char *path, int64_t n, uint64_t seed)
 {
@@ -377,8 +385,8 @@ static void check_same_file(const char *a, const char *b)
             if (ba[i] != bb[i])
                 first = i;
         if (na != nb || first >= 0)
-            fprintf(stderr, "%s (%ld bytes) and %s (%ld bytes) differ (first at byte %ld)\n", a,
-                    na, b, nb, first);
+            fprintf(stderr, "%s (%ld bytes) and %s (%ld bytes) differ (first at byte %ld)\n", a, na,
+                    b, nb, first);
         CHECK(na == nb && first < 0);
     }
     free(ba);
