@@ -45,6 +45,7 @@
 typedef struct ptc__be ptc__be; /* a backend instance: threads, engine, stream */
 typedef struct ptc__bt ptc__bt; /* a tensor in the backend's memory and layout */
 typedef struct ptc__op ptc__op; /* a layer's plan at one shape */
+typedef struct ptc__bimg ptc__bimg; /* a uint8 image dataset held in the backend's memory */
 
 typedef enum ptc__dtype_be { PTC__BE_F32 = 4, PTC__BE_F64 = 8 } ptc__dtype_be;
 
@@ -190,6 +191,25 @@ typedef struct ptc__backend_ops {
     int (*device_info)(ptc__be *be, void **stream, int *device, ptc_error *err);
     /* Returns when every operation queued on the instance has finished. */
     int (*sync)(ptc__be *be, ptc_error *err);
+
+    /* ---- device input (optional: NULL where absent; the trainer then makes float batches on
+     * the host and writes them with tensor_write) ----
+     * The dataset's uint8 images [count][3][32][32] are copied once into the backend's memory,
+     * and each batch is made there from the sample indices and the random choices alone, so
+     * that no float batch crosses PCIe and no host thread augments. images_upload copies images
+     * (the caller may free them on return); PTC_ENOMEM when the backend cannot hold them. */
+    int (*images_upload)(ptc__be *be, ptc__bimg **out, const uint8_t *images, int64_t count,
+                         ptc_error *err);
+    void (*images_free)(ptc__be *be, ptc__bimg *im); /* accepts NULL */
+    /* x (ACT [n][3][32][32]) = for each sample i, ptc__augment_image (lib/data/augment.c) of
+     * image idx[i] with the window (top[i], left[i]) of the image zero-padded by 4 pixels (each
+     * in 0..8; 4, 4 is no crop), mirrored when flip[i], normalised through lut[c][v] ([3][256],
+     * ptc__normalizer's table): the same bits as the host path. idx, top, left, flip and lut
+     * are host arrays, copied by the call (they may be reused on return); an index outside the
+     * dataset or a window outside 0..8 is PTC_EINVAL. */
+    int (*images_batch)(ptc__be *be, const ptc__bimg *im, const int32_t *idx, const int8_t *top,
+                        const int8_t *left, const uint8_t *flip, int n, const float *lut,
+                        ptc__bt *x, ptc_error *err);
 } ptc__backend_ops;
 
 /* The backend built into libptc. */

@@ -1304,6 +1304,153 @@ static int cuda_sgd_step(ptc__be *be, ptc__bt *p, const ptc__bt *g, ptc__bt *buf
     return 0;
 }
 
+/* ---- device input ----------------------------------------------------------------------------
+ * The dataset's uint8 images live in device memory; a batch is ptc_k_augment from them into x
+ * (NHWC, the ACT layout). The per-batch host arrays (the table, the indices, the windows, the
+ * flips: 3 KB + 7 bytes a sample) travel in one copy through a pinned staging buffer. The staging
+ * buffers belong to the uploaded dataset, not to the instance, so that two datasets used in turn
+ * (train and test) never wait on each other's. The pinned buffer is rewritten only after the
+ * event recorded behind the previous copy from it has completed (the copy is asynchronous); the
+ * device buffer needs no such care: the next copy into it is queued on the same stream after the
+ * kernel that reads it. */
+
+struct ptc__bimg {
+    ptc__be *be;
+    int64_t count;
+    uint8_t *d;        /* [count][3][32][32] in device memory */
+    void *stage_h;     /* pinned host staging, stage_size bytes */
+    void *stage_d;     /* its device copy: lut [3][256] float, idx [n] int32, top, left, flip [n] */
+    size_t stage_size; /* 0 until the first batch */
+    cudaEvent_t copied; /* recorded after each copy from stage_h (made at upload) */
+};
+
+static void cuda_images_free(ptc__be *be, ptc__bimg *im)
+{
+    (void)be; /* im knows its instance */
+    if (!im)
+        return;
+    (void)cudaSetDevice(im->be->device);
+    /* queued kernels may still read the images and the staging */
+    (void)cudaStreamSynchronize(im->be->stream);
+    (void)cudaFree(im->d);
+    (void)cudaFree(im->stage_d);
+    if (im->stage_h)
+        (void)cudaFreeHost(im->stage_h);
+    if (im->copied)
+        (void)cudaEventDestroy(im->copied);
+    ptc__free(im);
+}
+
+static int upload_to_device(ptc__be *be, ptc__bimg *im, const uint8_t *images, size_t bytes,
+                            ptc_error *err)
+{
+    TRY(enter(be, err));
+    CU(cudaEventCreateWithFlags(&im->copied, cudaEventDisableTiming));
+    CU(cudaMalloc((void **)&im->d, bytes ? bytes : 1));
+    if (bytes) {
+        CU(cudaMemcpyAsync(im->d, images, bytes, cudaMemcpyHostToDevice, be->stream));
+        CU(cudaStreamSynchronize(be->stream)); /* images may be freed on return */
+    }
+    return 0;
+}
+
+static int cuda_images_upload(ptc__be *be, ptc__bimg **out, const uint8_t *images, int64_t count,
+                              ptc_error *err)
+{
+    if (!be || !out || count < 0 || (count > 0 && !images))
+        return ptc__err(err, PTC_EINVAL, "", -1, "images_upload: invalid arguments");
+    *out = NULL;
+    const int64_t pixels = 3 * 32 * 32;
+    int64_t bytes;
+    if (!ptc__mul_i64_ok(count, pixels, &bytes) || (uint64_t)bytes > SIZE_MAX)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "images_upload: %lld images are too many",
+                        (long long)count);
+    ptc__bimg *im = ptc__calloc(1, sizeof *im);
+    if (!im)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "images_upload: out of memory");
+    im->be = be;
+    im->count = count;
+    int rc = upload_to_device(be, im, images, (size_t)bytes, err);
+    if (rc < 0) {
+        ptc__err_prefix(err,
+                        "cannot hold %lld images (%.1f MiB) on device cuda:%d: ", (long long)count,
+                        (double)bytes / 1048576.0, be->device);
+        cuda_images_free(be, im);
+        return rc;
+    }
+    *out = im;
+    return 0;
+}
+
+/* The staging buffers hold at least bytes; the pinned one is free to write on return. */
+static int stage_ready(ptc__be *be, ptc__bimg *im, size_t bytes, ptc_error *err)
+{
+    if (im->stage_h && im->copied)
+        CU(cudaEventSynchronize(im->copied));
+    if (bytes <= im->stage_size)
+        return 0;
+    CU(cudaStreamSynchronize(be->stream)); /* a queued kernel may read the old device buffer */
+    if (im->stage_h) {
+        cudaError_t e = cudaFreeHost(im->stage_h);
+        im->stage_h = NULL;
+        if (e != cudaSuccess)
+            return cu_fail(err, __FILE__, __LINE__, "cudaFreeHost(staging)", e);
+    }
+    if (im->stage_d) {
+        cudaError_t e = cudaFree(im->stage_d);
+        im->stage_d = NULL;
+        if (e != cudaSuccess)
+            return cu_fail(err, __FILE__, __LINE__, "cudaFree(staging)", e);
+    }
+    im->stage_size = 0;
+    CU(cudaMallocHost(&im->stage_h, bytes));
+    CU(cudaMalloc(&im->stage_d, bytes));
+    im->stage_size = bytes;
+    return 0;
+}
+
+static int cuda_images_batch(ptc__be *be, const ptc__bimg *cim, const int32_t *idx,
+                             const int8_t *top, const int8_t *left, const uint8_t *flip, int n,
+                             const float *lut, ptc__bt *x, ptc_error *err)
+{
+    if (!cim || !idx || !top || !left || !flip || !lut || n < 1)
+        return ptc__err(err, PTC_EINVAL, "", -1, "images_batch: invalid arguments");
+    if (cim->be != be)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "images_batch: the images belong to another backend instance");
+    TRY(check_t(be, err, "images_batch", "x", x, PTC__ROLE_ACT, n, 3, 32, 32));
+    /* the kernel reads wherever an index points: every one is checked here */
+    for (int i = 0; i < n; i++) {
+        if (idx[i] < 0 || idx[i] >= cim->count)
+            return ptc__err(err, PTC_EINVAL, "", -1,
+                            "images_batch: sample %d: image %d is outside the %lld images", i,
+                            (int)idx[i], (long long)cim->count);
+        if (top[i] < 0 || top[i] > 8 || left[i] < 0 || left[i] > 8)
+            return ptc__err(err, PTC_EINVAL, "", -1,
+                            "images_batch: sample %d: window (%d, %d) is outside 0..8", i,
+                            (int)top[i], (int)left[i]);
+    }
+    ptc__bimg *im = (ptc__bimg *)cim; /* the staging is not part of the dataset's value */
+    TRY(enter(be, err));
+    const size_t lut_bytes = 3 * 256 * sizeof(float), un = (size_t)n;
+    const size_t o_idx = lut_bytes, o_top = o_idx + 4 * un, o_left = o_top + un,
+                 o_flip = o_left + un, bytes = o_flip + un;
+    TRY(stage_ready(be, im, bytes, err));
+    uint8_t *h = im->stage_h, *d = im->stage_d;
+    memcpy(h, lut, lut_bytes);
+    memcpy(h + o_idx, idx, 4 * un);
+    memcpy(h + o_top, top, un);
+    memcpy(h + o_left, left, un);
+    memcpy(h + o_flip, flip, un);
+    CU(cudaMemcpyAsync(d, h, bytes, cudaMemcpyHostToDevice, be->stream));
+    CU(cudaEventRecord(im->copied, be->stream));
+    KL(ptc_k_augment(im->d, 32, 32, 4, (const int32_t *)(d + o_idx), (const int8_t *)(d + o_top),
+                     (const int8_t *)(d + o_left), d + o_flip, n, (const float *)d, x->d,
+                     be->stream));
+    touch(be, x);
+    return 0;
+}
+
 /* ---- the table and the module ---------------------------------------------------------------- */
 
 const ptc__backend_ops ptc__backend_cuda = {
@@ -1344,6 +1491,10 @@ const ptc__backend_ops ptc__backend_cuda = {
     .raw_free = cuda_raw_free,
     .device_info = cuda_device_info,
     .sync = cuda_sync,
+    /* ---- device input ---- */
+    .images_upload = cuda_images_upload,
+    .images_free = cuda_images_free,
+    .images_batch = cuda_images_batch,
 };
 
 #ifndef PTC_CUDA_NO_MODULE

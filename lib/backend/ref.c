@@ -18,6 +18,7 @@
  * thread. Scratch memory is allocated per call through ptc__malloc, outside parallel regions.
  */
 #include "backend/backend.h"
+#include "data/data.h"
 
 #include <math.h>
 #include <string.h>
@@ -698,6 +699,100 @@ static int ref_sgd_step(ptc__be *be, ptc__bt *p, const ptc__bt *g, ptc__bt *buf,
     return 0;
 }
 
+/* ---- device input ----------------------------------------------------------------------------
+ * For ref the "device" is host memory: the dataset is copied (the caller may free its own), and a
+ * batch is ptc__augment_image per sample straight into x, which keeps the plain layout. It exists
+ * so that the trainer's device-input path runs, and is held to the host path, without a GPU. */
+
+struct ptc__bimg {
+    ptc__be *be;
+    int64_t count;
+    uint8_t *data; /* [count][3][32][32] */
+};
+
+static int ref_images_upload(ptc__be *be, ptc__bimg **out, const uint8_t *images, int64_t count,
+                             ptc_error *err)
+{
+    if (!be || !out || count < 0 || (count > 0 && !images))
+        return ptc__err(err, PTC_EINVAL, "", -1, "images_upload: invalid arguments");
+    *out = NULL;
+    int64_t bytes;
+    if (!ptc__mul_i64_ok(count, PTC__DATA_PIXELS, &bytes) || (uint64_t)bytes > SIZE_MAX)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "images_upload: %lld images are too many",
+                        (long long)count);
+    ptc__bimg *im = ptc__calloc(1, sizeof *im);
+    uint8_t *data = ptc__malloc(bytes ? (size_t)bytes : 1);
+    if (!im || !data) {
+        ptc__free(im);
+        ptc__free(data);
+        return ptc__err(err, PTC_ENOMEM, "", -1,
+                        "images_upload: cannot allocate %lld bytes for %lld images",
+                        (long long)bytes, (long long)count);
+    }
+    if (bytes)
+        memcpy(data, images, (size_t)bytes);
+    im->be = be;
+    im->count = count;
+    im->data = data;
+    *out = im;
+    return 0;
+}
+
+static void ref_images_free(ptc__be *be, ptc__bimg *im)
+{
+    (void)be;
+    if (!im)
+        return;
+    ptc__free(im->data);
+    ptc__free(im);
+}
+
+static int ref_images_batch(ptc__be *be, const ptc__bimg *im, const int32_t *idx, const int8_t *top,
+                            const int8_t *left, const uint8_t *flip, int n, const float *lut,
+                            ptc__bt *x, ptc_error *err)
+{
+    if (!im || !idx || !top || !left || !flip || !lut || n < 1)
+        return ptc__err(err, PTC_EINVAL, "", -1, "images_batch: invalid arguments");
+    if (im->be != be)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "images_batch: the images belong to another backend instance");
+    TRY(check_t(be, err, "images_batch", "x", x, PTC__ROLE_ACT, n, PTC__DATA_C, PTC__DATA_H,
+                PTC__DATA_W));
+    for (int i = 0; i < n; i++) {
+        if (idx[i] < 0 || idx[i] >= im->count)
+            return ptc__err(err, PTC_EINVAL, "", -1,
+                            "images_batch: sample %d: image %d is outside the %lld images", i,
+                            (int)idx[i], (long long)im->count);
+        if (top[i] < 0 || top[i] > 8 || left[i] < 0 || left[i] > 8)
+            return ptc__err(err, PTC_EINVAL, "", -1,
+                            "images_batch: sample %d: window (%d, %d) is outside 0..8", i,
+                            (int)top[i], (int)left[i]);
+    }
+    ptc__normalizer nz;
+    memcpy(nz.lut, lut, sizeof nz.lut);
+    if (be->dtype == PTC__BE_F32) {
+        float *xd = x->data;
+        PAR_FOR(be->nt)
+        for (int i = 0; i < n; i++)
+            ptc__augment_image(&nz, im->data + (size_t)idx[i] * PTC__DATA_PIXELS, top[i], left[i],
+                               flip[i] != 0, xd + (size_t)i * PTC__DATA_PIXELS);
+        return 0;
+    }
+    /* float64: the float32 image widened, as tensor_write of a float batch would hold it */
+    float *buf = ptc__malloc(PTC__DATA_PIXELS * sizeof *buf);
+    if (!buf)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "images_batch: out of memory");
+    double *xd = x->data;
+    for (int i = 0; i < n; i++) {
+        ptc__augment_image(&nz, im->data + (size_t)idx[i] * PTC__DATA_PIXELS, top[i], left[i],
+                           flip[i] != 0, buf);
+        for (int j = 0; j < PTC__DATA_PIXELS; j++)
+            xd[(size_t)i * PTC__DATA_PIXELS + j] = buf[j];
+    }
+    ptc__free(buf);
+    return 0;
+}
+
 static void ref_plan_free(ptc__be *be, ptc__op *op)
 {
     (void)be;
@@ -738,4 +833,8 @@ const ptc__backend_ops ptc__backend_ref = {
     .linear_bwd = ref_linear_bwd,
     .sgd_step = ref_sgd_step,
     .plan_free = ref_plan_free,
+    /* ---- device input ---- */
+    .images_upload = ref_images_upload,
+    .images_free = ref_images_free,
+    .images_batch = ref_images_batch,
 };

@@ -247,7 +247,8 @@ void ptc__augment_draw(uint64_t seed, uint64_t rank, uint64_t epoch, int64_t ind
 
 /* ---- the loader ------------------------------------------------------------------------------
  * A thread that turns one epoch's index list into batches: images [B][3][32][32] float32
- * (augmented or not, normalized) and labels [B] int64, where B = batch_size except for a shorter
+ * (augmented or not, normalized; or, with draws_only, only what they are made from) and labels
+ * [B] int64, where B = batch_size except for a shorter
  * last batch (torch's DataLoader with drop_last=False). It fills a ring of nbuffers batches ahead
  * of the consumer and waits while all of them are full. The content of every batch depends only on
  * the dataset, the indices, the mean and std and (seed, rank, epoch), never on thread timing. */
@@ -257,8 +258,14 @@ typedef struct ptc__batch {
     int n;                  /* samples in this batch, 1..batch_size */
     int64_t number;         /* 0, 1, ... within the epoch */
     int64_t first;          /* position of the first sample in the index list */
-    float *images;          /* [n][3][32][32] */
+    float *images;          /* [n][3][32][32]; NULL with ptc__loader_params.draws_only */
     int64_t *labels;        /* [n] */
+    /* draws_only: what a backend's images_batch makes the images from (the dataset index as
+     * int32 and the random choices of ptc__augment_draw, or 4, 4, 0 without augmentation); NULL
+     * otherwise */
+    int32_t *sample;        /* [n] */
+    int8_t *top, *left;     /* [n] */
+    uint8_t *flip;          /* [n] */
     const int64_t *indices; /* [n] the dataset indices of the samples (borrowed from the list) */
     ptc__loader *owner;     /* internal */
     int slot;               /* internal */
@@ -271,6 +278,10 @@ typedef struct ptc__loader_params {
     int batch_size; /* >= 1 */
     int nbuffers;   /* ring size, >= 1 (0: 2) */
     bool augment;
+    /* No float images: each batch carries only the sample indices, crops, flips and labels,
+     * for a backend that makes the images itself from the dataset held in its memory
+     * (backend.h: images_batch). The same draws as the float path, from the same streams. */
+    bool draws_only;
     double mean[3], std[3]; /* Normalize's constants */
     uint64_t seed, rank, epoch;
     /* Optional allocator for the image and label arrays of the ring (pinned host memory for a

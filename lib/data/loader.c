@@ -1,6 +1,7 @@
 /*
- * loader.c - one producer thread that turns an epoch's index list into normalized float32 batches,
- * a ring of nbuffers batches ahead of one consumer (the contract is in data.h).
+ * loader.c - one producer thread that turns an epoch's index list into normalized float32 batches
+ * (with draws_only: the indices and random choices a device backend makes them from), a ring of
+ * nbuffers batches ahead of one consumer (the contract is in data.h).
  *
  * The ring: batch b of the epoch always goes to slot b mod K. Each slot is FREE (the producer may
  * fill it), READY (filled, waiting for the consumer) or HELD (handed out, until released). The
@@ -77,6 +78,17 @@ static int fill(ptc__loader *l, ptc__batch *bt, int64_t b, ptc_error *err)
                             "of %lld samples",
                             (long long)(first + i), (long long)idx, (long long)p->split->n);
         bt->labels[i] = p->split->labels[idx];
+        if (p->draws_only) {
+            int top = 4, left = 4;
+            bool flip = false;
+            if (p->augment)
+                ptc__augment_draw(p->seed, p->rank, p->epoch, idx, &top, &left, &flip);
+            bt->sample[i] = (int32_t)idx; /* < split->n <= PTC__DATA_MAX_SAMPLES (checked) */
+            bt->top[i] = (int8_t)top;
+            bt->left[i] = (int8_t)left;
+            bt->flip[i] = flip;
+            continue;
+        }
         const uint8_t *src = p->split->images + (size_t)idx * PTC__DATA_PIXELS;
         float *dst = bt->images + (size_t)i * PTC__DATA_PIXELS;
         int top = 4, left = 4;
@@ -130,6 +142,10 @@ static int check_params(const ptc__loader_params *p, ptc_error *err)
     if (p->nbuffers < 0 || p->nbuffers > MAX_BUFFERS)
         return ptc__err(err, PTC_EINVAL, "", -1, "loader: %d buffers (1 to %d)", p->nbuffers,
                         MAX_BUFFERS);
+    if (p->draws_only && p->split->n > INT32_MAX)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "loader: %lld samples do not fit the int32 indices of draws_only",
+                        (long long)p->split->n);
     if (!p->alloc != !p->free)
         return ptc__err(err, PTC_EINVAL, "", -1, "loader: alloc and free go together");
     for (int c = 0; c < 3; c++)
@@ -145,6 +161,10 @@ static void loader_free(ptc__loader *l)
     for (int s = 0; s < l->nbuffers; s++) {
         buf_free(&l->p, l->slots[s].images);
         buf_free(&l->p, l->slots[s].labels);
+        ptc__free(l->slots[s].sample);
+        ptc__free(l->slots[s].top);
+        ptc__free(l->slots[s].left);
+        ptc__free(l->slots[s].flip);
     }
     pthread_cond_destroy(&l->can_take);
     pthread_cond_destroy(&l->can_fill);
@@ -182,9 +202,21 @@ int ptc__loader_start(ptc__loader **out, const ptc__loader_params *p, ptc_error 
     for (int s = 0; s < l->nbuffers; s++) {
         l->slots[s].owner = l;
         l->slots[s].slot = s;
-        l->slots[s].images = buf_alloc(p, (size_t)image_bytes);
-        l->slots[s].labels = buf_alloc(p, B * sizeof(int64_t));
-        if (!l->slots[s].images || !l->slots[s].labels) {
+        ptc__batch *bt = &l->slots[s];
+        bool ok;
+        if (p->draws_only) {
+            bt->labels = buf_alloc(p, B * sizeof(int64_t));
+            bt->sample = ptc__malloc(B * sizeof *bt->sample);
+            bt->top = ptc__malloc(B);
+            bt->left = ptc__malloc(B);
+            bt->flip = ptc__malloc(B);
+            ok = bt->labels && bt->sample && bt->top && bt->left && bt->flip;
+        } else {
+            bt->images = buf_alloc(p, (size_t)image_bytes);
+            bt->labels = buf_alloc(p, B * sizeof(int64_t));
+            ok = bt->images && bt->labels;
+        }
+        if (!ok) {
             rc =
                 ptc__err(err, PTC_ENOMEM, "", -1, "out of memory for %d batch buffers of %d images",
                          l->nbuffers, p->batch_size);

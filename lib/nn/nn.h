@@ -13,7 +13,8 @@
  * The model holds its parameters, gradients and buffers in backend tensors; activations are made
  * per batch size on first use and kept (a training run sees at most two sizes: the batch and the
  * last, shorter one). Host arrays cross the boundary only as plain float32: images [n][3][32][32]
- * in, logits [n][classes] out, state dicts both ways.
+ * in (or made in the backend's memory: ptc__model_input), logits [n][classes] out, state dicts
+ * both ways.
  *
  * Numerics are PyTorch's (decision 5): see lib/backend/backend.h for each layer; cross-entropy is
  * the mean over the batch of -log softmax, computed in double from float32 logits; SGD is
@@ -92,6 +93,12 @@ int ptc__model_state_dict(ptc__model *m, ptc_doc *d, ptc_value **out, ptc_error 
  * running statistics. logits: [n][num_classes] out. */
 int ptc__model_forward(ptc__model *m, const float *images, int n, int train, float *logits,
                        ptc_error *err);
+/* The same forward from the model's input tensor as the caller filled it, without tensor_write:
+ * ptc__model_input gives the ACT [n][3][32][32] tensor of batch size n (made on first use), a
+ * backend's images_batch fills it, ptc__model_forward_filled runs on it. Between the two calls
+ * no other batch size may be used. */
+int ptc__model_input(ptc__model *m, int n, ptc__bt **x, ptc_error *err);
+int ptc__model_forward_filled(ptc__model *m, int n, int train, float *logits, ptc_error *err);
 /* Backward of the last training forward, from dlogits [n][num_classes]: every parameter's
  * gradient is written (not accumulated). */
 int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err);

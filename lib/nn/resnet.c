@@ -534,10 +534,31 @@ static int bn_backward(ptc__model *m, ptc__op *op, const bn_l *b, const ptc__bt 
                           b->b->grad, err);
 }
 
+int ptc__model_input(ptc__model *m, int n, ptc__bt **x, ptc_error *err)
+{
+    if (!m || !x || n < 1)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc__model_input: invalid arguments");
+    act_set *s;
+    int rc = get_set(m, n, &s, err);
+    *x = rc < 0 ? NULL : s->x;
+    return rc;
+}
+
 int ptc__model_forward(ptc__model *m, const float *images, int n, int train, float *logits,
                        ptc_error *err)
 {
     if (!m || !images || n < 1)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc__model_forward: invalid arguments");
+    ptc__bt *x;
+    int rc = ptc__model_input(m, n, &x, err);
+    if (rc == 0)
+        rc = m->ops->tensor_write(m->be, x, images, err);
+    return rc < 0 ? rc : ptc__model_forward_filled(m, n, train, logits, err);
+}
+
+int ptc__model_forward_filled(ptc__model *m, int n, int train, float *logits, ptc_error *err)
+{
+    if (!m || n < 1)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc__model_forward: invalid arguments");
     act_set *s;
     int rc = get_set(m, n, &s, err);
@@ -545,8 +566,7 @@ int ptc__model_forward(ptc__model *m, const float *images, int n, int train, flo
         return rc;
     const ptc__backend_ops *o = m->ops;
     ptc__be *be = m->be;
-    if ((rc = o->tensor_write(be, s->x, images, err)) ||
-        (rc = o->conv_fwd(be, s->pconv1, s->x, m->conv1.w->value, s->c1, err)) ||
+    if ((rc = o->conv_fwd(be, s->pconv1, s->x, m->conv1.w->value, s->c1, err)) ||
         (rc = bn_forward(m, s->pbn1, &m->bn1, s->c1, s->b1, s->m1, s->s1, train, 1, err)))
         return rc;
     const ptc__bt *x = s->b1;

@@ -2,7 +2,9 @@
  * train.c - one training run (see train.h).
  *
  * Each epoch: the sampler's order for (seed, epoch), a loader thread preparing augmented,
- * normalised batches, and for every batch: the learning rate of the schedule, forward in training
+ * normalised batches (or, for a backend with images_batch, only their indices and random choices:
+ * the backend makes the images from the uint8 dataset uploaded once into its memory, the same
+ * bits), and for every batch: the learning rate of the schedule, forward in training
  * mode, mean cross-entropy, backward, one SGD step. After every eval_every-th epoch and after the
  * last one the test split is evaluated (running statistics, no augmentation). Everything random
  * derives from (seed, epoch, sample), so a run resumed from the checkpoint of epoch k reaches the
@@ -143,6 +145,10 @@ typedef struct run {
     ptc_comm *dcomm;       /* nccl over rc.comm: a GPU backend, world > 1 */
     ptc__gpumon *mon;      /* rank 0 of a GPU backend, when NVML loads */
     ptc__dataset *data;
+    /* The backend has images_batch (and the run did not ask for host input): the splits' uint8
+     * images held in its memory, the batches made there (NULL: float batches from the loader). */
+    ptc__bimg *img_train, *img_test;
+    ptc__normalizer nz; /* Normalize's table, for images_batch */
     FILE *metrics;
     float *logits, *dlogits;
 } run;
@@ -243,11 +249,47 @@ static int load_weights(ptc__model *m, const char *path, ptc_error *err)
     return rc;
 }
 
+/* ---- input ------------------------------------------------------------------------------------ */
+
+/* The splits a run needs (the train split unless test_only), uploaded once into the memory of a
+ * backend that makes its batches there; a backend without images_batch gets nothing. */
+static int upload_splits(run *r, bool test_only, ptc_error *err)
+{
+    if (!r->ops->images_batch)
+        return 0;
+    const ptc__dataset *d = r->data;
+    ptc__normalizer_init(&r->nz, d->norm_mean, d->norm_std);
+    int rc = 0;
+    if (!test_only &&
+        (rc = r->ops->images_upload(r->be, &r->img_train, d->train.images, d->train.n, err)) < 0)
+        ptc__err_prefix(err, "the training images: ");
+    if (rc == 0 &&
+        (rc = r->ops->images_upload(r->be, &r->img_test, d->test.images, d->test.n, err)) < 0)
+        ptc__err_prefix(err, "the test images: ");
+    return rc;
+}
+
+/* Forward of a loader batch: its float images written to the model's input, or, with im, the
+ * images made by the backend from the uint8 dataset im and the batch's draws. */
+static int forward_batch(ptc__model *m, const ptc__bimg *im, const ptc__normalizer *nz,
+                         const ptc__batch *b, int train, float *logits, ptc_error *err)
+{
+    if (!im)
+        return ptc__model_forward(m, b->images, b->n, train, logits, err);
+    ptc__bt *x;
+    int rc = ptc__model_input(m, b->n, &x, err);
+    if (rc == 0)
+        rc = ptc__model_ops(m)->images_batch(ptc__model_be(m), im, b->sample, b->top, b->left,
+                                             b->flip, b->n, &nz->lut[0][0], x, err);
+    return rc < 0 ? rc : ptc__model_forward_filled(m, b->n, train, logits, err);
+}
+
 /* ---- evaluation ------------------------------------------------------------------------------- */
 
 /* The test split, sharded over the ranks without padding (rank r takes r, r + world, ...); the
  * counts and the loss sum are all-reduced, so every rank gets the totals over every image once. */
-static int evaluate(ptc__model *m, const ptc__dataset *d, int batch, ptc_comm *comm, double *acc,
+static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
+                    const ptc__normalizer *nz, int batch, ptc_comm *comm, double *acc,
                     double *loss, int64_t *count, double *ips, ptc_error *err)
 {
     int64_t *idx = NULL, n = 0;
@@ -255,7 +297,8 @@ static int evaluate(ptc__model *m, const ptc__dataset *d, int batch, ptc_comm *c
     if (rc < 0)
         return rc;
     ptc__loader_params lp = {.split = &d->test, .indices = idx, .nindices = n,
-                             .batch_size = batch, .nbuffers = 2, .augment = false};
+                             .batch_size = batch, .nbuffers = 2, .augment = false,
+                             .draws_only = im != NULL};
     memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
     memcpy(lp.std, d->norm_std, sizeof lp.std);
     ptc__loader *l = NULL;
@@ -275,7 +318,7 @@ static int evaluate(ptc__model *m, const ptc__dataset *d, int batch, ptc_comm *c
     while ((rc = ptc__loader_next(l, &b, err)) > 0) {
         double bl = 0;
         int64_t bc = 0;
-        rc = ptc__model_forward(m, b->images, b->n, 0, logits, err);
+        rc = forward_batch(m, im, nz, b, 0, logits, err);
         if (rc == 0)
             rc = ptc__cross_entropy(logits, b->labels, b->n, PTC__DATA_CLASSES, &bl, NULL, &bc,
                                     err);
@@ -599,8 +642,13 @@ static void run_free(run *r)
     ptc_comm_close(r->dcomm); /* before the backend: it runs on the backend's stream */
     ptc__gpumon_close(r->mon);
     ptc__model_free(r->model);
-    if (r->be)
+    if (r->be) {
+        if (r->ops->images_free) {
+            r->ops->images_free(r->be, r->img_train);
+            r->ops->images_free(r->be, r->img_test);
+        }
         r->ops->close(r->be);
+    }
     ptc__dataset_free(r->data);
     if (r->metrics)
         fclose(r->metrics);
@@ -725,7 +773,7 @@ static int train_step(run *r, const ptc__batch *b, double lr, int64_t step, doub
     if (r->reducer && !r->p->no_broadcast_buffers)
         rc = ptc__reducer_sync_buffers(r->reducer, err);
     if (rc == 0)
-        rc = ptc__model_forward(r->model, b->images, b->n, 1, r->logits, err);
+        rc = forward_batch(r->model, r->img_train, &r->nz, b, 1, r->logits, err);
     if (rc == 0)
         rc = ptc__cross_entropy(r->logits, b->labels, b->n, PTC__DATA_CLASSES, loss, r->dlogits,
                                 correct, err);
@@ -741,6 +789,11 @@ static int train_step(run *r, const ptc__batch *b, double lr, int64_t step, doub
 }
 
 int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
+{
+    return ptc__train_ex(p, 0, res, err);
+}
+
+int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *res, ptc_error *err)
 {
     ptc__err_clear(err);
     if (!p || !res)
@@ -770,6 +823,8 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
     ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, p->seed};
     if (rc == 0)
         rc = ptc__model_new(&r.model, &mp, err);
+    if (rc == 0 && !host_input)
+        rc = upload_splits(&r, false, err);
     if (rc == 0 && p->init)
         rc = load_weights(r.model, p->init, err);
     int start_epoch = 0;
@@ -829,7 +884,8 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
             break;
         ptc__loader_params lp = {.split = &d->train, .indices = idx, .nindices = n,
                                  .batch_size = p->batch_size, .nbuffers = 3,
-                                 .augment = p->augment != 0, .seed = p->seed,
+                                 .augment = p->augment != 0, .draws_only = r.img_train != NULL,
+                                 .seed = p->seed,
                                  .rank = (uint64_t)rank, .epoch = (uint64_t)epoch};
         memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
         memcpy(lp.std, d->norm_std, sizeof lp.std);
@@ -896,8 +952,9 @@ int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
         double t_aside = now();
         if ((p->eval_every > 0 && (epoch + 1) % p->eval_every == 0) || last) {
             int64_t count;
-            if ((rc = evaluate(r.model, d, p->batch_size, r.rc.comm, &res->test_accuracy,
-                               &res->test_loss, &count, &res->eval_images_per_sec, err)) < 0)
+            if ((rc = evaluate(r.model, d, r.img_test, &r.nz, p->batch_size, r.rc.comm,
+                               &res->test_accuracy, &res->test_loss, &count,
+                               &res->eval_images_per_sec, err)) < 0)
                 break;
             say(p, "epoch %d: test accuracy %.2f%% (%lld images), test loss %.4f", epoch + 1,
                 100.0 * res->test_accuracy, (long long)count, res->test_loss);
@@ -967,10 +1024,13 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
     if (rc == 0)
         rc = ptc__model_new(&r.model, &mp, err);
     if (rc == 0)
+        rc = upload_splits(&r, true, err);
+    if (rc == 0)
         rc = load_weights(r.model, weights, err);
     double ips;
     if (rc == 0)
-        rc = evaluate(r.model, r.data, p->batch_size, NULL, accuracy, loss, count, &ips, err);
+        rc = evaluate(r.model, r.data, r.img_test, &r.nz, p->batch_size, NULL, accuracy, loss,
+                      count, &ips, err);
     run_free(&r);
     return rc;
 }

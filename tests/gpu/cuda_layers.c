@@ -5,7 +5,8 @@
  * deterministic = 1 must give the same bits twice; and an instance in bf16 precision runs the
  * convolutions and the linear layer within a loose 2e-2 of ref's float32 (rounding to bf16 alone
  * gives about 4e-3 at these shapes; the comparison with autocast is --bf16-dump's job). Prints one
- * table line per output (op, shape, error, PASS/FAIL) and a last line "cuda_layers: N checks, M
+ * table line per output (op, shape, error, PASS/FAIL; for images_batch, checked bit for bit
+ * against ref, the count of differing elements) and a last line "cuda_layers: N checks, M
  * failed"; exits 1 on any failure, 77 (skipped) with the reason when this machine has no usable
  * NVIDIA GPU.
  *
@@ -38,6 +39,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda.h"
+#include "data/data.h"
 
 #define TOL 1e-4
 /* The bf16 instance against ref's float32: a sanity bound only (inputs and outputs rounded to 8
@@ -594,6 +596,108 @@ out:
     cb = save;
 }
 
+/* Device input: images_batch of both backends from the same uint8 dataset and draws, bit for bit
+ * (the per-element math is kmath.h's ptc_km_augment, which test_kmath holds to
+ * ptc__augment_image); three batches in a row, the second larger (the staging grows) and the third
+ * queued right behind the second (the pinned staging is reused while the stream may still run),
+ * each compared after the next one is queued; then an index outside the dataset is refused. */
+static void check_images(void)
+{
+    enum { COUNT = 300, PIX = 3 * 32 * 32 };
+    const int sizes[3] = {64, 512, 512};
+    uint8_t *images = xmalloc((size_t)COUNT * PIX);
+    for (int64_t i = 0; i < (int64_t)COUNT * PIX; i++)
+        images[i] = (uint8_t)(urand() * 256);
+    /* ToTensor + Normalize with the tutorial's constants */
+    const double mean[3] = PTC__CIFAR10_MEAN, sd[3] = PTC__CIFAR10_STD;
+    ptc__normalizer nz;
+    ptc__normalizer_init(&nz, mean, sd);
+    const float(*lut)[256] = nz.lut;
+    ptc__bimg *ri = NULL, *ci = NULL;
+    ptc__bt *rx[3] = {NULL, NULL, NULL}, *cx[3] = {NULL, NULL, NULL};
+    int32_t *idx[3];
+    int8_t *top[3], *left[3];
+    uint8_t *flip[3];
+    float *a = xmalloc((size_t)512 * PIX * sizeof *a), *b = xmalloc((size_t)512 * PIX * sizeof *b);
+    int ok = R->images_upload(rb, &ri, images, COUNT, &err) == 0 &&
+             C->images_upload(cb, &ci, images, COUNT, &err) == 0;
+    memset(images, 0, (size_t)COUNT * PIX); /* the backends hold their own copies */
+    for (int k = 0; k < 3; k++) {
+        int n = sizes[k];
+        idx[k] = xmalloc((size_t)n * sizeof **idx);
+        top[k] = xmalloc((size_t)n);
+        left[k] = xmalloc((size_t)n);
+        flip[k] = xmalloc((size_t)n);
+        for (int i = 0; i < n; i++) {
+            idx[k][i] = (int32_t)(urand() * COUNT);
+            top[k][i] = (int8_t)(urand() * 9);
+            left[k][i] = (int8_t)(urand() * 9);
+            flip[k][i] = urand() < 0.5;
+        }
+        const int dims[4] = {n, 3, 32, 32};
+        ok = ok && R->tensor_new(rb, &rx[k], PTC__ROLE_ACT, dims, &err) == 0 &&
+             C->tensor_new(cb, &cx[k], PTC__ROLE_ACT, dims, &err) == 0 &&
+             R->images_batch(rb, ri, idx[k], top[k], left[k], flip[k], n, &lut[0][0], rx[k],
+                             &err) == 0 &&
+             C->images_batch(cb, ci, idx[k], top[k], left[k], flip[k], n, &lut[0][0], cx[k],
+                             &err) == 0;
+        /* the host arrays may be reused as soon as the call returns */
+        memset(idx[k], 0, (size_t)n * sizeof **idx);
+        memset(flip[k], 1, (size_t)n);
+    }
+    if (!ok)
+        fail_op("images_upload / images_batch");
+    for (int k = 0; ok && k < 3; k++) {
+        int n = sizes[k];
+        char what[64], shape[64];
+        snprintf(what, sizeof what, "images_batch %d (bit for bit)", k + 1);
+        snprintf(shape, sizeof shape, "[%d][3][32][32]", n);
+        if (R->tensor_read(rb, rx[k], a, &err) < 0 || C->tensor_read(cb, cx[k], b, &err) < 0) {
+            fail_op(what);
+            break;
+        }
+        int64_t bad = 0, first = -1;
+        for (int64_t i = 0; i < (int64_t)n * PIX; i++)
+            if (memcmp(&a[i], &b[i], sizeof *a) != 0 && bad++ == 0)
+                first = i;
+        n_checks++;
+        n_failed += bad != 0;
+        printf("%-38s %-26s %10lld  %s", what, shape, (long long)bad, bad ? "FAIL" : "PASS");
+        if (bad)
+            printf(" (%lld elements differ; first %lld: cuda %.9g, ref %.9g)", (long long)bad,
+                   (long long)first, (double)b[first], (double)a[first]);
+        printf("\n");
+    }
+    if (ok) {
+        int32_t out[1] = {COUNT};
+        int8_t four[1] = {4};
+        uint8_t no[1] = {0};
+        ptc__bt *x1 = NULL;
+        const int d1[4] = {1, 3, 32, 32};
+        int refused =
+            C->tensor_new(cb, &x1, PTC__ROLE_ACT, d1, &err) == 0 &&
+            C->images_batch(cb, ci, out, four, four, no, 1, &lut[0][0], x1, &err) == PTC_EINVAL;
+        n_checks++;
+        n_failed += !refused;
+        printf("%-38s %-26s %10s  %s\n", "images_batch index out of range", "[1][3][32][32]", "-",
+               refused ? "PASS (refused)" : "FAIL (not refused)");
+        C->tensor_free(cb, x1);
+    }
+    for (int k = 0; k < 3; k++) {
+        R->tensor_free(rb, rx[k]);
+        C->tensor_free(cb, cx[k]);
+        free(idx[k]);
+        free(top[k]);
+        free(left[k]);
+        free(flip[k]);
+    }
+    R->images_free(rb, ri);
+    C->images_free(cb, ci);
+    free(a);
+    free(b);
+    free(images);
+}
+
 /* ---- bf16 dump ------------------------------------------------------------------------------- */
 
 static int write_f32(const char *dir, const char *file, const float *v, int64_t n)
@@ -767,6 +871,7 @@ int main(int argc, char **argv)
     printf("%-38s %-26s %10s  %s\n", "op", "shape", "error", "result (tolerance 1e-4, TF32 off)");
     check_errors();
     check_elementwise();
+    check_images();
     check_raw();
     check_conv("conv 7x7/2 stem", 2, 3, 224, 224, 64, 7, 2, 3);
     check_conv("conv 3x3/1 64", 2, 64, 56, 56, 64, 3, 1, 1);
