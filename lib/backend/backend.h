@@ -233,4 +233,20 @@ uint64_t ptc__fnv1a(uint64_t h, const void *p, size_t n);
 /* conv output size, or -1 when the shape is impossible (checked arithmetic). */
 int ptc__conv_out(int in, int kernel, int stride, int pad);
 
+/* The argument checks of ref and cuda (shape.c): what a check sees of a tensor argument, and the
+ * one message for each mistake ("conv_fwd: x is act [2][3][8][8], expected act [2][4][8][8]"). */
+typedef struct ptc__be_seen {
+    int have_be; /* the call had a backend instance */
+    int null;    /* the tensor is NULL */
+    int foreign; /* the tensor belongs to another instance */
+    ptc__role role;
+    int dims[4];
+} ptc__be_seen;
+const char *ptc__role_name(ptc__role r); /* "act", "conv_w", "vec", "mat" */
+int ptc__be_check_tensor(ptc_error *err, const char *op, const char *arg, const ptc__be_seen *t,
+                         ptc__role role, int64_t n, int64_t c, int64_t h, int64_t w);
+/* have: a backend instance and a plan were given; foreign: the plan is another instance's;
+ * wrong_kind: it is for another kind of layer. */
+int ptc__be_check_plan(ptc_error *err, const char *op, int have, int foreign, int wrong_kind);
+
 #endif /* PTC_BACKEND_BACKEND_H */

@@ -90,41 +90,19 @@ static int min_nt(const ptc__be *be, int64_t work)
 
 /* ---- argument checks ------------------------------------------------------------------------- */
 
-static const char *role_name(ptc__role r)
-{
-    switch (r) {
-    case PTC__ROLE_ACT:
-        return "act";
-    case PTC__ROLE_CONV_W:
-        return "conv_w";
-    case PTC__ROLE_VEC:
-        return "vec";
-    case PTC__ROLE_MAT:
-        return "mat";
-    }
-    return "?";
-}
-
-/* t must be a tensor of be with the given role and dims [n][c][h][w]. */
+/* t must be a tensor of be with the given role and dims [n][c][h][w] (shape.c's rules). */
 static int check_t(const ptc__be *be, ptc_error *err, const char *op, const char *arg,
                    const ptc__bt *t, ptc__role role, int64_t n, int64_t c, int64_t h, int64_t w)
 {
-    if (!be)
-        return ptc__err(err, PTC_EINVAL, "", -1, "%s: no backend instance", op);
-    if (!t)
-        return ptc__err(err, PTC_EINVAL, "", -1, "%s: %s is NULL", op, arg);
-    if (t->be != be)
-        return ptc__err(err, PTC_EINVAL, "", -1, "%s: %s belongs to another backend instance", op,
-                        arg);
-    if (t->role != role || t->dims[0] != n || t->dims[1] != c || t->dims[2] != h || t->dims[3] != w)
-        return ptc__err(err, PTC_EINVAL, "", -1,
-                        "%s: %s is %s [%d][%d][%d][%d], expected %s [%lld][%lld][%lld][%lld]", op,
-                        arg, role_name(t->role), t->dims[0], t->dims[1], t->dims[2], t->dims[3],
-                        role_name(role), (long long)n, (long long)c, (long long)h, (long long)w);
-    return 0;
+    ptc__be_seen seen = {.have_be = be != NULL, .null = !t};
+    if (t) {
+        seen.foreign = t->be != be;
+        seen.role = t->role;
+        memcpy(seen.dims, t->dims, sizeof seen.dims);
+    }
+    return ptc__be_check_tensor(err, op, arg, &seen, role, n, c, h, w);
 }
 
-/* t must have the role and dims of like (which has been checked). */
 static int check_like(const ptc__be *be, ptc_error *err, const char *op, const char *arg,
                       const ptc__bt *t, const ptc__bt *like)
 {
@@ -141,14 +119,8 @@ static int check_vec(const ptc__be *be, ptc_error *err, const char *op, const ch
 static int check_plan(const ptc__be *be, ptc_error *err, const char *op, const ptc__op *plan,
                       op_kind kind)
 {
-    if (!be || !plan)
-        return ptc__err(err, PTC_EINVAL, "", -1, "%s: no backend instance or no plan", op);
-    if (plan->be != be)
-        return ptc__err(err, PTC_EINVAL, "", -1, "%s: the plan belongs to another backend instance",
-                        op);
-    if (plan->kind != kind)
-        return ptc__err(err, PTC_EINVAL, "", -1, "%s: the plan is for another kind of layer", op);
-    return 0;
+    return ptc__be_check_plan(err, op, be && plan, plan && plan->be != be,
+                              plan && plan->kind != kind);
 }
 
 /* count += a * b, false on overflow. */
@@ -239,7 +211,7 @@ static int ref_tensor_new(ptc__be *be, ptc__bt **out, ptc__role role, const int 
     for (int i = 0; i < 4; i++) {
         if (dims[i] < 1 || !ptc__mul_i64_ok(numel, dims[i], &numel))
             return ptc__err(err, PTC_EINVAL, "", -1,
-                            "tensor_new: %s [%d][%d][%d][%d] is not a shape", role_name(role),
+                            "tensor_new: %s [%d][%d][%d][%d] is not a shape", ptc__role_name(role),
                             dims[0], dims[1], dims[2], dims[3]);
     }
     if ((role == PTC__ROLE_VEC && (dims[0] != 1 || dims[2] != 1 || dims[3] != 1)) ||
@@ -247,10 +219,10 @@ static int ref_tensor_new(ptc__be *be, ptc__bt **out, ptc__role role, const int 
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "tensor_new: %s [%d][%d][%d][%d]: vectors are [1][c][1][1], matrices "
                         "[n][c][1][1]",
-                        role_name(role), dims[0], dims[1], dims[2], dims[3]);
+                        ptc__role_name(role), dims[0], dims[1], dims[2], dims[3]);
     if (!ptc__mul_i64_ok(numel, (int64_t)be->dtype, &nbytes) || (uint64_t)nbytes > SIZE_MAX)
         return ptc__err(err, PTC_ENOMEM, "", -1, "tensor_new: %s [%d][%d][%d][%d] is too large",
-                        role_name(role), dims[0], dims[1], dims[2], dims[3]);
+                        ptc__role_name(role), dims[0], dims[1], dims[2], dims[3]);
     ptc__bt *t = ptc__calloc(1, sizeof *t);
     void *data = ptc__calloc((size_t)numel, (size_t)be->dtype);
     if (!t || !data) {
