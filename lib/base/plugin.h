@@ -36,7 +36,7 @@
 
 #include "ptc/ptc.h"
 
-#define PTC__PLUGIN_ABI 1
+#define PTC__PLUGIN_ABI 2
 #define PTC__PLUGIN_ENTRY "ptc_plugin_entry_v1"
 
 typedef enum ptc__plugin_kind {
