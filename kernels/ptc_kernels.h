@@ -3,9 +3,10 @@
  *
  * One .cu file per op family (elementwise.cu, layout.cu, pool.cu, batchnorm.cu, linear.cu,
  * sgd.cu, cast.cu, augment.cu, xent.cu), each with static __global__ kernels and the extern "C"
- * launchers declared here. The per-element arithmetic lives in kernels/kmath.h as __host__ __device__ inline
- * functions, so that tests/unit/test_kmath runs it on the host against the ref backend; the .cu
- * files are compiled with --fmad=false so that the device rounds as kmath.h is written.
+ * launchers declared here. The per-element arithmetic lives in kernels/kmath.h as __host__
+ * __device__ inline functions, so that tests/unit/test_kmath runs it on the host against the ref
+ * backend; the .cu files are compiled with --fmad=false so that the device rounds as kmath.h is
+ * written.
  *
  * Conventions:
  *   - every pointer is device memory; `stream` is a cudaStream_t passed as void *;
@@ -104,8 +105,7 @@ int ptc_k_sgd_multi(int count, float *const *p, const float *const *g, float *co
  * depend on the launch shape. One launch of one block. A label out of range gives a NaN loss and
  * NaN gradients for its row instead of reading out of bounds. */
 int ptc_k_xent(const float *logits, const int64_t *labels, int n, int classes, float *dlogits,
-               double *row_loss, int32_t *row_right, double *loss, int64_t *correct,
-               void *stream);
+               double *row_loss, int32_t *row_right, double *loss, int64_t *correct, void *stream);
 
 /* ---- augmentation on the device (augment.cu) ----
  * images: the dataset as the loader holds it, uint8 [count][3][h][w], kept on the GPU. For sample

@@ -76,7 +76,7 @@ struct ptc__be {
     struct xent_res {
         double loss;
         int64_t correct;
-    } *xres_host;
+    } * xres_host;
 };
 
 struct ptc__bt {

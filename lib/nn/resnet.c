@@ -78,8 +78,8 @@ struct ptc__model {
     ptc__entry *fc_w, *fc_b;
     act_set sets[MAX_SETS];
     size_t nsets;
-    act_set *last; /* the set of the last training forward */
-    int trained;   /* a training forward happened since the last backward */
+    act_set *last;   /* the set of the last training forward */
+    int trained;     /* a training forward happened since the last backward */
     int has_dlogits; /* ptc__model_loss wrote last->g_logits for the next backward */
     ptc__grad_hook hook;
     void *hook_ctx;

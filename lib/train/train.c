@@ -739,9 +739,9 @@ static int train_step(run *r, const ptc__batch *b, double lr, int64_t step, doub
 typedef struct epoch_sums {
     double loss_sum;
     int64_t right;
-    int64_t seen;    /* images whose step has been taken */
-    int pending;     /* a step whose loss is still on the backend (device loss) */
-    int pending_n;   /* its batch size */
+    int64_t seen;         /* images whose step has been taken */
+    int pending;          /* a step whose loss is still on the backend (device loss) */
+    int pending_n;        /* its batch size */
     int64_t pending_seen; /* seen after it */
 } epoch_sums;
 

@@ -599,10 +599,10 @@ static void xent_case(int n, int classes, float spread, int levels)
     checks += 3;
     if (far) {
         failures++;
-        fprintf(stderr, "FAIL xent n %d classes %d: %lld dlogits more than 1 ulp off; first [%lld]: "
-                        "gpu %.9g != host %.9g\n",
-                n, classes, (long long)far, (long long)first, (double)gd[first],
-                (double)gh[first]);
+        fprintf(stderr,
+                "FAIL xent n %d classes %d: %lld dlogits more than 1 ulp off; first [%lld]: "
+                "gpu %.9g != host %.9g\n",
+                n, classes, (long long)far, (long long)first, (double)gd[first], (double)gh[first]);
     }
     if (right_d != right_h) {
         failures++;

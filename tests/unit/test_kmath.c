@@ -667,8 +667,8 @@ out:
 static void test_xent(void)
 {
     int f0 = check_failures;
-    static const int shapes[][2] = {{1, 1}, {1, 10}, {3, 10}, {128, 10}, {257, 10}, {5, 2},
-                                    {4, 1000}, {33, 7}};
+    static const int shapes[][2] = {{1, 1},    {1, 10}, {3, 10},   {128, 10},
+                                    {257, 10}, {5, 2},  {4, 1000}, {33, 7}};
     for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
         for (int kind = 0; kind < 4; kind++)
             xent_case(shapes[s][0], shapes[s][1], kind);

@@ -250,7 +250,8 @@ static void same_model_bits(ptc__model *a, ptc__model *b, const char *when)
             CHECK(*ea->counter == *eb->counter);
             continue;
         }
-        float *va = malloc((size_t)ea->numel * sizeof *va), *vb = malloc((size_t)ea->numel * sizeof *vb);
+        float *va = malloc((size_t)ea->numel * sizeof *va),
+              *vb = malloc((size_t)ea->numel * sizeof *vb);
         CHECK(va && vb);
         if (!va || !vb)
             exit(99);
@@ -279,9 +280,8 @@ static void same_model_bits(ptc__model *a, ptc__model *b, const char *when)
                     if (memcmp(&va[k], &vb[k], sizeof *va) != 0) {
                         if (bad++ < 10)
                             fprintf(stderr,
-                                    "%s: %s %s [%lld]: host path %.9g != backend path %.9g\n",
-                                    when, ea->name, wn, (long long)k, (double)va[k],
-                                    (double)vb[k]);
+                                    "%s: %s %s [%lld]: host path %.9g != backend path %.9g\n", when,
+                                    ea->name, wn, (long long)k, (double)va[k], (double)vb[k]);
                         break;
                     }
             }
@@ -358,8 +358,9 @@ static void test_backend_step(void)
         check_count++;
         if (memcmp(&la, &lb, sizeof la) != 0 || ca != cb) {
             check_failures++;
-            fprintf(stderr, "step %d: host loss %.17g (%lld correct) != backend loss %.17g (%lld)\n",
-                    s, la, (long long)ca, lb, (long long)cb);
+            fprintf(stderr,
+                    "step %d: host loss %.17g (%lld correct) != backend loss %.17g (%lld)\n", s, la,
+                    (long long)ca, lb, (long long)cb);
         }
         char when[32];
         snprintf(when, sizeof when, "after step %d", s);
