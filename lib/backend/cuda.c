@@ -53,6 +53,12 @@ typedef struct dbuf {
     size_t size;
 } dbuf;
 
+/* The result slot of xent (kernels/xent.cu writes it on the device, then it is copied down). */
+typedef struct xent_res {
+    double loss;
+    int64_t correct;
+} xent_res;
+
 struct ptc__be {
     int device;
     ptc__precision prec;
@@ -73,10 +79,7 @@ struct ptc__be {
     cudaEvent_t lab_copied, xent_done;
     int lab_pending, xent_queued;
     dbuf lab_dev, xrows, xres;
-    struct xent_res {
-        double loss;
-        int64_t correct;
-    } * xres_host;
+    xent_res *xres_host;
 };
 
 struct ptc__bt {
@@ -1393,7 +1396,7 @@ static int xent_buffers(ptc__be *be, int n, ptc_error *err)
     }
     TRY(grow(be, &be->lab_dev, (size_t)n * sizeof(int64_t), err));
     TRY(grow(be, &be->xrows, (size_t)n * (sizeof(double) + sizeof(int32_t)), err));
-    TRY(grow(be, &be->xres, sizeof(struct xent_res), err));
+    TRY(grow(be, &be->xres, sizeof(xent_res), err));
     return 0;
 }
 
@@ -1423,7 +1426,7 @@ static int cuda_xent(ptc__be *be, const ptc__bt *logits, const int64_t *labels, 
     be->lab_pending = 1;
     double *rows = be->xrows.p;
     int32_t *right = (int32_t *)(void *)(rows + n);
-    struct xent_res *res = be->xres.p;
+    xent_res *res = be->xres.p;
     KL(ptc_k_xent(logits->d, be->lab_dev.p, n, classes, dlogits->d, rows, right, &res->loss,
                   &res->correct, be->stream));
     CU(cudaMemcpyAsync(be->xres_host, res, sizeof *res, cudaMemcpyDeviceToHost, be->stream));
