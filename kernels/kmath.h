@@ -296,6 +296,42 @@ PTC_HD static inline float ptc_km_bn_dx(double d, float x, float mean, float inv
     return (float)((d - grad_mean - ((double)x - (double)mean) * proj) * is * (double)gamma);
 }
 
+/* ---- softmax cross-entropy --------------------------------------------------------------------
+ * One row z[classes] of float32 logits with label y, exactly as ptc__cross_entropy (lib/nn/state.c)
+ * computes it, step for step in double: the first maximum (strict >, so ties go to the lowest
+ * class), lse = max + log(sum exp(z - max)), the row's loss lse - z[y] (the caller sums the rows in
+ * row order and divides by n), and the gradient (exp(z - lse) - onehot) / n rounded to float.
+ * On the host these are ptc__cross_entropy's bits; on the device exp and log are CUDA's double
+ * versions (at most 1 ulp from glibc's), so the device loss and gradients can differ from the
+ * host's in the last bit of a double before rounding. */
+PTC_HD static inline int ptc_km_xent_argmax(const float *z, int classes)
+{
+    int best = 0;
+    for (int c = 1; c < classes; c++)
+        if (z[c] > z[best])
+            best = c;
+    return best;
+}
+
+PTC_HD static inline double ptc_km_xent_lse(const float *z, int classes, int best)
+{
+    const double mx = z[best];
+    double sum = 0;
+    for (int c = 0; c < classes; c++)
+        sum += exp((double)z[c] - mx);
+    return mx + log(sum);
+}
+
+PTC_HD static inline double ptc_km_xent_row_loss(const float *z, double lse, int64_t y)
+{
+    return lse - (double)z[y];
+}
+
+PTC_HD static inline float ptc_km_xent_grad(float z, double lse, int is_label, int n)
+{
+    return (float)((exp((double)z - lse) - (is_label ? 1.0 : 0.0)) / n);
+}
+
 /* ---- augmentation -----------------------------------------------------------------------------
  * Output element (y, ox, ch) of a sample, NHWC: ptc__augment_image's window column
  * x = flip ? w - 1 - ox : ox shows padded pixel (y + top, x + left), i.e. source pixel

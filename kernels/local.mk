@@ -12,7 +12,8 @@ tests_unit_test_kmath_LDADD = $(UNIT_LDADD) -lm
 
 if PTC_HAVE_CUDA
 PTC_KERNEL_CU = kernels/layout.cu kernels/elementwise.cu kernels/cast.cu kernels/pool.cu \
-	kernels/batchnorm.cu kernels/linear.cu kernels/sgd.cu kernels/augment.cu
+	kernels/batchnorm.cu kernels/linear.cu kernels/sgd.cu kernels/augment.cu \
+	kernels/xent.cu
 PTC_KERNEL_OBJS = $(PTC_KERNEL_CU:.cu=.o)
 PTC_KERNEL_HDRS = $(top_srcdir)/kernels/kmath.h $(top_srcdir)/kernels/kcommon.cuh \
 	$(top_srcdir)/kernels/ptc_kernels.h

@@ -2,10 +2,11 @@
  * ptc_kernels.h - the CUDA kernels of the cuda backend, as C-callable launchers.
  *
  * One .cu file per op family (elementwise.cu, layout.cu, pool.cu, batchnorm.cu, linear.cu,
- * sgd.cu, cast.cu), each with static __global__ kernels and the extern "C" launchers declared
- * here. The per-element arithmetic lives in kernels/kmath.h as __host__ __device__ inline
- * functions, so that tests/unit/test_kmath runs it on the host against the ref backend; the .cu
- * files are compiled with --fmad=false so that the device rounds as kmath.h is written.
+ * sgd.cu, cast.cu, augment.cu, xent.cu), each with static __global__ kernels and the extern "C"
+ * launchers declared here. The per-element arithmetic lives in kernels/kmath.h as __host__
+ * __device__ inline functions, so that tests/unit/test_kmath runs it on the host against the ref
+ * backend; the .cu files are compiled with --fmad=false so that the device rounds as kmath.h is
+ * written.
  *
  * Conventions:
  *   - every pointer is device memory; `stream` is a cudaStream_t passed as void *;
@@ -96,6 +97,17 @@ int ptc_k_sgd(float *p, const float *g, float *buf, int64_t n, double lr, double
 int ptc_k_sgd_multi(int count, float *const *p, const float *const *g, float *const *bufs,
                     const int64_t *n, double lr, double momentum, double dampening,
                     double weight_decay, int nesterov, int first_step, void *stream);
+
+/* ---- softmax cross-entropy (xent.cu) ----
+ * The mean cross-entropy of logits [n][classes] against labels[n] (int64, device memory, each in
+ * [0, classes): the caller checks them), as ptc__cross_entropy: dlogits [n][classes] =
+ * (softmax - onehot) / n (float32; dlogits may be NULL), *loss = the mean over rows (double),
+ * *correct = the rows whose first maximum is the label. row_loss[n] and row_right[n] are scratch
+ * (the per-row contributions), summed in row order by one thread so that the loss does not
+ * depend on the launch shape. One launch of one block. A label out of range gives a NaN loss and
+ * NaN gradients for its row instead of reading out of bounds. */
+int ptc_k_xent(const float *logits, const int64_t *labels, int n, int classes, float *dlogits,
+               double *row_loss, int32_t *row_right, double *loss, int64_t *correct, void *stream);
 
 /* ---- augmentation on the device (augment.cu) ----
  * images: the dataset as the loader holds it, uint8 [count][3][h][w], kept on the GPU. For sample

@@ -210,6 +210,26 @@ typedef struct ptc__backend_ops {
     int (*images_batch)(ptc__be *be, const ptc__bimg *im, const int32_t *idx, const int8_t *top,
                         const int8_t *left, const uint8_t *flip, int n, const float *lut,
                         ptc__bt *x, ptc_error *err);
+
+    /* ---- device loss and optimizer ----
+     * Optional (NULL where a backend has none; lib/nn then computes the loss on the host and
+     * steps one parameter at a time). They let a training step run without the host waiting.
+     *
+     * xent: the mean softmax cross-entropy of logits [n][classes] (role MAT) against labels
+     * (a host array of n int64, each in [0, classes), copied by the backend: the caller may
+     * reuse it on return), with ptc__cross_entropy's arithmetic (lib/nn/nn.h): dlogits
+     * [n][classes] (role MAT) = (softmax - onehot) / n. A device backend only queues the work;
+     * the loss and the number of rows whose first maximum is the label go to a result slot of
+     * the instance, which the next xent replaces. xent_result waits for the latest xent only
+     * (not for work queued after it) and reads that slot; PTC_EINVAL when no xent was queued. */
+    int (*xent)(ptc__be *be, const ptc__bt *logits, const int64_t *labels, int n, int classes,
+                ptc__bt *dlogits, ptc_error *err);
+    int (*xent_result)(ptc__be *be, double *loss, int64_t *correct, ptc_error *err);
+    /* sgd_step over count parameters at once, with one set of hyperparameters (first_step
+     * included): the same result, element for element, as sgd_step on each in turn (one launch
+     * on a device backend). buf may be NULL, and buf[i] NULL, when momentum is 0. */
+    int (*sgd_multi)(ptc__be *be, int count, ptc__bt *const *p, ptc__bt *const *g,
+                     ptc__bt *const *buf, const ptc__sgd *h, ptc_error *err);
 } ptc__backend_ops;
 
 /* The backend built into libptc. */

@@ -53,6 +53,12 @@ typedef struct dbuf {
     size_t size;
 } dbuf;
 
+/* The result slot of xent (kernels/xent.cu writes it on the device, then it is copied down). */
+typedef struct xent_res {
+    double loss;
+    int64_t correct;
+} xent_res;
+
 struct ptc__be {
     int device;
     ptc__precision prec;
@@ -64,6 +70,16 @@ struct ptc__be {
     dbuf plain;     /* tensor_write / tensor_read / raw forms of host memory: one tensor, float32 */
     dbuf bf[3];     /* bf16 operands and output of a convolution or linear layer */
     uint64_t clock; /* the last version handed out */
+    /* xent: the labels go up through pinned memory (a pageable copy could make the host wait for
+     * the stream), lab_copied marks when lab_host may be rewritten; the per-row scratch; the
+     * result slot, copied down into pinned xres_host and marked by xent_done, so that
+     * xent_result waits for that copy only. Made on first use. */
+    int64_t *lab_host;
+    int lab_cap;
+    cudaEvent_t lab_copied, xent_done;
+    int lab_pending, xent_queued;
+    dbuf lab_dev, xrows, xres;
+    xent_res *xres_host;
 };
 
 struct ptc__bt {
@@ -323,6 +339,15 @@ static void cuda_close(ptc__be *be)
         (void)cudnnDestroy(be->dnn);
     (void)cudaFree(be->ws.p);
     (void)cudaFree(be->plain.p);
+    (void)cudaFree(be->lab_dev.p);
+    (void)cudaFree(be->xrows.p);
+    (void)cudaFree(be->xres.p);
+    (void)cudaFreeHost(be->lab_host);
+    (void)cudaFreeHost(be->xres_host);
+    if (be->lab_copied)
+        (void)cudaEventDestroy(be->lab_copied);
+    if (be->xent_done)
+        (void)cudaEventDestroy(be->xent_done);
     for (int i = 0; i < 3; i++)
         (void)cudaFree(be->bf[i].p);
     if (be->stream)
@@ -1422,6 +1447,127 @@ static int cuda_images_batch(ptc__be *be, const ptc__bimg *cim, const int32_t *i
                      (const int8_t *)(d + o_left), d + o_flip, n, (const float *)d, x->d,
                      be->stream));
     touch(be, x);
+
+/* All parameters in one launch (ptc_k_sgd_multi: the per-element arithmetic of ptc_k_sgd). */
+static int cuda_sgd_multi(ptc__be *be, int count, ptc__bt *const *p, ptc__bt *const *g,
+                          ptc__bt *const *buf, const ptc__sgd *h, ptc_error *err)
+{
+    if (count < 0 || (count > 0 && (!p || !g)) || !h)
+        return ptc__err(err, PTC_EINVAL, "", -1, "sgd_multi: invalid arguments");
+    const bool mom = h->momentum != 0;
+    if (mom && count > 0 && !buf)
+        return ptc__err(err, PTC_EINVAL, "", -1, "sgd_multi: momentum %g needs buffers",
+                        h->momentum);
+    if (count == 0)
+        return 0;
+    for (int i = 0; i < count; i++) {
+        if (!p[i])
+            return ptc__err(err, PTC_EINVAL, "", -1, "sgd_multi: parameter %d is NULL", i);
+        TRY(check_like(be, err, "sgd_multi", "p", p[i], p[i]));
+        TRY(check_like(be, err, "sgd_multi", "g", g[i], p[i]));
+        if (mom)
+            TRY(check_like(be, err, "sgd_multi", "buf", buf[i], p[i]));
+    }
+    TRY(enter(be, err));
+    /* the launcher's lists: host arrays of device pointers, copied into the launch itself */
+    float **pd = ptc__malloc((size_t)count * (3 * sizeof(float *) + sizeof(int64_t)));
+    if (!pd)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "sgd_multi: out of memory");
+    float **gd = pd + count, **bd = gd + count;
+    int64_t *nd = (int64_t *)(void *)(bd + count);
+    for (int i = 0; i < count; i++) {
+        pd[i] = p[i]->d;
+        gd[i] = g[i]->d;
+        bd[i] = mom ? buf[i]->d : NULL;
+        nd[i] = p[i]->numel;
+    }
+    int e = ptc_k_sgd_multi(count, pd, (const float *const *)gd, bd, nd, (float)h->lr,
+                            (float)h->momentum, (float)h->dampening, (float)h->weight_decay,
+                            h->nesterov != 0, h->first_step != 0, be->stream);
+    ptc__free(pd);
+    if (e != 0)
+        return cu_fail(err, __FILE__, __LINE__, "ptc_k_sgd_multi", (cudaError_t)e);
+    for (int i = 0; i < count; i++) {
+        touch(be, p[i]);
+        if (mom)
+            touch(be, buf[i]);
+    }
+    return 0;
+}
+
+/* ---- loss ------------------------------------------------------------------------------------ */
+
+/* The buffers of xent for n rows. */
+static int xent_buffers(ptc__be *be, int n, ptc_error *err)
+{
+    if (!be->lab_copied)
+        CU(cudaEventCreateWithFlags(&be->lab_copied, cudaEventDisableTiming));
+    if (!be->xent_done)
+        CU(cudaEventCreateWithFlags(&be->xent_done, cudaEventDisableTiming));
+    if (!be->xres_host)
+        CU(cudaMallocHost((void **)&be->xres_host, sizeof *be->xres_host));
+    if (n > be->lab_cap) {
+        if (be->lab_pending)
+            CU(cudaEventSynchronize(be->lab_copied));
+        be->lab_pending = 0;
+        (void)cudaFreeHost(be->lab_host);
+        be->lab_host = NULL;
+        be->lab_cap = 0;
+        CU(cudaMallocHost((void **)&be->lab_host, (size_t)n * sizeof *be->lab_host));
+        be->lab_cap = n;
+    }
+    TRY(grow(be, &be->lab_dev, (size_t)n * sizeof(int64_t), err));
+    TRY(grow(be, &be->xrows, (size_t)n * (sizeof(double) + sizeof(int32_t)), err));
+    TRY(grow(be, &be->xres, sizeof(xent_res), err));
+    return 0;
+}
+
+static int cuda_xent(ptc__be *be, const ptc__bt *logits, const int64_t *labels, int n, int classes,
+                     ptc__bt *dlogits, ptc_error *err)
+{
+    if (n < 1 || classes < 1 || !labels)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "xent: %d rows of %d classes (at least 1 of each) and labels %s", n,
+                        classes, labels ? "given" : "NULL");
+    TRY(check_t(be, err, "xent", "logits", logits, PTC__ROLE_MAT, n, classes, 1, 1));
+    TRY(check_t(be, err, "xent", "dlogits", dlogits, PTC__ROLE_MAT, n, classes, 1, 1));
+    for (int i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= classes)
+            return ptc__err(err, PTC_EINVAL, "", -1, "label %lld of sample %d is not a class",
+                            (long long)labels[i], i);
+    TRY(enter(be, err));
+    be->xent_queued = 0;
+    TRY(xent_buffers(be, n, err));
+    /* the previous step's labels have long been copied: this wait is normally free */
+    if (be->lab_pending)
+        CU(cudaEventSynchronize(be->lab_copied));
+    memcpy(be->lab_host, labels, (size_t)n * sizeof *labels);
+    CU(cudaMemcpyAsync(be->lab_dev.p, be->lab_host, (size_t)n * sizeof *labels,
+                       cudaMemcpyHostToDevice, be->stream));
+    CU(cudaEventRecord(be->lab_copied, be->stream));
+    be->lab_pending = 1;
+    double *rows = be->xrows.p;
+    int32_t *right = (int32_t *)(void *)(rows + n);
+    xent_res *res = be->xres.p;
+    KL(ptc_k_xent(logits->d, be->lab_dev.p, n, classes, dlogits->d, rows, right, &res->loss,
+                  &res->correct, be->stream));
+    CU(cudaMemcpyAsync(be->xres_host, res, sizeof *res, cudaMemcpyDeviceToHost, be->stream));
+    CU(cudaEventRecord(be->xent_done, be->stream));
+    be->xent_queued = 1;
+    touch(be, dlogits);
+    return 0;
+}
+
+static int cuda_xent_result(ptc__be *be, double *loss, int64_t *correct, ptc_error *err)
+{
+    if (!be || !be->xent_queued)
+        return ptc__err(err, PTC_EINVAL, "", -1, "xent_result: no xent has been queued");
+    TRY(enter(be, err));
+    CU(cudaEventSynchronize(be->xent_done));
+    if (loss)
+        *loss = be->xres_host->loss;
+    if (correct)
+        *correct = be->xres_host->correct;
     return 0;
 }
 
@@ -1469,6 +1615,9 @@ const ptc__backend_ops ptc__backend_cuda = {
     .images_upload = cuda_images_upload,
     .images_free = cuda_images_free,
     .images_batch = cuda_images_batch,
+    /* ---- device loss and optimizer ---- */    .xent = cuda_xent,
+    .xent_result = cuda_xent_result,
+    .sgd_multi = cuda_sgd_multi,
 };
 
 #ifndef PTC_CUDA_NO_MODULE

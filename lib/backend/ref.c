@@ -29,6 +29,10 @@
 struct ptc__be {
     ptc__dtype_be dtype;
     int nt; /* threads the kernels may use (1 without OpenMP) */
+    /* the result slot of the latest xent (computed at once: ref has nothing to wait for) */
+    int xent_done;
+    double xent_loss;
+    int64_t xent_correct;
 };
 
 struct ptc__bt {
@@ -762,6 +766,61 @@ static int ref_images_batch(ptc__be *be, const ptc__bimg *im, const int32_t *idx
             xd[(size_t)i * PTC__DATA_PIXELS + j] = buf[j];
     }
     ptc__free(buf);
+
+/* Every parameter in turn through the same kernel as sgd_step: the bits of count sgd_step calls. */
+static int ref_sgd_multi(ptc__be *be, int count, ptc__bt *const *p, ptc__bt *const *g,
+                         ptc__bt *const *buf, const ptc__sgd *h, ptc_error *err)
+{
+    if (count < 0 || (count > 0 && (!p || !g)) || !h)
+        return ptc__err(err, PTC_EINVAL, "", -1, "sgd_multi: invalid arguments");
+    const bool mom = h->momentum != 0;
+    if (mom && count > 0 && !buf)
+        return ptc__err(err, PTC_EINVAL, "", -1, "sgd_multi: momentum %g needs buffers",
+                        h->momentum);
+    /* every argument checked before anything is updated: a bad list changes nothing */
+    for (int i = 0; i < count; i++) {
+        if (!p[i])
+            return ptc__err(err, PTC_EINVAL, "", -1, "sgd_multi: parameter %d is NULL", i);
+        TRY(check_like(be, err, "sgd_multi", "p", p[i], p[i]));
+        TRY(check_like(be, err, "sgd_multi", "g", g[i], p[i]));
+        if (mom)
+            TRY(check_like(be, err, "sgd_multi", "buf", buf[i], p[i]));
+    }
+    for (int i = 0; i < count; i++)
+        KERNEL(be, sgd_step, p[i]->data, g[i]->data, mom ? buf[i]->data : NULL, p[i]->numel, h);
+    return 0;
+}
+
+/* ---- loss ------------------------------------------------------------------------------------ */
+
+static int ref_xent(ptc__be *be, const ptc__bt *logits, const int64_t *labels, int n, int classes,
+                    ptc__bt *dlogits, ptc_error *err)
+{
+    if (n < 1 || classes < 1 || !labels)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "xent: %d rows of %d classes (at least 1 of each) and labels %s", n,
+                        classes, labels ? "given" : "NULL");
+    TRY(check_t(be, err, "xent", "logits", logits, PTC__ROLE_MAT, n, classes, 1, 1));
+    TRY(check_t(be, err, "xent", "dlogits", dlogits, PTC__ROLE_MAT, n, classes, 1, 1));
+    be->xent_done = 0;
+    for (int i = 0; i < n; i++)
+        if (labels[i] < 0 || labels[i] >= classes)
+            return ptc__err(err, PTC_EINVAL, "", -1, "label %lld of sample %d is not a class",
+                            (long long)labels[i], i);
+    KERNEL(be, xent, logits->data, labels, n, classes, dlogits->data, &be->xent_loss,
+           &be->xent_correct);
+    be->xent_done = 1;
+    return 0;
+}
+
+static int ref_xent_result(ptc__be *be, double *loss, int64_t *correct, ptc_error *err)
+{
+    if (!be || !be->xent_done)
+        return ptc__err(err, PTC_EINVAL, "", -1, "xent_result: no xent has been computed");
+    if (loss)
+        *loss = be->xent_loss;
+    if (correct)
+        *correct = be->xent_correct;
     return 0;
 }
 
@@ -809,4 +868,7 @@ const ptc__backend_ops ptc__backend_ref = {
     .images_upload = ref_images_upload,
     .images_free = ref_images_free,
     .images_batch = ref_images_batch,
+    /* ---- device loss and optimizer ---- */    .xent = ref_xent,
+    .xent_result = ref_xent_result,
+    .sgd_multi = ref_sgd_multi,
 };

@@ -471,3 +471,36 @@ static void FN(sgd_step)(REAL *p, const REAL *g, REAL *buf, int64_t n, const ptc
         p[i] = FMA(d, neg_lr, p[i]);
     }
 }
+
+/* ---- softmax cross-entropy ----------------------------------------------------------------------
+ * ptc__cross_entropy's loop (lib/nn/state.c), expression for expression, so that a training step
+ * through the xent op gives the bits of the host loss: the first maximum, lse in double, the
+ * rows' losses summed in row order, (exp(z - lse) - onehot) / n rounded to REAL. Labels have been
+ * checked. */
+static void FN(xent)(const REAL *logits, const int64_t *labels, int n, int classes, REAL *dlogits,
+                     double *loss, int64_t *correct)
+{
+    double total = 0;
+    int64_t right = 0;
+    for (int i = 0; i < n; i++) {
+        const REAL *z = logits + (size_t)i * (size_t)classes;
+        int64_t y = labels[i];
+        int best = 0;
+        double mx = z[0];
+        for (int c = 1; c < classes; c++)
+            if (z[c] > z[best])
+                best = c;
+        mx = z[best];
+        double sum = 0;
+        for (int c = 0; c < classes; c++)
+            sum += exp((double)z[c] - mx);
+        double lse = mx + log(sum);
+        total += lse - (double)z[y];
+        right += best == y;
+        REAL *g = dlogits + (size_t)i * (size_t)classes;
+        for (int c = 0; c < classes; c++)
+            g[c] = (REAL)((exp((double)z[c] - lse) - (c == y ? 1.0 : 0.0)) / n);
+    }
+    *loss = total / n;
+    *correct = right;
+}

@@ -90,7 +90,8 @@ int ptc__model_state_dict(ptc__model *m, ptc_doc *d, ptc_value **out, ptc_error 
 
 /* Forward of n images ([n][3][32][32] float32, normalised). train: batch statistics (and running
  * statistics updated, num_batches_tracked incremented) and activations kept for backward; else
- * running statistics. logits: [n][num_classes] out. */
+ * running statistics. logits: [n][num_classes] out, or NULL to leave them on the backend (a
+ * training step whose loss ptc__model_loss computes there: the host does not wait). */
 int ptc__model_forward(ptc__model *m, const float *images, int n, int train, float *logits,
                        ptc_error *err);
 /* The same forward from the model's input tensor as the caller filled it, without tensor_write:
@@ -99,9 +100,20 @@ int ptc__model_forward(ptc__model *m, const float *images, int n, int train, flo
  * no other batch size may be used. */
 int ptc__model_input(ptc__model *m, int n, ptc__bt **x, ptc_error *err);
 int ptc__model_forward_filled(ptc__model *m, int n, int train, float *logits, ptc_error *err);
-/* Backward of the last training forward, from dlogits [n][num_classes]: every parameter's
- * gradient is written (not accumulated). */
+/* Backward of the last training forward, from dlogits [n][num_classes], or with dlogits NULL from
+ * the gradient that ptc__model_loss left on the backend: every parameter's gradient is written
+ * (not accumulated). */
 int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err);
+
+/* The loss on the backend (its optional xent op; see backend.h). has_device_loss: whether the
+ * backend has it. ptc__model_loss: the mean cross-entropy of the last training forward's logits
+ * against labels (host array, n of them, copied), with ptc__cross_entropy's arithmetic, its
+ * gradient kept on the backend for ptc__model_backward(m, NULL); a device backend only queues
+ * it. ptc__model_loss_result: the loss and correct count of the latest ptc__model_loss, waiting
+ * for that computation only (call it before the next ptc__model_loss, which replaces them). */
+int ptc__model_has_device_loss(const ptc__model *m);
+int ptc__model_loss(ptc__model *m, const int64_t *labels, ptc_error *err);
+int ptc__model_loss_result(ptc__model *m, double *loss, int64_t *correct, ptc_error *err);
 
 /* Called by backward as soon as a parameter's gradient is final, once per parameter, in the
  * order backward produces them (roughly the reverse of the parameter order); a negative return
@@ -164,7 +176,8 @@ typedef struct ptc__sgd_params {
 
 /* One torch.optim.SGD step over every parameter with the learning rate lr; step counts the
  * optimizer steps taken before this one (momentum buffers are created on step 0, or when a
- * parameter has none yet, as torch does). */
+ * parameter has none yet, as torch does). Through the backend's sgd_multi when it has one (one
+ * launch on a device), else sgd_step per parameter: the same bits. */
 int ptc__model_sgd_step(ptc__model *m, const ptc__sgd_params *p, double lr, int64_t step,
                         ptc_error *err);
 

@@ -78,8 +78,9 @@ struct ptc__model {
     ptc__entry *fc_w, *fc_b;
     act_set sets[MAX_SETS];
     size_t nsets;
-    act_set *last; /* the set of the last training forward */
-    int trained;   /* a training forward happened since the last backward */
+    act_set *last;   /* the set of the last training forward */
+    int trained;     /* a training forward happened since the last backward */
+    int has_dlogits; /* ptc__model_loss wrote last->g_logits for the next backward */
     ptc__grad_hook hook;
     void *hook_ctx;
     ptc__bn_sync bn_sync; /* synchronised batchnorm when set */
@@ -597,10 +598,13 @@ int ptc__model_forward_filled(ptc__model *m, int n, int train, float *logits, pt
     }
     if ((rc = o->avgpool_fwd(be, x, s->avg, err)) ||
         (rc = o->linear_fwd(be, s->avg, m->fc_w->value, m->fc_b->value, s->logits, err)) ||
-        (rc = o->tensor_read(be, s->logits, logits, err)))
+        (logits && (rc = o->tensor_read(be, s->logits, logits, err))))
         return rc;
-    m->last = train ? s : m->last;
-    m->trained = train ? 1 : m->trained;
+    if (train) {
+        m->last = s;
+        m->trained = 1;
+        m->has_dlogits = 0;
+    }
     return 0;
 }
 
@@ -622,16 +626,51 @@ static int ready(ptc__model *m, ptc__entry *a, ptc__entry *b, ptc_error *err)
     return rc;
 }
 
+int ptc__model_has_device_loss(const ptc__model *m)
+{
+    return m && m->ops->xent && m->ops->xent_result;
+}
+
+int ptc__model_loss(ptc__model *m, const int64_t *labels, ptc_error *err)
+{
+    if (!m || !labels || !m->trained || !m->last)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "ptc__model_loss: no training forward to take the loss of");
+    if (!ptc__model_has_device_loss(m))
+        return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                        "ptc__model_loss: the %s backend has no xent operation", m->ops->name);
+    act_set *s = m->last;
+    m->has_dlogits = 0;
+    int rc = m->ops->xent(m->be, s->logits, labels, s->n, m->classes, s->g_logits, err);
+    if (rc < 0)
+        return rc;
+    m->has_dlogits = 1;
+    return 0;
+}
+
+int ptc__model_loss_result(ptc__model *m, double *loss, int64_t *correct, ptc_error *err)
+{
+    if (!ptc__model_has_device_loss(m))
+        return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                        "ptc__model_loss_result: the backend has no xent operation");
+    return m->ops->xent_result(m->be, loss, correct, err);
+}
+
 int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
 {
-    if (!m || !dlogits || !m->trained || !m->last)
+    if (!m || !m->trained || !m->last)
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "ptc__model_backward: no training forward to differentiate");
+    if (!dlogits && !m->has_dlogits)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "ptc__model_backward: no dlogits given and no ptc__model_loss since the "
+                        "last training forward");
     act_set *s = m->last;
     const ptc__backend_ops *o = m->ops;
     ptc__be *be = m->be;
     int rc;
-    if ((rc = o->tensor_write(be, s->g_logits, dlogits, err)) ||
+    m->has_dlogits = 0;
+    if ((dlogits && (rc = o->tensor_write(be, s->g_logits, dlogits, err))) ||
         (rc = o->linear_bwd(be, s->avg, m->fc_w->value, s->g_logits, s->g_avg, m->fc_w->grad,
                             m->fc_b->grad, err)) ||
         (rc = ready(m, m->fc_b, m->fc_w, err)) ||
@@ -728,10 +767,48 @@ int ptc__model_write_momentum(ptc__model *m, ptc__entry *e, const float *values,
     return rc ? rc : m->ops->tensor_write(m->be, e->momentum, values, err);
 }
 
+/* The parameters in one or two sgd_multi calls: those whose momentum buffer exists (group 0)
+ * and those that get one now (group 1, first_step: torch clones the gradient into it). The update
+ * is elementwise and per parameter, so grouping changes no bits. */
+static int sgd_multi_step(ptc__model *m, const ptc__sgd_params *p, double lr, ptc_error *err)
+{
+    const size_t np = m->nparams;
+    ptc__bt **lists = ptc__malloc(6 * (np ? np : 1) * sizeof *lists);
+    if (!lists)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "sgd step: out of memory");
+    ptc__bt **pv[2] = {lists, lists + 3 * np}, **gv[2] = {lists + np, lists + 4 * np},
+            **bv[2] = {lists + 2 * np, lists + 5 * np};
+    int cnt[2] = {0, 0}, rc = 0;
+    const bool mom = p->momentum != 0;
+    for (size_t i = 0; i < m->ne && rc == 0; i++) {
+        ptc__entry *e = &m->e[i];
+        if (e->kind != PTC__ENTRY_PARAM)
+            continue;
+        int grp = 0;
+        if (mom && !e->momentum) {
+            rc = make_momentum(m, e, err);
+            grp = 1;
+        }
+        pv[grp][cnt[grp]] = e->value;
+        gv[grp][cnt[grp]] = e->grad;
+        bv[grp][cnt[grp]] = e->momentum;
+        cnt[grp]++;
+    }
+    for (int grp = 0; grp < 2 && rc == 0; grp++) {
+        ptc__sgd h = {lr, p->momentum, p->dampening, p->weight_decay, p->nesterov, grp};
+        if (cnt[grp] > 0)
+            rc = m->ops->sgd_multi(m->be, cnt[grp], pv[grp], gv[grp], bv[grp], &h, err);
+    }
+    ptc__free(lists);
+    return rc < 0 ? rc : 0;
+}
+
 int ptc__model_sgd_step(ptc__model *m, const ptc__sgd_params *p, double lr, int64_t step,
                         ptc_error *err)
 {
     (void)step;
+    if (m->ops->sgd_multi)
+        return sgd_multi_step(m, p, lr, err);
     for (size_t i = 0; i < m->ne; i++) {
         ptc__entry *e = &m->e[i];
         if (e->kind != PTC__ENTRY_PARAM)

@@ -765,27 +765,71 @@ static void gpu_tick(run *r, int epoch, int64_t step)
            json);
 }
 
-/* One optimizer step on a batch: forward, loss, backward with the reducer's all-reduces, SGD. */
+/* One optimizer step on a batch: forward, loss, backward with the reducer's all-reduces, SGD.
+ * On a backend that computes the loss itself (ptc__model_has_device_loss: its xent op), the
+ * logits and their gradient stay there and *loss, *correct are not set: the caller fetches them
+ * with ptc__model_loss_result when it needs them (before the next step's loss replaces them),
+ * so that a device backend runs a step without the host waiting for it. The host path (logits
+ * read, ptc__cross_entropy, dlogits written) gives the same bits on ref. */
 static int train_step(run *r, const ptc__batch *b, double lr, int64_t step, double *loss,
                       int64_t *correct, ptc_error *err)
 {
+    const bool dev = ptc__model_has_device_loss(r->model);
     int rc = 0;
     if (r->reducer && !r->p->no_broadcast_buffers)
         rc = ptc__reducer_sync_buffers(r->reducer, err);
     if (rc == 0)
-        rc = forward_batch(r->model, r->img_train, &r->nz, b, 1, r->logits, err);
+        rc = forward_batch(r->model, r->img_train, &r->nz, b, 1, dev ? NULL : r->logits, err);
     if (rc == 0)
-        rc = ptc__cross_entropy(r->logits, b->labels, b->n, PTC__DATA_CLASSES, loss, r->dlogits,
-                                correct, err);
+        rc = dev ? ptc__model_loss(r->model, b->labels, err)
+                 : ptc__cross_entropy(r->logits, b->labels, b->n, PTC__DATA_CLASSES, loss,
+                                      r->dlogits, correct, err);
     if (rc == 0 && r->reducer)
         ptc__reducer_prepare(r->reducer);
     if (rc == 0)
-        rc = ptc__model_backward(r->model, r->dlogits, err);
+        rc = ptc__model_backward(r->model, dev ? NULL : r->dlogits, err);
     if (rc == 0 && r->reducer)
         rc = ptc__reducer_finish(r->reducer, err);
     if (rc == 0)
         rc = ptc__model_sgd_step(r->model, &r->rc.sgd, lr, step, err);
     return rc;
+}
+
+/* The epoch's running totals of the training loss, fed one step at a time in step order. */
+typedef struct epoch_sums {
+    double loss_sum;
+    int64_t right;
+    int64_t seen;         /* images whose step has been taken */
+    int pending;          /* a step whose loss is still on the backend (device loss) */
+    int pending_n;        /* its batch size */
+    int64_t pending_seen; /* seen after it */
+} epoch_sums;
+
+/* A step's loss into the totals and the progress display (rank 0), in step order. */
+static void account(run *r, epoch_sums *es, int epoch, int64_t total, int bn, int64_t seen,
+                    double loss, int64_t correct, ptc_train_result *res)
+{
+    es->loss_sum += loss * bn;
+    es->right += correct;
+    res->last_loss = loss;
+    if (r->p->progress && r->rc.rank == 0)
+        r->p->progress(r->p->ctx, epoch + 1, seen, total, es->loss_sum / (double)seen);
+}
+
+/* The pending step's loss from the backend (waits for that step's loss kernel only). */
+static int collect(run *r, epoch_sums *es, int epoch, int64_t total, ptc_train_result *res,
+                   ptc_error *err)
+{
+    if (!es->pending)
+        return 0;
+    double loss;
+    int64_t correct;
+    es->pending = 0;
+    int rc = ptc__model_loss_result(r->model, &loss, &correct, err);
+    if (rc < 0)
+        return rc;
+    account(r, es, epoch, total, es->pending_n, es->pending_seen, loss, correct, res);
+    return 0;
 }
 
 int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
@@ -894,30 +938,36 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
             ptc__free(idx);
             break;
         }
-        double t_epoch = now(), loss_sum = 0;
-        int64_t seen = 0, right = 0;
+        double t_epoch = now();
+        epoch_sums ep = {0};
+        const bool dev_loss = ptc__model_has_device_loss(r.model);
         ptc__batch *b;
         while (!stop && (rc = ptc__loader_next(l, &b, err)) > 0) {
-            double loss;
-            int64_t correct;
+            double loss = 0;
+            int64_t correct = 0;
             lr = ptc__schedule_lr(&sched, step, epoch);
-            rc = train_step(&r, b, lr, step, &loss, &correct, err);
+            /* the previous step's loss, before this step's replaces it on the backend */
+            rc = collect(&r, &ep, epoch, n, res, err);
+            if (rc == 0)
+                rc = train_step(&r, b, lr, step, &loss, &correct, err);
             int bn = b->n;
             ptc__loader_release(b);
             if (rc < 0)
                 break;
             step++;
-            seen += bn;
+            ep.seen += bn;
             images += bn;
-            loss_sum += loss * bn;
-            right += correct;
-            res->last_loss = loss;
+            if (dev_loss) {
+                ep.pending = 1;
+                ep.pending_n = bn;
+                ep.pending_seen = ep.seen;
+            } else {
+                account(&r, &ep, epoch, n, bn, ep.seen, loss, correct, res);
+            }
             if (step == WARMUP_STEPS) {
                 t_warm = now();
                 warm_images = images;
             }
-            if (p->progress && rank == 0)
-                p->progress(p->ctx, epoch + 1, seen, n, loss_sum / (double)seen);
             if (r.mon)
                 gpu_tick(&r, epoch + 1, step);
             if (p->max_steps > 0 && step >= p->max_steps)
@@ -925,8 +975,11 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
         }
         ptc__loader_stop(l);
         ptc__free(idx);
-        if (rc < 0 || (rc = epoch_totals(r.rc.comm, &loss_sum, &right, &seen, err)) < 0)
+        if (rc < 0 || (rc = collect(&r, &ep, epoch, n, res, err)) < 0 ||
+            (rc = epoch_totals(r.rc.comm, &ep.loss_sum, &ep.right, &ep.seen, err)) < 0)
             break;
+        const double loss_sum = ep.loss_sum;
+        const int64_t right = ep.right, seen = ep.seen;
         double secs = now() - t_epoch;
         res->epochs_done = epoch + 1;
         say(p, "epoch %d/%d: loss %.4f, train accuracy %.2f%%, %.0f images/s, %.1f s", epoch + 1,

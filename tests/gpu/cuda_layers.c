@@ -423,6 +423,111 @@ static void check_sgd(const char *name, ptc__role role, int k, int c, int r, ptc
     pfree(&p), pfree(&g), pfree(&buf);
 }
 
+/* The optional loss op: dlogits within the tolerance (CUDA's double exp and log against glibc's:
+ * in practice the same bits or one ulp), the loss within 1e-12 relative and the correct count
+ * equal, read through xent_result; batches of growing size (the label and scratch buffers grow)
+ * and a result read only after the next xent replaced it; a bad label refused. */
+static void check_xent(int n, int classes, enum fill f)
+{
+    char what[64];
+    snprintf(what, sizeof what, "xent %s%d x %d", f == TIES ? "ties " : "", n, classes);
+    pair z, g;
+    if (pnew(&z, what, PTC__ROLE_MAT, n, classes, 1, 1, f) < 0 ||
+        pnew(&g, what, PTC__ROLE_MAT, n, classes, 1, 1, ZERO) < 0)
+        return;
+    int64_t *y = xmalloc((size_t)n * sizeof *y);
+    for (int i = 0; i < n; i++)
+        y[i] = (int64_t)(urand() * classes);
+    double lr = 0, lc = 0;
+    int64_t cr = -1, cc = -2;
+    DO(R->xent(rb, z.r, y, n, classes, g.r, &err), what);
+    DO(C->xent(cb, z.c, y, n, classes, g.c, &err), what);
+    for (int i = 0; i < n; i++)
+        y[i] = -1; /* the backend copied the labels: the caller may reuse the array */
+    DO(R->xent_result(rb, &lr, &cr, &err), what);
+    DO(C->xent_result(cb, &lc, &cc, &err), what);
+    char wl[80];
+    snprintf(wl, sizeof wl, "%s dlogits", what);
+    cmp(wl, &g);
+    n_checks++;
+    int ok = fabs(lc - lr) <= 1e-12 * fabs(lr) && cc == cr;
+    n_failed += !ok;
+    printf("%-38s %-26s %10.3e  %s (loss cuda %.17g ref %.17g, correct %lld / %lld)\n", what,
+           "loss, correct", lr != 0 ? fabs(lc - lr) / fabs(lr) : fabs(lc), ok ? "PASS" : "FAIL", lc,
+           lr, (long long)cc, (long long)cr);
+    free(y);
+    pfree(&z), pfree(&g);
+}
+
+static void check_xent_queue(void)
+{
+    const char *what = "xent queued twice";
+    pair z, g;
+    if (pnew(&z, what, PTC__ROLE_MAT, 16, 10, 1, 1, RAND) < 0 ||
+        pnew(&g, what, PTC__ROLE_MAT, 16, 10, 1, 1, ZERO) < 0)
+        return;
+    int64_t y[16], bad[16];
+    for (int i = 0; i < 16; i++)
+        y[i] = bad[i] = i % 10;
+    bad[5] = 10;
+    double l1, l2, lr;
+    int64_t c1, c2, cr;
+    DO(C->xent(cb, z.c, y, 16, 10, g.c, &err), what);
+    DO(C->xent_result(cb, &l1, &c1, &err), what);
+    y[0] = (y[0] + 1) % 10; /* a different result for the second xent */
+    DO(C->xent(cb, z.c, y, 16, 10, g.c, &err), what);
+    DO(C->xent_result(cb, &l2, &c2, &err), what);
+    DO(R->xent(rb, z.r, y, 16, 10, g.r, &err), what);
+    DO(R->xent_result(rb, &lr, &cr, &err), what);
+    int refused = C->xent(cb, z.c, bad, 16, 10, g.c, &err) == PTC_EINVAL &&
+                  strstr(err.message, "label 10 of sample 5") != NULL;
+    n_checks++;
+    int ok = l1 != l2 && fabs(l2 - lr) <= 1e-12 * fabs(lr) && c2 == cr && refused;
+    n_failed += !ok;
+    printf("%-38s %-26s %10s  %s (latest result %.17g, ref %.17g; bad label %s)\n", what,
+           "[16][10]", "-", ok ? "PASS" : "FAIL", l2, lr, refused ? "refused" : "NOT refused");
+    pfree(&z), pfree(&g);
+}
+
+/* sgd_multi over parameters of three roles and sizes against ref's sgd_step one at a time, two
+ * steps (the first one creating the buffers when h.first_step). */
+static void check_sgd_multi(const char *name, ptc__sgd h)
+{
+    enum { T = 3 };
+    static const int dims[T][5] = {{PTC__ROLE_CONV_W, 64, 32, 3, 3},
+                                   {PTC__ROLE_VEC, 1, 512, 1, 1},
+                                   {PTC__ROLE_MAT, 10, 512, 1, 1}};
+    pair p[T], g[T], buf[T];
+    ptc__bt *cp[T], *cg[T], *cbuf[T];
+    char what[64];
+    for (int i = 0; i < T; i++) {
+        if (pnew(&p[i], name, (ptc__role)dims[i][0], dims[i][1], dims[i][2], dims[i][3], dims[i][4],
+                 RAND) < 0 ||
+            pnew(&g[i], name, (ptc__role)dims[i][0], dims[i][1], dims[i][2], dims[i][3], dims[i][4],
+                 RAND) < 0 ||
+            pnew(&buf[i], name, (ptc__role)dims[i][0], dims[i][1], dims[i][2], dims[i][3],
+                 dims[i][4], RAND) < 0)
+            return;
+        cp[i] = p[i].c, cg[i] = g[i].c, cbuf[i] = buf[i].c;
+    }
+    for (int step = 0; step < 2; step++) {
+        for (int i = 0; i < T; i++)
+            DO(R->sgd_step(rb, p[i].r, g[i].r, buf[i].r, &h, &err), name);
+        DO(C->sgd_multi(cb, T, cp, cg, cbuf, &h, &err), name);
+        for (int i = 0; i < T; i++) {
+            snprintf(what, sizeof what, "%s step %d p%d", name, step + 1, i);
+            cmp(what, &p[i]);
+            if (h.momentum != 0) {
+                snprintf(what, sizeof what, "%s step %d buf%d", name, step + 1, i);
+                cmp(what, &buf[i]);
+            }
+        }
+        h.first_step = 0;
+    }
+    for (int i = 0; i < T; i++)
+        pfree(&p[i]), pfree(&g[i]), pfree(&buf[i]);
+}
+
 static void check_raw(void)
 {
     pair t, back;
@@ -895,6 +1000,19 @@ int main(int argc, char **argv)
     check_sgd("sgd dampening", PTC__ROLE_VEC, 1, 512, 1, h);
     ptc__sgd plain = {.lr = 0.05, .weight_decay = 1e-4};
     check_sgd("sgd no momentum", PTC__ROLE_CONV_W, 128, 64, 3, plain);
+    ptc__sgd hm = {.lr = 0.1,
+                   .momentum = 0.9,
+                   .dampening = 0.1,
+                   .weight_decay = 5e-4,
+                   .nesterov = 1,
+                   .first_step = 1};
+    check_sgd_multi("sgd_multi nesterov damp wd", hm);
+    check_sgd_multi("sgd_multi no momentum", plain);
+    check_xent(8, 10, RAND);
+    check_xent(512, 10, RAND);
+    check_xent(300, 10, TIES);
+    check_xent(64, 1000, RAND);
+    check_xent_queue();
     C->close(cb);
     /* bf16 precision (autocast's rules) against ref's float32, loosely: the path runs and its
      * results are the layer's */

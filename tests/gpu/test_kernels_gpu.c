@@ -4,7 +4,10 @@
  * bit for bit for layout, elementwise, casts, pooling, the bias, SGD (single and multi-tensor)
  * and the augmentation; batch normalisation within 1e-5 relative to max(|host|, 1) (the device
  * sums in a different, fixed order). A NaN produced by arithmetic (add, accumulate) matches any
- * NaN: the GPU returns its canonical NaN where the host returns an operand's.
+ * NaN: the GPU returns its canonical NaN where the host returns an operand's. The softmax
+ * cross-entropy (xent) uses CUDA's double exp and log, which may differ from glibc's in the last
+ * bit: its correct count must be equal, its dlogits within 1 float ulp (the exact matches are
+ * counted and printed) and its mean loss within 1e-13 relative of the host's.
  *
  * Exits 77 when no GPU is found; prints "test_kernels_gpu: N checks, M failed" (one check per
  * compared array) and, for information, the time of a few kernels at ResNet-18 / CIFAR sizes.
@@ -551,6 +554,92 @@ static void test_sgd(void)
     free(p0), free(g), free(ph), free(bh), free(got), cudaFree(d_p), cudaFree(d_g), cudaFree(d_b);
 }
 
+/* ---- cross-entropy ------------------------------------------------------------------------- */
+
+static int64_t ulp_dist(float a, float b)
+{
+    int64_t ia = (int32_t)ptc_km_f32_bits(a), ib = (int32_t)ptc_km_f32_bits(b);
+    ia = ia < 0 ? (int64_t)INT32_MIN - ia : ia; /* monotonic integer order of floats */
+    ib = ib < 0 ? (int64_t)INT32_MIN - ib : ib;
+    return ia > ib ? ia - ib : ib - ia;
+}
+
+static void xent_case(int n, int classes, float spread, int levels)
+{
+    const int64_t t = (int64_t)n * classes;
+    float *z = halloc(4 * t), *gh = halloc(4 * t), *gd = halloc(4 * t);
+    int64_t *y = halloc(8 * (size_t)n);
+    for (int64_t i = 0; i < t; i++)
+        z[i] = levels ? (float)(int)(rnd64() % (uint64_t)levels) * 0.25f : rnd_f(-spread, spread);
+    for (int i = 0; i < n; i++)
+        y[i] = (int64_t)(rnd64() % (uint64_t)classes);
+    /* the host: kernels/xent.cu's composition of kmath.h */
+    double total = 0;
+    int64_t right_h = 0;
+    for (int i = 0; i < n; i++) {
+        const float *zr = z + (int64_t)i * classes;
+        const int best = ptc_km_xent_argmax(zr, classes);
+        const double lse = ptc_km_xent_lse(zr, classes, best);
+        total += ptc_km_xent_row_loss(zr, lse, y[i]);
+        right_h += best == y[i];
+        for (int c = 0; c < classes; c++)
+            gh[(int64_t)i * classes + c] = ptc_km_xent_grad(zr[c], lse, c == y[i], n);
+    }
+    const double loss_h = total / n;
+    float *d_z = dalloc(4 * t), *d_g = dalloc(4 * t);
+    int64_t *d_y = dalloc(8 * (size_t)n), *d_c = dalloc(8);
+    double *d_rows = dalloc(8 * (size_t)n), *d_l = dalloc(8);
+    int32_t *d_r = dalloc(4 * (size_t)n);
+    up(d_z, z, 4 * t);
+    up(d_y, y, 8 * (size_t)n);
+    RUN(ptc_k_xent(d_z, d_y, n, classes, d_g, d_rows, d_r, d_l, d_c, stream));
+    double loss_d;
+    int64_t right_d;
+    down(gd, d_g, 4 * t);
+    down(&loss_d, d_l, 8);
+    down(&right_d, d_c, 8);
+    int64_t exact = 0, far = 0, first = -1;
+    for (int64_t i = 0; i < t; i++) {
+        int64_t u = ulp_dist(gd[i], gh[i]);
+        exact += u == 0;
+        if (u > 1 && far++ == 0)
+            first = i;
+    }
+    checks += 3;
+    if (far) {
+        failures++;
+        fprintf(stderr,
+                "FAIL xent n %d classes %d: %lld dlogits more than 1 ulp off; first [%lld]: "
+                "gpu %.9g != host %.9g\n",
+                n, classes, (long long)far, (long long)first, (double)gd[first], (double)gh[first]);
+    }
+    if (right_d != right_h) {
+        failures++;
+        fprintf(stderr, "FAIL xent n %d classes %d: correct gpu %lld != host %lld\n", n, classes,
+                (long long)right_d, (long long)right_h);
+    }
+    if (!(fabs(loss_d - loss_h) <= 1e-13 * fabs(loss_h))) {
+        failures++;
+        fprintf(stderr, "FAIL xent n %d classes %d: loss gpu %.17g != host %.17g\n", n, classes,
+                loss_d, loss_h);
+    }
+    printf("xent n %d classes %d: loss gpu %.17g host %.17g, correct %lld, dlogits %lld of %lld "
+           "bit-identical\n",
+           n, classes, loss_d, loss_h, (long long)right_d, (long long)exact, (long long)t);
+    free(z), free(gh), free(gd), free(y);
+    cudaFree(d_z), cudaFree(d_g), cudaFree(d_y), cudaFree(d_c), cudaFree(d_rows), cudaFree(d_l);
+    cudaFree(d_r);
+}
+
+static void test_xent(void)
+{
+    xent_case(1, 10, 3, 0);
+    xent_case(512, 10, 3, 0);
+    xent_case(500, 10, 80, 0); /* exp underflows */
+    xent_case(257, 10, 0, 3);  /* ties: the first maximum */
+    xent_case(64, 1000, 5, 0);
+}
+
 /* ---- augmentation ---------------------------------------------------------------------------- */
 
 static void test_augment(void)
@@ -670,6 +759,7 @@ int main(void)
     test_bn();
     test_linear();
     test_sgd();
+    test_xent();
     test_augment();
     if (!getenv("PTC_KERNELS_NO_TIMING"))
         timing();

@@ -14,11 +14,17 @@
  *   6. Batch normalisation forward (training, eval, fused relu) and backward: within 1e-6 of ref,
  *      relative to max(|ref|, 1) (ref sums in double in another order and keeps mean/invstd in
  *      double where the kernels hand floats between launches).
+ *   7. Softmax cross-entropy, composed from kmath.h as kernels/xent.cu composes it (rows, then
+ *      their losses summed in row order by one thread): the mean loss (double), the correct count
+ *      and every dlogit bit for bit against ptc__cross_entropy (lib/nn, the host training path)
+ *      and against the ref backend's xent (ref_kernels.h), on ties, large and tiny logits, -inf,
+ *      NaN, 1 to 1000 classes. (On the device exp and log are CUDA's: tests/gpu checks those.)
  *
  * Every failure prints both sides; the last line counts checks and failures.
  */
 #include "backend/backend.h"
 #include "data/data.h"
+#include "nn/nn.h"
 #include "tensor/tensor.h"
 
 #include "kmath.h"
@@ -566,6 +572,148 @@ static void test_bn(void)
         worst_rel, check_failures - before);
 }
 
+/* ---- 7. cross-entropy ------------------------------------------------------------------------ */
+
+/* kernels/xent.cu's composition of the kmath.h functions, on the host. */
+static void km_xent(const float *logits, const int64_t *labels, int n, int classes, float *dlogits,
+                    double *loss, int64_t *correct)
+{
+    double *rows = malloc((size_t)n * sizeof *rows);
+    int32_t *right = malloc((size_t)n * sizeof *right);
+    if (!rows || !right) {
+        fprintf(stderr, "out of memory\n");
+        exit(99);
+    }
+    for (int i = 0; i < n; i++) {
+        const float *z = logits + (int64_t)i * classes;
+        const int64_t y = labels[i];
+        const int best = ptc_km_xent_argmax(z, classes);
+        const double lse = ptc_km_xent_lse(z, classes, best);
+        rows[i] = ptc_km_xent_row_loss(z, lse, y);
+        right[i] = best == y;
+        for (int c = 0; c < classes; c++)
+            dlogits[(int64_t)i * classes + c] = ptc_km_xent_grad(z[c], lse, c == y, n);
+    }
+    double total = 0;
+    int64_t r = 0;
+    for (int i = 0; i < n; i++) {
+        total += rows[i];
+        r += right[i];
+    }
+    *loss = total / n;
+    *correct = r;
+    free(rows);
+    free(right);
+}
+
+static void same_double(const char *what, double got, double want)
+{
+    check_count++;
+    uint64_t a, b;
+    memcpy(&a, &got, sizeof a);
+    memcpy(&b, &want, sizeof b);
+    if (a != b && !(got != got && want != want)) {
+        check_failures++;
+        if (printed++ < 20)
+            fprintf(stderr, "%s: kmath %.17g (0x%016llX) != %.17g (0x%016llX)\n", what, got,
+                    (unsigned long long)a, want, (unsigned long long)b);
+    }
+}
+
+/* kind: 0 uniform [-3, 3), 1 wide [-80, 80) (exp underflows), 2 few levels (ties), 3 with -inf
+ * and NaN logits sprinkled in (never all of a row -inf) */
+static void xent_case(int n, int classes, int kind)
+{
+    size_t total = (size_t)n * (size_t)classes;
+    float *z = malloc(total * sizeof *z), *g_km = malloc(total * sizeof *g_km),
+          *g_host = malloc(total * sizeof *g_host), *g_ref = malloc(total * sizeof *g_ref);
+    int64_t *y = calloc((size_t)n, sizeof *y);
+    if (!z || !g_km || !g_host || !g_ref || !y) {
+        fprintf(stderr, "out of memory\n");
+        exit(99);
+    }
+    for (size_t k = 0; k < total; k++) {
+        switch (kind) {
+        case 0:
+            z[k] = rnd_f(-3.0f, 3.0f);
+            break;
+        case 1:
+            z[k] = rnd_f(-80.0f, 80.0f);
+            break;
+        case 2:
+            z[k] = (float)(int)(rnd64() % 3) * 0.5f;
+            break;
+        default:
+            z[k] = rnd_f(-5.0f, 5.0f);
+            if (k % (size_t)classes != 0 && rnd64() % 7 == 0)
+                z[k] = rnd64() % 5 == 0 ? NAN : -INFINITY;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        y[i] = (int64_t)(rnd64() % (uint64_t)classes);
+    double l_km, l_host, l_ref;
+    int64_t c_km, c_host, c_ref;
+    ptc_error err;
+    km_xent(z, y, n, classes, g_km, &l_km, &c_km);
+    if (ptc__cross_entropy(z, y, n, classes, &l_host, g_host, &c_host, &err) != 0) {
+        check_count++;
+        check_failures++;
+        fprintf(stderr, "xent n %d classes %d: ptc__cross_entropy failed: %s\n", n, classes,
+                err.message);
+        goto out;
+    }
+    xent_f32(z, y, n, classes, g_ref, &l_ref, &c_ref);
+    char what[96];
+    snprintf(what, sizeof what, "xent n %d classes %d kind %d: loss vs host", n, classes, kind);
+    same_double(what, l_km, l_host);
+    snprintf(what, sizeof what, "xent n %d classes %d kind %d: loss vs ref", n, classes, kind);
+    same_double(what, l_km, l_ref);
+    check_count++;
+    if (c_km != c_host || c_km != c_ref) {
+        check_failures++;
+        fprintf(stderr, "xent n %d classes %d kind %d: correct kmath %lld, host %lld, ref %lld\n",
+                n, classes, kind, (long long)c_km, (long long)c_host, (long long)c_ref);
+    }
+    snprintf(what, sizeof what, "xent n %d classes %d kind %d: dlogits vs host", n, classes, kind);
+    for (size_t k = 0; k < total; k++)
+        same_val(what, (long)k, g_km[k], g_host[k]);
+    snprintf(what, sizeof what, "xent n %d classes %d kind %d: dlogits vs ref", n, classes, kind);
+    for (size_t k = 0; k < total; k++)
+        same_val(what, (long)k, g_km[k], g_ref[k]);
+out:
+    free(z);
+    free(g_km);
+    free(g_host);
+    free(g_ref);
+    free(y);
+}
+
+static void test_xent(void)
+{
+    int f0 = check_failures;
+    static const int shapes[][2] = {{1, 1},    {1, 10}, {3, 10},   {128, 10},
+                                    {257, 10}, {5, 2},  {4, 1000}, {33, 7}};
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
+        for (int kind = 0; kind < 4; kind++)
+            xent_case(shapes[s][0], shapes[s][1], kind);
+    /* the first maximum wins a tie: rows [1 1 0] and [0 2 2] pick 0 and 1 */
+    float z[6] = {1, 1, 0, 0, 2, 2};
+    int64_t y[2] = {1, 2};
+    float g[6];
+    double l;
+    int64_t c;
+    km_xent(z, y, 2, 3, g, &l, &c);
+    check_count++;
+    if (c != 0) {
+        check_failures++;
+        fprintf(stderr, "xent ties: correct %lld, expected 0 (the first maximum wins)\n",
+                (long long)c);
+    }
+    printf("cross-entropy: loss, correct count and dlogits bit for bit against ptc__cross_entropy "
+           "and ref (%d failed)\n",
+           check_failures - f0);
+}
+
 int main(void)
 {
     test_bf16();
@@ -574,5 +722,6 @@ int main(void)
     test_pool();
     test_augment();
     test_bn();
+    test_xent();
     return check_exit("test_kmath");
 }

@@ -1,7 +1,8 @@
 /*
  * test_nn.c - lib/nn on the ref backend: the model's structure, the state dict both ways,
- * cross-entropy against its definition and finite differences, the learning-rate schedules, and a
- * forward/backward/SGD step that changes what it should.
+ * cross-entropy against its definition and finite differences, the learning-rate schedules, a
+ * forward/backward/SGD step that changes what it should, and the backend-side training step (the
+ * backend's xent and sgd_multi, as the cuda backend runs it) against the host one, bit for bit.
  *
  * Agreement with torchvision's names and PyTorch's numbers is tests/interop/train_golden.py's job
  * (real torch is the oracle there); this test checks what can be checked without it.
@@ -237,6 +238,142 @@ static void test_step(void)
     ptc__model_free(m);
 }
 
+/* Every tensor of two models (values, gradients, momentum buffers) and the counters: the same
+ * bits. */
+static void same_model_bits(ptc__model *a, ptc__model *b, const char *when)
+{
+    ptc_error err;
+    size_t bad = 0, n = ptc__model_nentries(a);
+    for (size_t i = 0; i < n; i++) {
+        ptc__entry *ea = ptc__model_entry(a, i), *eb = ptc__model_entry(b, i);
+        if (ea->kind == PTC__ENTRY_COUNTER) {
+            CHECK(*ea->counter == *eb->counter);
+            continue;
+        }
+        float *va = malloc((size_t)ea->numel * sizeof *va),
+              *vb = malloc((size_t)ea->numel * sizeof *vb);
+        CHECK(va && vb);
+        if (!va || !vb)
+            exit(99);
+        for (int what = 0; what < 3; what++) {
+            const char *wn = what == 0 ? "value" : what == 1 ? "grad" : "momentum";
+            int ra, rb;
+            if (what == 0) {
+                ra = ptc__model_read_entry(a, ea, va, &err);
+                rb = ptc__model_read_entry(b, eb, vb, &err);
+            } else if (ea->kind != PTC__ENTRY_PARAM) {
+                continue;
+            } else if (what == 1) {
+                ra = ptc__model_read_grad(a, ea, va, &err);
+                rb = ptc__model_read_grad(b, eb, vb, &err);
+            } else {
+                ra = ptc__model_read_momentum(a, ea, va, &err);
+                rb = ptc__model_read_momentum(b, eb, vb, &err);
+            }
+            CHECK(ra == rb);
+            if (ra != 0 || rb != 0)
+                continue;
+            check_count++;
+            if (memcmp(va, vb, (size_t)ea->numel * sizeof *va) != 0) {
+                check_failures++;
+                for (int64_t k = 0; k < ea->numel; k++)
+                    if (memcmp(&va[k], &vb[k], sizeof *va) != 0) {
+                        if (bad++ < 10)
+                            fprintf(stderr,
+                                    "%s: %s %s [%lld]: host path %.9g != backend path %.9g\n", when,
+                                    ea->name, wn, (long long)k, (double)va[k], (double)vb[k]);
+                        break;
+                    }
+            }
+        }
+        free(va);
+        free(vb);
+    }
+}
+
+/* The backend-side step (ptc__model_loss on the backend's xent, backward from the gradient left
+ * there, SGD through sgd_multi; the loss read after the step, as the trainer reads it) against
+ * the host step (logits read, ptc__cross_entropy, dlogits written, sgd_step per parameter) on
+ * ref: losses, correct counts, parameters, gradients, momentum and running statistics must be
+ * the same bits after every step. One momentum buffer exists before the first step (as after a
+ * partial resume), so that sgd_multi gets both first-step and later-step parameters. */
+static void test_backend_step(void)
+{
+    ptc__backend_ops host_ops = *ops; /* ref without its optional loss and optimizer ops */
+    host_ops.xent = NULL;
+    host_ops.xent_result = NULL;
+    host_ops.sgd_multi = NULL;
+    CHECK(ops->xent && ops->xent_result && ops->sgd_multi);
+    ptc_error err;
+    ptc__be *be2 = NULL;
+    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = 1};
+    CHECK(ops->open(&be2, &bp, &err) == 0);
+    ptc__model *a = NULL, *b = NULL;
+    ptc__model_params pa = {PTC__ARCH_RESNET18_CIFAR, 10, &host_ops, be, 11};
+    ptc__model_params pb = {PTC__ARCH_RESNET18_CIFAR, 10, ops, be2, 11};
+    CHECK(ptc__model_new(&a, &pa, &err) == 0 && ptc__model_new(&b, &pb, &err) == 0);
+    if (!a || !b)
+        exit(99);
+    CHECK(!ptc__model_has_device_loss(a) && ptc__model_has_device_loss(b));
+    enum { N = 3, STEPS = 3 };
+    float *x = malloc((size_t)N * 3 * 32 * 32 * sizeof *x), logits[N * 10], dl[N * 10];
+    CHECK(x != NULL);
+    if (!x)
+        exit(99);
+    const int64_t labels[STEPS][N] = {{1, 3, 5}, {9, 0, 3}, {2, 2, 7}};
+    float fcb_mom[10];
+    for (int c = 0; c < 10; c++)
+        fcb_mom[c] = 0.01f * (float)(c - 4);
+    CHECK(ptc__model_write_momentum(a, ptc__model_find(a, "fc.bias"), fcb_mom, &err) == 0);
+    CHECK(ptc__model_write_momentum(b, ptc__model_find(b, "fc.bias"), fcb_mom, &err) == 0);
+    /* the errors of the backend path */
+    CHECK(ptc__model_backward(b, NULL, &err) == PTC_EINVAL); /* no training forward */
+    CHECK(ptc__model_loss(a, labels[0], &err) == PTC_EINVAL);
+    ptc__sgd_params sp = {0.02, 0.9, 0.1, 5e-4, 1};
+    uint64_t r = 7;
+    for (int s = 0; s < STEPS; s++) {
+        for (int i = 0; i < N * 3 * 32 * 32; i++) {
+            r = r * 6364136223846793005ull + 1442695040888963407ull;
+            x[i] = (float)((double)(r >> 11) * 0x1p-53 * 4.0 - 2.0);
+        }
+        double la = 0, lb = -1;
+        int64_t ca = -1, cb = -2;
+        CHECK(ptc__model_forward(a, x, N, 1, logits, &err) == 0);
+        if (s == 0) /* the host model's backend has no xent */
+            CHECK(ptc__model_loss(a, labels[s], &err) == PTC_EUNSUPPORTED);
+        CHECK(ptc__cross_entropy(logits, labels[s], N, 10, &la, dl, &ca, &err) == 0);
+        CHECK(ptc__model_backward(a, dl, &err) == 0);
+        CHECK(ptc__model_sgd_step(a, &sp, sp.lr, s, &err) == 0);
+        CHECK(ptc__model_forward(b, x, N, 1, NULL, &err) == 0);
+        if (s == 0) {
+            CHECK(ptc__model_backward(b, NULL, &err) == PTC_EINVAL); /* no loss taken yet */
+            int64_t bad_label[N] = {1, 10, 2};
+            CHECK(ptc__model_loss(b, bad_label, &err) == PTC_EINVAL);
+            CHECK(strstr(err.message, "label 10 of sample 1 is not a class") != NULL);
+        }
+        CHECK(ptc__model_loss(b, labels[s], &err) == 0);
+        CHECK(ptc__model_backward(b, NULL, &err) == 0);
+        CHECK(ptc__model_sgd_step(b, &sp, sp.lr, s, &err) == 0);
+        CHECK(ptc__model_loss_result(b, &lb, &cb, &err) == 0);
+        check_count++;
+        if (memcmp(&la, &lb, sizeof la) != 0 || ca != cb) {
+            check_failures++;
+            fprintf(stderr,
+                    "step %d: host loss %.17g (%lld correct) != backend loss %.17g (%lld)\n", s, la,
+                    (long long)ca, lb, (long long)cb);
+        }
+        char when[32];
+        snprintf(when, sizeof when, "after step %d", s);
+        same_model_bits(a, b, when);
+        printf("test_backend_step: step %d loss %.17g (%lld correct) on both paths\n", s, lb,
+               (long long)cb);
+    }
+    free(x);
+    ptc__model_free(a);
+    ptc__model_free(b);
+    ops->close(be2);
+}
+
 int main(void)
 {
     ptc_error err;
@@ -252,6 +389,7 @@ int main(void)
     test_cross_entropy();
     test_schedules();
     test_step();
+    test_backend_step();
     ops->close(be);
     return check_exit("test_nn");
 }
