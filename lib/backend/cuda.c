@@ -1447,6 +1447,8 @@ static int cuda_images_batch(ptc__be *be, const ptc__bimg *cim, const int32_t *i
                      (const int8_t *)(d + o_left), d + o_flip, n, (const float *)d, x->d,
                      be->stream));
     touch(be, x);
+    return 0;
+}
 
 /* All parameters in one launch (ptc_k_sgd_multi: the per-element arithmetic of ptc_k_sgd). */
 static int cuda_sgd_multi(ptc__be *be, int count, ptc__bt *const *p, ptc__bt *const *g,

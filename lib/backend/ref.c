@@ -766,6 +766,8 @@ static int ref_images_batch(ptc__be *be, const ptc__bimg *im, const int32_t *idx
             xd[(size_t)i * PTC__DATA_PIXELS + j] = buf[j];
     }
     ptc__free(buf);
+    return 0;
+}
 
 /* Every parameter in turn through the same kernel as sgd_step: the bits of count sgd_step calls. */
 static int ref_sgd_multi(ptc__be *be, int count, ptc__bt *const *p, ptc__bt *const *g,
@@ -868,7 +870,8 @@ const ptc__backend_ops ptc__backend_ref = {
     .images_upload = ref_images_upload,
     .images_free = ref_images_free,
     .images_batch = ref_images_batch,
-    /* ---- device loss and optimizer ---- */    .xent = ref_xent,
+    /* ---- device loss and optimizer ---- */
+    .xent = ref_xent,
     .xent_result = ref_xent_result,
     .sgd_multi = ref_sgd_multi,
 };
