@@ -37,7 +37,7 @@ static int get_module(const char *name, const ptc__backend_ops **out, ptc_error 
     int rc = load(name, &d, err);
     if (rc < 0)
         return rc;
-    if (d->probe && (rc = d->probe(err)) < 0) {
+    if ((rc = ptc__plugin_probe(d, err)) < 0) {
         ptc__err_prefix(err, "backend \"%s\" cannot run here: ", name);
         return rc;
     }

@@ -76,4 +76,8 @@ typedef const ptc__plugin *(*ptc__plugin_entry_fn)(const ptc__host *host);
 int ptc__plugin_load(ptc__plugin_kind kind, const char *name, const ptc__plugin **out,
                      ptc_error *err);
 
+/* d->probe, called the one way: 0 when d can run here (or has no probe); else a negative code
+ * and a message in err, one that says so when the probe itself gave none. */
+int ptc__plugin_probe(const ptc__plugin *d, ptc_error *err);
+
 #endif /* PTC_BASE_PLUGIN_H */

@@ -728,8 +728,8 @@ static int open_device_comm(run *r, ptc_error *err)
                         r->ops->name, ptc_comm_kind(r->rc.comm));
     const ptc__plugin *pl;
     int rc = ptc__plugin_load(PTC__PLUGIN_COMM, "nccl", &pl, err);
-    if (rc == 0 && pl->probe)
-        rc = pl->probe(err);
+    if (rc == 0)
+        rc = ptc__plugin_probe(pl, err);
     const ptc__comm_plugin *cp = rc == 0 ? pl->ops : NULL;
     if (rc == 0 && (!cp || !cp->open_device))
         rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1, "the nccl module opens no device communicator");
