@@ -60,12 +60,20 @@ else
 fi
 
 work=${PTC_GPU_WORK:-$(mktemp -d "${TMPDIR:-/tmp}/ptc-gpu.XXXXXX")}
-mkdir -p "$work/logs" "$work/bin"
+# an empty $work would put logs/, bin/ptc (a wrapper) and results.tsv at the root of the machine
+[ -n "$work" ] && mkdir -p "$work/logs" "$work/bin" ||
+    { echo "run.sh: error: no work folder (mktemp -d in ${TMPDIR:-/tmp} failed, or PTC_GPU_WORK is unusable)" >&2; exit 99; }
 results="$work/results.tsv"
 : >"$results"
 export PTC_GPU_RESULTS="$results" PTC_GPU_WORK="$work" PTC_GPU_SELFTEST="$selftest"
 row() { printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$results"; }
 log() { printf '[%4ds] %s\n' $(( $(date +%s) - start )) "$*"; }
+# (defined here, before the setup below uses it on its own failures)
+why() { # why LOG: the line that says why a run failed: its first error line, else its last line
+    l=$(grep -m1 -i 'error\|cannot\|failed\|unknown\|invalid\|not built' "$1" 2>/dev/null)
+    [ -n "$l" ] || l=$(grep -v '^[-= ]*$' "$1" 2>/dev/null | tail -1)
+    printf '%s' "$l" | cut -c1-200
+}
 
 # ---- where the programs are ---------------------------------------------------------------------
 carry=${PTC_GPU_CARRY:-$src/_gpu/carry}
@@ -171,11 +179,6 @@ part() {
 wanted() { # wanted PART: whether --only (if given) names the part or its letter
     case ",${only:-$1}," in *",$(echo "$1" | cut -c1),"*|*",$1,"*) return 0 ;; esac
     return 1
-}
-why() { # why LOG: the line that says why a run failed: its first error line, else its last line
-    l=$(grep -m1 -i 'error\|cannot\|failed\|unknown\|invalid\|not built' "$1" 2>/dev/null)
-    [ -n "$l" ] || l=$(grep -v '^[-= ]*$' "$1" 2>/dev/null | tail -1)
-    printf '%s' "$l" | cut -c1-200
 }
 need() { # need PROG PART CHECK: FAIL the check when a program is missing (and the part wanted)
     wanted "$2" || return 1
