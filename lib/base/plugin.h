@@ -19,10 +19,10 @@
  * lib/base/module.c turns back into the usual ptc__malloc / ptc__err / ... calls inside the
  * module. So ptc_set_allocator reaches module allocations too.
  *
- * Search order for "<kind>-<name>.so": every directory of PTC_PLUGIN_PATH (':'-separated) when it
- * is set, and nothing else; otherwise the directory libptc itself was loaded from (a build tree's
- * lib/.libs, so that an uninstalled build finds its modules), that directory's ptc/ subdirectory,
- * and $(pkglibdir).
+ * Search order for "<kind>-<name>.so": every directory of PTC_PLUGIN_PATH (':'-separated; empty
+ * entries skipped) when it is set and not empty, and nothing else; otherwise the directory libptc
+ * itself was loaded from (a build tree's lib/.libs, so that an uninstalled build finds its
+ * modules), that directory's ptc/ subdirectory, and $(pkglibdir).
  *
  * Bump PTC__PLUGIN_ABI whenever ptc__host, ptc__plugin, ptc__backend_ops, ptc__comm_ops or any
  * struct they pass changes.
@@ -71,8 +71,10 @@ typedef const ptc__plugin *(*ptc__plugin_entry_fn)(const ptc__host *host);
 
 /* The module of that kind and name, loaded on first use (and kept: modules are never unloaded).
  * PTC_ENOTFOUND: no such file in the search path (the message lists where it looked);
- * PTC_EUNSUPPORTED: it is there but cannot be loaded (dlerror's text), has no entry point, or
- * was built for another ABI; the message says which and what to do. Thread-safe. */
+ * PTC_EUNSUPPORTED: it is there but is not a regular file, is a truncated ELF file (both
+ * refused before dlopen, which hangs or crashes on them), cannot be loaded (dlerror's text), has
+ * no entry point, or was built for another ABI; the message says which and what to do.
+ * Thread-safe. */
 int ptc__plugin_load(ptc__plugin_kind kind, const char *name, const ptc__plugin **out,
                      ptc_error *err);
 
