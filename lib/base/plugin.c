@@ -166,10 +166,12 @@ static int check_file(const char *path, const char *ep, ptc_error *err)
                           (unsigned long long)size);
         for (unsigned i = 0; rc == 0 && i < eh.e_phnum; i++) {
             ElfW(Phdr) ph;
-            if (pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + i * sizeof ph)) !=
-                (ssize_t)sizeof ph)
-                rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1, "%s: cannot be read: %s", ep,
-                              strerror(errno));
+            ssize_t got = pread(fd, &ph, sizeof ph, (off_t)(eh.e_phoff + i * sizeof ph));
+            if (got != (ssize_t)sizeof ph) /* short: the file shrank since fstat */
+                rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                              "%s: cannot read its program header %u%s%s", ep, i,
+                              got < 0 ? ": " : " (the file is shorter than it was)",
+                              got < 0 ? strerror(errno) : "");
             else if (ph.p_offset > size || ph.p_filesz > size - ph.p_offset)
                 rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1,
                               "%s: truncated: segment %u ends at byte %llu, the file has %llu "
