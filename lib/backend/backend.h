@@ -68,6 +68,9 @@ typedef struct ptc__be_params {
     ptc__dtype_be dtype; /* PTC__BE_F32, or PTC__BE_F64 where the backend has it (ref) */
     int threads;         /* 0: the backend's default (all cores it may use) */
     int device;          /* device backends: the GPU ordinal (0 default) */
+    int device_by_rank;  /* device is this process's local rank, not a choice: a process that sees
+                            fewer GPUs (a launcher gave each task its own through
+                            CUDA_VISIBLE_DEVICES) takes device modulo the GPUs it sees */
     ptc__precision precision;
     int tf32;            /* device backends: allow TF32 tensor cores in float32 math */
     int deterministic;   /* only algorithms whose results do not depend on scheduling */

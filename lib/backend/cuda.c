@@ -388,7 +388,13 @@ static int cuda_open(ptc__be **out, const ptc__be_params *p, ptc_error *err)
     TRY(ptc__cuda_probe(err));
     int count = 0;
     CU(cudaGetDeviceCount(&count));
-    if (p->device < 0 || p->device >= count)
+    int device = p->device;
+    /* The local rank picks the GPU as DDP's LOCAL_RANK does; where the launcher already gave
+     * each task its own GPUs (srun --gpus-per-task: each process sees cuda:0 only), the rank
+     * wraps onto the GPUs this process sees. */
+    if (p->device_by_rank && count > 0 && device >= count)
+        device %= count;
+    if (device < 0 || device >= count)
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "cuda open: there is no device cuda:%d (this machine has %d CUDA "
                         "device%s: cuda:0%s)",
@@ -396,13 +402,13 @@ static int cuda_open(ptc__be **out, const ptc__be_params *p, ptc_error *err)
     ptc__be *be = ptc__calloc(1, sizeof *be);
     if (!be)
         return ptc__err(err, PTC_ENOMEM, "", -1, "cuda open: out of memory");
-    be->device = p->device;
+    be->device = device;
     be->prec = p->precision;
     be->tf32 = p->tf32 != 0;
     be->deterministic = p->deterministic != 0;
     int rc = open_handles(be, err);
     if (rc < 0) {
-        ptc__err_prefix(err, "cuda open (device cuda:%d): ", p->device);
+        ptc__err_prefix(err, "cuda open (device cuda:%d): ", device);
         cuda_close(be);
         return rc;
     }

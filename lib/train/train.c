@@ -181,6 +181,7 @@ static int open_backend(const ptc_train_params *p, int threads, const ptc__backe
     if (bp.device < 0) {
         int lr = ptc__env_local_rank();
         bp.device = lr >= 0 ? lr : 0;
+        bp.device_by_rank = lr >= 0;
     }
     int rc = ptc__backend_get(p->backend, ops, err);
     if (rc < 0)
