@@ -19,6 +19,7 @@
 #define PTC_PICKLE_PICKLE_H
 
 #include "base/base.h"
+#include "pickle/opcodes.h"
 
 /* ---- values ---------------------------------------------------------------------------------- */
 enum {

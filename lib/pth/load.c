@@ -440,7 +440,7 @@ static int sniff(ptc_ckpt *c, ptc_error *err)
         what = "looks like an HTML or XML page, not a checkpoint";
     else if (memmem(head, n, "PK\x03\x04", 4) || memmem(head, n, "PK\x05\x06", 4))
         what = "a zip archive that does not start at offset 0";
-    else if (head[0] == 0x80)
+    else if (head[0] == PTC__OP_PROTO)
         what = "a pickle that is not a torch.save stream";
     return ptc__err(err, PTC_ENOTZIP, "", 0, "%s", what);
 }

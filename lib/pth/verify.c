@@ -438,7 +438,7 @@ static bool looks_like_pickle(const uint8_t *data, size_t len)
 {
     if (len == 0)
         return false;
-    if (data[0] == 0x80)
+    if (data[0] == PTC__OP_PROTO)
         return true;
     size_t used = 0;
     ptc_error e;
@@ -922,7 +922,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     } else {
         if (size >= 6 && memcmp(map, "7z\xBC\xAF\x27\x1C", 6) == 0)
             r->format = "7z";
-        else if (size && map[0] == 0x80)
+        else if (size && map[0] == PTC__OP_PROTO)
             r->format = "pickle";
         c.member = "";
         size_t first_reach = 0;
