@@ -3,7 +3,7 @@
  *
  * torch 2.6 writes through miniz 3.0.2 in zip64 mode (MZ_ZIP_FLAG_WRITE_ZIP64), storing every
  * record and padding each local header so that the record's data starts on a 64-byte boundary
- * (reference pth-format.md sections 2.3 and 10.2). Matching it exactly, rather than writing any
+ * (docs/internals/zip.md). Matching it exactly, rather than writing any
  * valid zip, is what lets a rewritten checkpoint compare equal to torch's own file, and lets tools
  * that rely on torch's layout (mmap of aligned storages, getRecordOffset) treat our files the same.
  *

@@ -2,7 +2,7 @@
  * pickle.h - the restricted pickle machine, the value tree it builds, and the static scanner.
  *
  * The machine executes the protocol-2 subset that torch 2.6's weights-only unpickler accepts
- * (reference pth-format.md section 4.3): 34 opcodes, nothing else. It never imports or calls
+ * (docs/internals/pickle.md): 34 opcodes, nothing else. It never imports or calls
  * anything: GLOBAL, REDUCE, NEWOBJ, BUILD and BINPERSID are handed to hooks (lib/pth supplies the
  * torch semantics), and the machine itself only builds containers and scalars. This layer knows
  * nothing of zip files or tensors.

@@ -16,7 +16,7 @@
  * array memo, as in CPython's _pickle, allocates up to the index), and the limits. Those refusals
  * carry PTC_ERR_STRICTER.
  *
- * Encodings (all from the pickle protocol): BININT int32 LE; BININT1 u8; BININT2 u16 LE; LONG1 u8
+ * Encodings (docs/internals/pickle.md): BININT int32 LE; BININT1 u8; BININT2 u16 LE; LONG1 u8
  * length + two's-complement LE; BINFLOAT IEEE double big-endian; BINUNICODE u32 LE length + UTF-8;
  * SHORT_BINSTRING u8 length + bytes (decoded as UTF-8, as torch.load passes encoding='utf-8');
  * GLOBAL two '\n'-terminated lines; BINPUT/BINGET u8; LONG_BINPUT/LONG_BINGET u32 LE.

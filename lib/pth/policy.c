@@ -1,8 +1,8 @@
 /*
  * policy.c - which globals a checkpoint may reference.
  *
- * The default policy is torch 2.6's weights-only allowlist, all 128 entries (reference
- * pth-format.md section 4.2), matched by exact "module.name" after the Python-2 name mapping; the
+ * The default policy is torch 2.6's weights-only allowlist, all 128 entries (what they mean:
+ * docs/internals/pickle.md), matched by exact "module.name" after the Python-2 name mapping; the
  * strict policy keeps only what torch.save emits for tensors, state dicts and plain containers.
  * Users add exact names (the analogue of torch.serialization.add_safe_globals); modules sys, os,
  * posix and nt are blocked before anything else, whatever was added.

@@ -1,6 +1,6 @@
 /*
  * safetensors.c - reading and writing safetensors files (huggingface/safetensors), the format
- * whose safety rules ptc's own loader borrows (reference threat-model.md section 5).
+ * whose safety rules ptc's own loader borrows (docs/internals/safetensors.md, docs/security.md).
  *
  * On disk (all integers little-endian):
  *
