@@ -39,7 +39,6 @@
     X(MARK,             0x28, NONE,  0, 1, PLAIN)  /* '(' */     \
     X(STOP,             0x2e, NONE,  0, 1, STOP)   /* '.' */     \
     X(POP,              0x30, NONE,  0, 0, PLAIN)  /* '0' */     \
-    X(POP_MARK,         0x31, NONE,  0, 0, PLAIN)  /* '1' */     \
     X(DUP,              0x32, NONE,  0, 0, PLAIN)  /* '2' */     \
     X(FLOAT,            0x46, LINE,  0, 0, PLAIN)  /* 'F' */     \
     X(INT,              0x49, LINE,  0, 0, PLAIN)  /* 'I' */     \
@@ -61,6 +60,7 @@
     X(TUPLE,            0x74, NONE,  0, 1, PLAIN)  /* 't' */     \
     /* protocol 1 */                                             \
     X(EMPTY_TUPLE,      0x29, NONE,  1, 1, PLAIN)  /* ')' */     \
+    X(POP_MARK,         0x31, NONE,  1, 0, PLAIN)  /* '1' */     \
     X(BINFLOAT,         0x47, F8,    1, 1, PLAIN)  /* 'G' */     \
     X(BININT,           0x4a, F4,    1, 1, PLAIN)  /* 'J' */     \
     X(BININT1,          0x4b, F1,    1, 1, PLAIN)  /* 'K' */     \

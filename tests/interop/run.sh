@@ -15,6 +15,8 @@
 #                     registry that cannot be reached fails the tier
 #   check_corpus_torch.py  live torch 2.6 on every hostile-corpus file against `ptc verify`'s
 #                     prediction, and ptc's allowlist against torch's own list of safe globals
+#   check_opcodes.py  lib/pickle/opcodes.h against Python's pickletools (bytes, argument layouts,
+#                     protocols) and torch's 34-opcode subset
 #
 # Each script's output is printed; the status is 1 if any failed, 0 otherwise. A script that exits
 # 77 (it could not run: torchvision missing, say) is a failure too: the tier never passes by
@@ -55,7 +57,7 @@ case $ver in
 esac
 echo "interop: torch $ver under $("$py" -c 'import sys; print("Python", sys.version.split()[0])')"
 
-scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_zip64_local check_variants check_wild"}
+scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_zip64_local check_variants check_wild check_opcodes"}
 failed= passed=
 for s in $scripts; do
     echo
