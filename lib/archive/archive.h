@@ -105,6 +105,11 @@ int ptc__zip_check_crc(ptc__zip *z, const ptc__zip_entry *e, ptc_error *err);
  * The file is written atomically (ptc__afile). */
 typedef struct ptc__zipw ptc__zipw;
 
+/* The most records the writer lists: as many 46-byte central entries as the 4 GiB central
+ * directory it writes can hold (names make it fewer; that is checked as it grows). More is
+ * PTC_ELIMIT. */
+#define PTC__ZIPW_MAX_RECORDS ((size_t)0xFFFFFFFFu / 46u)
+
 int ptc__zipw_open(ptc__zipw **out, const char *path, const char *prefix, ptc_error *err);
 /* One whole record. */
 int ptc__zipw_add(ptc__zipw *w, const char *record, const void *data, uint64_t len,

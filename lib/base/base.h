@@ -130,11 +130,16 @@ void ptc__arena_free(ptc__arena *a);
 void *ptc__arena_alloc(ptc__arena *a, size_t size);
 char *ptc__arena_strndup(ptc__arena *a, const char *s, size_t n);
 
-/* ---- growable byte buffer --------------------------------------------------------------------- */
+/* ---- growable byte buffer ---------------------------------------------------------------------
+ * Zero-initialised it is empty and may grow to PTC__BUF_MAX_DEFAULT bytes; a user that needs
+ * another cap sets max before the first append. Growing past the cap is PTC_ELIMIT (out of memory
+ * is PTC_ENOMEM); the functions fill no ptc_error, their callers name what grew. */
+#define PTC__BUF_MAX_DEFAULT ((size_t)1 << 30) /* 1 GiB: no text or pickle ptc builds is larger */
 typedef struct ptc__buf {
     uint8_t *data;
     size_t len;
     size_t cap;
+    size_t max; /* the most bytes it may hold; 0 means PTC__BUF_MAX_DEFAULT */
 } ptc__buf;
 int ptc__buf_reserve(ptc__buf *b, size_t extra);
 int ptc__buf_append(ptc__buf *b, const void *p, size_t n);

@@ -160,14 +160,21 @@ const ptc_limits *ptc__vm_limits(const ptc__vm *vm) { return vm->p->limits; }
 #define VM_ERR_IF(vm, stricter, code, ...) \
     ((stricter) ? VM_STRICTER(vm, code, __VA_ARGS__) : VM_ERR(vm, code, __VA_ARGS__))
 
+/* Grows one of the machine's arrays (stack, MARK stack, memo) to hold need entries; more than max
+ * entries is PTC_ELIMIT naming what, whatever the budget says. */
 static int grow_array(ptc__vm *vm, void **arr, size_t *cap, size_t need, size_t elsize,
-                      ptc_error *err)
+                      uint64_t max, const char *what, ptc_error *err)
 {
     if (need <= *cap)
         return 0;
+    if (need > max)
+        return VM_STRICTER(vm, PTC_ELIMIT, "the %s would hold more than its limit of %llu entries",
+                           what, (unsigned long long)max);
     size_t ncap = *cap ? *cap : 64;
     while (ncap < need)
         ncap *= 2;
+    if (ncap > max)
+        ncap = (size_t)max;
     if (ncap > SIZE_MAX / elsize)
         return VM_ERR(vm, PTC_ELIMIT, "pickle machine array too large");
     if (ptc__budget_take(vm->p->budget, (uint64_t)(ncap - *cap) * elsize, err, vm->p->member,
@@ -218,8 +225,10 @@ static ptc_value *singleton(ptc__vm *vm, uint8_t op, ptc_error *err, int *rc)
 
 static int push(ptc__vm *vm, ptc_value *v, ptc_error *err)
 {
+    /* Every push consumes at least one byte of input, so the stack never holds more entries than
+     * a pickle may have bytes. */
     int rc = grow_array(vm, (void **)&vm->stack, &vm->capstack, vm->nstack + 1,
-                        sizeof *vm->stack, err);
+                        sizeof *vm->stack, vm->p->limits->max_pickle_bytes, "stack", err);
     if (rc < 0)
         return rc;
     vm->stack[vm->nstack++] = v;
@@ -325,11 +334,16 @@ static int memo_put(ptc__vm *vm, uint32_t idx, ptc_error *err)
     if ((uint64_t)idx >= vm->nops)
         return VM_STRICTER(vm, PTC_EFORMAT, "memo index %u is beyond the %llu opcodes executed",
                            idx, (unsigned long long)vm->nops);
+    /* The memo is an array indexed by memo index, capped at max_memo entries: in torch.save's
+     * sequential numbering an index at or above max_memo means more entries than that. */
+    if ((uint64_t)idx >= vm->p->limits->max_memo)
+        return VM_STRICTER(vm, PTC_ELIMIT, "more than the limit of %llu memo entries",
+                           (unsigned long long)vm->p->limits->max_memo);
     int rc = 0;
     if (idx >= vm->capmemo) {
         size_t old = vm->capmemo;
         rc = grow_array(vm, (void **)&vm->memo, &vm->capmemo, (size_t)idx + 1, sizeof *vm->memo,
-                        err);
+                        vm->p->limits->max_memo, "memo", err);
         if (rc < 0)
             return rc;
         memset(vm->memo + old, 0, (vm->capmemo - old) * sizeof *vm->memo);
@@ -558,11 +572,14 @@ static int op_appends(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
                       ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)l->kind));
     /* Room for all the items at once: growing by doubling would leave the abandoned arrays in
      * the arena (twice the list's final size for a long APPENDS). */
-    if (ptc__seq_reserve(vm->arena, l, vm->nstack - start) < 0)
+    int rc = ptc__seq_reserve(vm->arena, l, vm->nstack - start);
+    for (size_t i = start; i < vm->nstack && rc == 0; i++)
+        rc = ptc__seq_push(vm->arena, l, vm->stack[i]);
+    if (rc == PTC_ELIMIT)
+        return VM_STRICTER(vm, PTC_ELIMIT, "a list would hold more than the limit of %zu items",
+                           (size_t)PTC__VALUE_MAX_ITEMS);
+    if (rc < 0)
         return VM_ERR(vm, PTC_ENOMEM, "out of memory growing a list");
-    for (size_t i = start; i < vm->nstack; i++)
-        if (ptc__seq_push(vm->arena, l, vm->stack[i]) < 0)
-            return VM_ERR(vm, PTC_ENOMEM, "out of memory growing a list");
     vm->nstack = start;
     return 0;
 }
@@ -760,7 +777,7 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                 return VM_STRICTER(vm, PTC_ELIMIT, "MARKs nest deeper than the limit %u",
                                    lim->max_depth);
             if ((rc = grow_array(vm, (void **)&vm->marks, &vm->capmarks, vm->nmarks + 1,
-                                 sizeof *vm->marks, err)) < 0)
+                                 sizeof *vm->marks, lim->max_depth, "MARK stack", err)) < 0)
                 return rc;
             vm->marks[vm->nmarks++] = vm->nstack;
             break;

@@ -10,7 +10,11 @@
 
 #include <string.h>
 
-void ptc__pw_init(ptc__pw *w) { memset(w, 0, sizeof *w); }
+void ptc__pw_init(ptc__pw *w)
+{
+    memset(w, 0, sizeof *w);
+    w->out.max = PTC__PW_MAX_BYTES;
+}
 
 void ptc__pw_free(ptc__pw *w)
 {
@@ -20,12 +24,15 @@ void ptc__pw_free(ptc__pw *w)
     memset(w, 0, sizeof *w);
 }
 
-bool ptc__pw_failed(const ptc__pw *w) { return w->failed; }
+bool ptc__pw_failed(const ptc__pw *w) { return w->failed != 0; }
+
+int ptc__pw_error(const ptc__pw *w) { return w->failed; }
 
 static void emit(ptc__pw *w, const void *p, size_t n)
 {
-    if (!w->failed && ptc__buf_append(&w->out, p, n) < 0)
-        w->failed = true;
+    int rc;
+    if (!w->failed && (rc = ptc__buf_append(&w->out, p, n)) < 0)
+        w->failed = rc;
 }
 
 void ptc__pw_op(ptc__pw *w, uint8_t op) { emit(w, &op, 1); }
@@ -60,7 +67,7 @@ static void insert(ptc__pw *w, const void *key, uint32_t idx)
         if (!keys || !vals) {
             ptc__free(keys);
             ptc__free(vals);
-            w->failed = true;
+            w->failed = PTC_ENOMEM;
             return;
         }
         const void **ok = w->keys;
@@ -114,6 +121,12 @@ bool ptc__pw_get(ptc__pw *w, const void *key)
 
 void ptc__pw_put(ptc__pw *w, const void *key)
 {
+    /* LONG_BINPUT's index is a u32: that many memo entries and no more. */
+    if (w->next == PTC__PW_MAX_MEMO) {
+        if (!w->failed)
+            w->failed = PTC_ELIMIT;
+        return;
+    }
     uint32_t idx = w->next++;
     memo_op(w, PTC__OP_BINPUT, PTC__OP_LONG_BINPUT, idx);
     if (key)
@@ -173,6 +186,11 @@ void ptc__pw_float(ptc__pw *w, double f)
 
 void ptc__pw_str(ptc__pw *w, const char *s, size_t n)
 {
+    if (n > UINT32_MAX) { /* BINUNICODE's length is a u32 (the output cap is smaller anyway) */
+        if (!w->failed)
+            w->failed = PTC_ELIMIT;
+        return;
+    }
     uint8_t b[5] = {PTC__OP_BINUNICODE};
     ptc__put_le32(b + 1, (uint32_t)n);
     emit(w, b, 5);

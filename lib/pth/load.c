@@ -126,6 +126,12 @@ static int bind_record(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
 
 int ptc__ckpt_add_storage(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
 {
+    /* Each storage is a value the file built (a persistent id, a safetensors entry): no more
+     * than max_objects of them. The index below keeps uint32 positions. */
+    if (c->nstorages >= c->limits.max_objects || c->nstorages >= UINT32_MAX / 2)
+        return ptc__err_stricter(err, PTC_ELIMIT, "data.pkl", -1,
+                                 "more storages than the limit of %llu objects",
+                                 (unsigned long long)c->limits.max_objects);
     if (c->nstorages == c->capstorages) {
         size_t cap = c->capstorages ? c->capstorages * 2 : 64;
         if (ptc__budget_take(&c->budget, (cap - c->capstorages) * sizeof *c->storages, err,

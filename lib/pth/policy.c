@@ -11,6 +11,10 @@
 
 #include <string.h>
 
+/* The most globals ptc_policy_allow_global adds to one policy: each lookup scans them in turn,
+ * and a real program allows a handful (its own classes). */
+#define POLICY_MAX_EXTRA 4096
+
 struct ptc_policy {
     ptc_policy_base base;
     char **extra; /* "module.name" */
@@ -237,6 +241,10 @@ int ptc_policy_allow_global(ptc_policy *p, const char *full, ptc_error *err)
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "ptc_policy_allow_global: module %s is blocked and can never be allowed",
                         module);
+    if (p->nextra >= POLICY_MAX_EXTRA)
+        return ptc__err(err, PTC_ELIMIT, "", -1,
+                        "ptc_policy_allow_global: a policy allows at most %d extra globals",
+                        POLICY_MAX_EXTRA);
     if (p->nextra == p->capextra) {
         size_t cap = p->capextra ? p->capextra * 2 : 8;
         char **n = ptc__realloc(p->extra, cap * sizeof *n);

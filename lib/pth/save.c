@@ -74,6 +74,9 @@ static saved_storage *storage_entry(saver *s, const ptc_storage *st)
             if (s->st[s->index[i] - 1].s == st)
                 return &s->st[s->index[i] - 1];
     }
+    /* Each storage becomes one zip record: no more than the writer can list. */
+    if (s->nst >= PTC__ZIPW_MAX_RECORDS)
+        return NULL;
     if (s->nst == s->capst) {
         size_t cap = s->capst ? s->capst * 2 : 64;
         saved_storage *n = ptc__realloc(s->st, cap * sizeof *n);
@@ -163,7 +166,9 @@ static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad, boo
     bool v3 = untyped || t->dtype != st->dtype;
     saved_storage *e = storage_entry(s, t->storage);
     if (!e) {
-        fail(s, PTC_ENOMEM, "out of memory");
+        fail(s, s->nst >= PTC__ZIPW_MAX_RECORDS ? PTC_ELIMIT : PTC_ENOMEM,
+             s->nst >= PTC__ZIPW_MAX_RECORDS ? "more storages than a zip directory can list"
+                                             : "out of memory");
         return;
     }
     if (v3)
@@ -304,9 +309,15 @@ static int save_bytes(saver *s, const ptc_value *v, const void *key)
     for (size_t i = 0; i < v->u.s.n; i++) {
         uint8_t c = (uint8_t)v->u.s.p[i];
         uint8_t enc[2] = {(uint8_t)(0xC0 | (c >> 6)), (uint8_t)(0x80 | (c & 0x3F))};
-        if (ptc__buf_append(&u, c < 0x80 ? &c : enc, c < 0x80 ? 1 : 2) < 0) {
+        int rc = ptc__buf_append(&u, c < 0x80 ? &c : enc, c < 0x80 ? 1 : 2);
+        if (rc < 0) {
             ptc__buf_free(&u);
-            return fail(s, PTC_ENOMEM, "out of memory");
+            if (rc != PTC_ELIMIT)
+                return fail(s, PTC_ENOMEM, "out of memory");
+            char msg[128];
+            snprintf(msg, sizeof msg, "a bytes value of %zu bytes is more than a pickle may hold",
+                     v->u.s.n);
+            return fail(s, rc, msg);
         }
     }
     ptc__pw_str(&s->pw, u.data ? (const char *)u.data : "", u.len);
@@ -560,6 +571,13 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
         goto done;
     }
     ptc__pw_op(&s.pw, PTC__OP_STOP);
+    if (ptc__pw_error(&s.pw) == PTC_ELIMIT) {
+        rc = ptc__err(err, PTC_ELIMIT, "data.pkl", -1,
+                      "the pickle would exceed %zu bytes or %lu memo entries, more than ptc "
+                      "reads back",
+                      (size_t)PTC__PW_MAX_BYTES, (unsigned long)PTC__PW_MAX_MEMO);
+        goto done;
+    }
     if (ptc__pw_failed(&s.pw)) {
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory writing the pickle");
         goto done;

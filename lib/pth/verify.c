@@ -40,6 +40,8 @@
 #include <zlib.h>
 
 #define REPORT_CAP 4096
+/* The most regions full scans may cover (cover()): PTC_ELIMIT beyond. */
+#define COVER_CAP ((size_t)1 << 21)
 #define SCAN_INFLATE_CAP (64u << 20)
 
 struct ptc_report {
@@ -173,7 +175,7 @@ typedef struct scan_ctx {
     uint64_t size;
     ptc__span *cov;   /* file bytes full scans read (sweep_file replays them quietly) */
     size_t ncov, capcov;
-    int fatal;        /* PTC_ENOMEM from the report */
+    int fatal;        /* PTC_ENOMEM from the report, PTC_ELIMIT past COVER_CAP */
 } scan_ctx;
 
 static bool name_ok(const char *s, size_t n)
@@ -333,6 +335,12 @@ static void cover(scan_ctx *c, uint64_t a, uint64_t b)
 {
     if (b <= a || c->fatal)
         return;
+    /* One span per full scan: one per record, five for a legacy file, so the default
+     * max_records keeps far below the cap. */
+    if (c->ncov >= COVER_CAP) {
+        c->fatal = PTC_ELIMIT;
+        return;
+    }
     if (c->ncov == c->capcov) {
         size_t cap = c->capcov ? c->capcov * 2 : 16;
         ptc__span *n = ptc__realloc(c->cov, cap * sizeof *n);
@@ -981,6 +989,9 @@ fail:
     ptc_report_free(r);
     if (rc == PTC_ENOMEM)
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    if (rc == PTC_ELIMIT && c.ncov >= COVER_CAP)
+        return ptc__err(err, PTC_ELIMIT, "", -1, "more than %zu pickles to scan in one file",
+                        COVER_CAP);
     return rc;
 }
 

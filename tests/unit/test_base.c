@@ -180,6 +180,17 @@ static void test_memory(void)
     CHECK_INT(ptc__buf_printf(&b, "%d-%s", 42, "x"), 0);
     CHECK(b.len == 4 && memcmp(b.data, "42-x", 4) == 0);
     ptc__buf_free(&b);
+    /* The cap: a buffer grows to max bytes and no further (PTC_ELIMIT, contents kept). */
+    ptc__buf capped = {.max = 100};
+    char hundred[100];
+    memset(hundred, 'a', sizeof hundred);
+    CHECK_INT(ptc__buf_append(&capped, hundred, sizeof hundred), 0);
+    CHECK_INT(ptc__buf_append(&capped, "x", 1), PTC_ELIMIT);
+    CHECK_INT(ptc__buf_printf(&capped, "%d", 7), PTC_ELIMIT);
+    CHECK(capped.len == 100 && capped.cap <= 100);
+    ptc__buf_free(&capped);
+    CHECK_INT(ptc__buf_reserve(&b, PTC__BUF_MAX_DEFAULT + 1), PTC_ELIMIT);
+    CHECK_INT(ptc__buf_reserve(&b, SIZE_MAX), PTC_ELIMIT);
     ptc_error err;
     ptc__budget small = {0, 100};
     CHECK_CODE(ptc__budget_take(&small, 101, &err, "data/0", -1), PTC_ELIMIT, &err);
