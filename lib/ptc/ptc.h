@@ -313,6 +313,7 @@ enum {
 };
 
 typedef struct ptc_open_params {
+    size_t size;              /* sizeof(ptc_open_params), set by ptc_open_params_default */
     const ptc_policy *policy; /* NULL: the default policy */
     const ptc_limits *limits; /* NULL: ptc_limits_default() */
     unsigned flags;           /* PTC_OPEN_* */
@@ -472,6 +473,7 @@ typedef enum ptc_save_format {
 } ptc_save_format;
 
 typedef struct ptc_save_params {
+    size_t size;              /* sizeof(ptc_save_params), set by ptc_save_params_default */
     ptc_save_format format;
     const char *archive_name; /* zip prefix; NULL: the file name without its last extension */
     int serialization_id;     /* write .data/serialization_id as torch >= 2.1 does (default 1) */
@@ -546,9 +548,12 @@ typedef struct ptc_global_ref {
 } ptc_global_ref;
 
 typedef struct ptc_verify_params {
+    size_t size;              /* sizeof(ptc_verify_params), set by ptc_verify_params_default */
     const ptc_policy *policy; /* NULL: the default policy */
     const ptc_limits *limits; /* NULL: ptc_limits_default() */
 } ptc_verify_params;
+
+PTC_API void ptc_verify_params_default(ptc_verify_params *p);
 
 typedef struct ptc_report ptc_report;
 
@@ -630,6 +635,7 @@ typedef struct ptc_plugin_info {
 PTC_API int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err);
 
 typedef struct ptc_train_params {
+    size_t size;          /* sizeof(ptc_train_params), set by ptc_train_params_default */
     const char *dataset;  /* "cifar10" or "fashion-mnist" (default) */
     const char *data_dir; /* NULL: ./data/cifar-10-batches-bin or /usr/share/datasets/fashion-mnist */
     int64_t max_samples;  /* use only the first N images of each split; 0: all */
