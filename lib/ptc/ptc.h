@@ -51,12 +51,13 @@
  *     are never unloaded); (3) the table of temporary file names of the saves in progress, which
  *     ptc_save_remove_temporaries reads (updated atomically by each save). Everything else lives
  *     in the handles a caller creates.
- *   - Parameter structs (ptc_open_params, ptc_save_params, ptc_verify_params, ptc_train_params)
- *     start with size_t size, which their *_default() sets to the sizeof the caller was compiled
- *     with. Fill one with *_default() and then set the fields you need. The library refuses a
- *     struct whose size is 0 or larger than its own (PTC_EINVAL, "ptc_open_params: size N is not
- *     this library's M ..."), and reads only the first size bytes of a smaller one (a program
- *     built against an older ptc.h), keeping its own defaults for the fields added since.
+ *   - Every parameter struct (ptc_open_params, ptc_save_params, ptc_verify_params,
+ *     ptc_train_params, and those added later) starts with size_t size, which its *_default()
+ *     sets to the sizeof the caller was compiled with. Fill one with *_default() and then set
+ *     the fields you need. The library refuses a struct whose size is 0 or larger than its own
+ *     (PTC_EINVAL, "ptc_open_params: size N is not this library's M ..."), and reads only the
+ *     first size bytes of a smaller one (a program built against an older ptc.h), keeping its
+ *     own defaults for the fields added since.
  */
 #ifndef PTC_PTC_H
 #define PTC_PTC_H
@@ -486,7 +487,7 @@ PTC_API int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err);
  * caller prints or copies each path: one tensor shared under 20,000 keys of a 1 MiB path is 20 GB
  * of paths); a walk without a budget is bounded only by the load-time tree check and
  * PTC_PATH_MAX. */
-PTC_API void ptc_walk_set_budget(ptc_walk *w, ptc_budget *b);
+PTC_API void ptc_walk_set_budget(ptc_walk *w, ptc_budget *b); /* w NULL: does nothing */
 /* 1 and the next tensor (path and tensor borrowed: the path until the next call, the tensor as
  * long as its checkpoint), 0 at the end, negative on error: PTC_ELIMIT (the budget, PTC_PATH_MAX),
  * PTC_ENOMEM; PTC_EINVAL when w is NULL. ptc_walk_error says why; after an error the walk is
@@ -611,10 +612,10 @@ PTC_API void ptc_save_params_default(ptc_save_params *p);
  * params size that is 0 or larger than this library's, an invalid map_location, a tree the format
  * cannot hold: safetensors needs a dict of str to tensors); PTC_EIO (creating, writing, syncing
  * or renaming the file failed: the previous file is untouched); PTC_ELIMIT (the budget);
- * PTC_EUNSUPPORTED (a dtype safetensors cannot hold); PTC_ENOMEM. root, the checkpoints it borrows from and params are read during the
- * call only. Several threads may save at once, to distinct paths, even trees that share
- * checkpoint values (saving only reads them); at most 16 saves in progress at once are listed for
- * ptc_save_remove_temporaries. */
+ * PTC_EUNSUPPORTED (a dtype safetensors cannot hold); PTC_ENOMEM. root, the checkpoints it
+ * borrows from and params are read during the call only. Several threads may save at once, to
+ * distinct paths, even trees that share checkpoint values (saving only reads them); at most 16
+ * saves in progress at once are listed for ptc_save_remove_temporaries. */
 PTC_API int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *params,
                      ptc_error *err);
 /* Unlinks the named temporary files of the saves in progress in this process (none exist where
