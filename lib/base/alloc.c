@@ -2,8 +2,9 @@
  * alloc.c - the replaceable allocator, heap budgets, the arena that value trees live in, and the
  * growable byte buffer.
  *
- * The allocator pointer is the one piece of process-wide state in libptc; it is set once, before
- * any handle exists (ptc_set_allocator documents this), so it needs no lock.
+ * The allocator pointer is one of the three pieces of process-wide state in libptc (ptc.h lists
+ * them: the allocator, the module table of plugin.c, the temporary-name table of afile.c); it is
+ * set before any handle exists (ptc_set_allocator documents this), so it needs no lock.
  */
 #include "base/base.h"
 

@@ -57,6 +57,16 @@ void ptc__err_clear(ptc_error *err);
 void ptc__err_prefix(ptc_error *err, const char *fmt, ...) PTC_PRINTF(2, 3);
 void ptc__verr_prefix(ptc_error *err, const char *fmt, va_list ap) PTC_PRINTF(2, 0);
 
+/* ---- parameter structs ------------------------------------------------------------------------
+ * Every public parameter struct starts with size_t size (set by its *_default()). dst holds the
+ * library's defaults (dst_size bytes, a struct of this library); src is the caller's struct or
+ * NULL (the defaults stay). The first src->size bytes of src are copied over dst and dst->size
+ * becomes dst_size, so a smaller struct from a caller built against an older ptc.h keeps the
+ * defaults of the fields added since. PTC_EINVAL, naming the struct (name: "ptc_open_params"),
+ * when src->size is 0, smaller than the size field itself, or larger than dst_size. */
+int ptc__params_read(void *dst, size_t dst_size, const void *src, const char *name,
+                     ptc_error *err);
+
 /* ---- checked arithmetic ------------------------------------------------------------------------
  * Each returns true when the result fits, false on overflow (then *out is unspecified). */
 static inline bool ptc__add_u64_ok(uint64_t a, uint64_t b, uint64_t *out)

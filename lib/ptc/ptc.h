@@ -22,16 +22,42 @@
  *     ptc_walk_free(w);
  *     ptc_ckpt_close(c);
  *
- * Conventions that hold for every function below:
- *   - Functions that can fail return int: 0 on success, a negative PTC_E* code on failure. When a
- *     ptc_error pointer is given (it may be NULL) it receives the code and a message that names the
- *     member, the byte offset and the reason.
- *   - Every *_free / *_close accepts NULL.
- *   - Getters on a checkpoint return borrowed pointers that live as long as the checkpoint.
- *   - No function keeps global mutable state; distinct handles may be used from distinct threads.
- *     One handle must not be used from two threads at once. The one exception is the table of
- *     loaded modules (see "Modules" below): modules are loaded once per process, on first use,
- *     under a lock, and never unloaded.
+ * Conventions that hold for every function below (each function's comment says where it differs,
+ * and names its own error codes):
+ *   - Errors. Functions that can fail return int: 0 on success (or a count, where said), a
+ *     negative PTC_E* code on failure. When a ptc_error pointer is given (it may always be NULL)
+ *     it receives the code and a message that names the member, the byte offset and the reason;
+ *     on success its contents are unspecified. Every function that allocates can fail with
+ *     PTC_ENOMEM; an invalid argument (a required pointer NULL, a value out of its range) is
+ *     PTC_EINVAL unless said otherwise.
+ *   - NULL. Every *_free / *_close accepts NULL and does nothing. Getters that say so accept a
+ *     NULL handle and return 0, NULL or the value they name; the others (the tensor, storage
+ *     and report getters marked "t/s/r must not be NULL") do not check, as strlen does not.
+ *   - Lifetimes. What a getter returns is borrowed: it lives as long as the handle it came from
+ *     (a value or tensor read from a checkpoint: until ptc_ckpt_close; from a document: until
+ *     ptc_doc_free; from a report: until ptc_report_free), and the caller never frees it. Strings
+ *     said to be "static" live for ever. Input buffers and strings are used during the call only,
+ *     unless the function says it keeps them (ptc_ckpt_open_memory's buffer, a borrowed storage).
+ *   - Threads. Distinct handles may be used from distinct threads at once. One handle must not
+ *     be used from two threads at once, except that functions taking only const pointers to a
+ *     checkpoint and the values, tensors and storages read from it only read them: any number of
+ *     threads may call those on the same open checkpoint (a ptc_walk, a ptc_budget and a ptc_doc
+ *     are handles of their own: one thread each). Functions on no handle (ptc_strerror,
+ *     ptc_dtype_name, ptc_*_default ...) may be called from any thread at any time.
+ *   - Global state. libptc keeps exactly three process-wide things, and nothing else: (1) the
+ *     allocator (ptc_set_allocator: set it before the first handle is created and not again while
+ *     any handle or anything the library allocated exists; it is not locked); (2) the table of
+ *     loaded modules ("modules" below: filled on first use, under a lock, by any thread; modules
+ *     are never unloaded); (3) the table of temporary file names of the saves in progress, which
+ *     ptc_save_remove_temporaries reads (updated atomically by each save). Everything else lives
+ *     in the handles a caller creates.
+ *   - Every parameter struct (ptc_open_params, ptc_save_params, ptc_verify_params,
+ *     ptc_train_params, and those added later) starts with size_t size, which its *_default()
+ *     sets to the sizeof the caller was compiled with. Fill one with *_default() and then set
+ *     the fields you need. The library refuses a struct whose size is 0 or larger than its own
+ *     (PTC_EINVAL, "ptc_open_params: size N is not this library's M ..."), and reads only the
+ *     first size bytes of a smaller one (a program built against an older ptc.h), keeping its
+ *     own defaults for the fields added since.
  */
 #ifndef PTC_PTC_H
 #define PTC_PTC_H
@@ -56,6 +82,8 @@ extern "C" {
 #define PTC_VERSION_MINOR 1
 #define PTC_VERSION_PATCH 0
 #define PTC_VERSION_STRING "0.1.0"
+/* "0.1.0": the version of the library running, which may be newer than the PTC_VERSION_* the
+ * caller was compiled with. Static; never fails; any thread. */
 PTC_API const char *ptc_version(void);
 
 /* ---------------------------------------------------------------------------------------------
@@ -112,17 +140,27 @@ typedef struct ptc_error {
 
 #define PTC_ERR_STRICTER 0x1u
 
-PTC_API const char *ptc_strerror(int code); /* "malformed checkpoint"; never NULL */
-PTC_API const char *ptc_err_name(int code); /* "EFORMAT"; never NULL */
+/* The text and the name of a code: "malformed checkpoint", "EFORMAT" ("success"/"OK" for 0,
+ * "unknown error"/"EUNKNOWN" for any other value). Static strings, never NULL; never fail; any
+ * thread. */
+PTC_API const char *ptc_strerror(int code);
+PTC_API const char *ptc_err_name(int code);
 
 /* ---------------------------------------------------------------------------------------------
- * Allocation. Every allocation of the library goes through one allocator, replaceable per process
- * before the first handle is created (tests use it to fail the Nth allocation). The default wraps
- * malloc/realloc/free. The functions must behave like realloc: ptc_realloc(ctx, NULL, n) allocates,
- * ptc_realloc(ctx, p, 0) frees and returns NULL.
+ * Allocation. Every allocation of the library goes through one allocator (tests use it to fail the
+ * Nth allocation). The default wraps malloc/realloc/free. The function must behave like realloc:
+ * fn(ctx, NULL, n) allocates, fn(ctx, p, n) resizes, fn(ctx, p, 0) frees and returns NULL; it
+ * returns NULL when it cannot allocate (the library then fails with PTC_ENOMEM), and it may be
+ * called from every thread that uses the library, at once: it must be thread safe when handles
+ * are used from several threads. Module code (oneDNN, MPI, CUDA) allocates its own memory.
  */
 typedef void *(*ptc_realloc_fn)(void *ctx, void *ptr, size_t size);
-PTC_API void ptc_set_allocator(ptc_realloc_fn fn, void *ctx); /* NULL restores the default */
+/* Sets the process-wide allocator (one of the three global things above); fn NULL restores the
+ * default (ctx is then ignored). Never fails. Call it before the first handle is created, from one
+ * thread, and never while anything the library allocated still exists (memory is freed through
+ * the allocator that is set when it is freed): it is not synchronised. ctx is kept until the
+ * next call. */
+PTC_API void ptc_set_allocator(ptc_realloc_fn fn, void *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Data types, with torch's names (ptc_dtype_name returns "float32", "bfloat16", "float8_e4m3fn" ...).
@@ -161,9 +199,12 @@ typedef enum ptc_dtype {
     PTC_DTYPE_COUNT
 } ptc_dtype;
 
-PTC_API const char *ptc_dtype_name(ptc_dtype dt);  /* NULL for an invalid value */
+/* Functions of a dtype keep no state: any thread, never fail except as said. */
+PTC_API const char *ptc_dtype_name(ptc_dtype dt);  /* static; NULL for an invalid value */
 PTC_API size_t ptc_dtype_size(ptc_dtype dt);       /* bytes per element; 0 for an invalid value */
-PTC_API int ptc_dtype_from_name(const char *name, ptc_dtype *out); /* PTC_ENOTFOUND if unknown */
+/* torch's name ("float32", "bfloat16") to the dtype: 0; PTC_ENOTFOUND when unknown; PTC_EINVAL
+ * when name or out is NULL. */
+PTC_API int ptc_dtype_from_name(const char *name, ptc_dtype *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Limits. Every size in a file is checked against what the file holds and against these limits
@@ -181,12 +222,21 @@ typedef struct ptc_limits {
     uint32_t max_ndim;           /* dimensions of one tensor: 64 */
 } ptc_limits;
 
+/* Fills *l with the defaults above; l must not be NULL. Never fails; any thread. A ptc_limits is
+ * copied by the functions that take one: it need not outlive the call. */
 PTC_API void ptc_limits_default(ptc_limits *l);
 
 /* ---------------------------------------------------------------------------------------------
  * Values: the object tree a checkpoint's pickle describes. Values are borrowed from the checkpoint
- * that produced them and live until it is closed. The tree may share nodes (the same tensor or list
- * referenced twice); ptc rejects cycles at load time, so every walk terminates.
+ * that produced them and live until it is closed (or from the document that made them, until
+ * ptc_doc_free). The tree may share nodes (the same tensor or list referenced twice); ptc rejects
+ * cycles at load time, so every walk terminates.
+ *
+ * Every function of this section accepts v NULL (as a value of no kind: the getters fail with
+ * PTC_EINVAL, the others return 0 / NULL / PTC_VALUE_NONE), never allocates, and only reads: any
+ * number of threads may call them on the same tree. The typed getters return 0, or PTC_EINVAL when
+ * v is not of their kind (out is then untouched); their out pointers must not be NULL. Pointers
+ * they give (strings, bytes, items, keys) are borrowed from the tree.
  */
 typedef struct ptc_value ptc_value;
 typedef struct ptc_tensor ptc_tensor;
@@ -212,10 +262,11 @@ typedef enum ptc_value_kind {
     PTC_VALUE_OBJECT   /* an instance of a class a policy allowed (see ptc_policy_allow_global) */
 } ptc_value_kind;
 
-PTC_API ptc_value_kind ptc_value_kind_of(const ptc_value *v);
-PTC_API const char *ptc_value_kind_name(ptc_value_kind k); /* "none", "dict", "tensor", ... */
+PTC_API ptc_value_kind ptc_value_kind_of(const ptc_value *v); /* PTC_VALUE_NONE for NULL */
+PTC_API const char *ptc_value_kind_name(ptc_value_kind k); /* "none", "dict", ...; static */
 
 PTC_API int ptc_value_bool(const ptc_value *v, int *out);
+/* PTC_ERANGE when the int does not fit 64 bits (ptc_value_int_bytes reads it whole). */
 PTC_API int ptc_value_int(const ptc_value *v, int64_t *out);
 /* Two's-complement little-endian bytes of any int (the LONG1 encoding); borrowed. */
 PTC_API int ptc_value_int_bytes(const ptc_value *v, const uint8_t **bytes, size_t *len);
@@ -225,7 +276,8 @@ PTC_API int ptc_value_complex(const ptc_value *v, double *re, double *im);
 PTC_API int ptc_value_str(const ptc_value *v, const char **s, size_t *len);
 PTC_API int ptc_value_bytes(const ptc_value *v, const uint8_t **b, size_t *len);
 
-/* tuple, list, set, torch.Size: number of items and the i-th item. dict: number of pairs. */
+/* tuple, list, set, torch.Size: number of items and the i-th item. dict: number of pairs.
+ * ptc_value_len is 0 for another kind; ptc_value_item is NULL out of range or for another kind. */
 PTC_API size_t ptc_value_len(const ptc_value *v);
 PTC_API const ptc_value *ptc_value_item(const ptc_value *v, size_t i);
 /* dict pairs in insertion order. */
@@ -239,9 +291,10 @@ PTC_API int ptc_dict_is_ordered(const ptc_value *v);
 PTC_API const ptc_value *ptc_dict_attrs(const ptc_value *v);
 
 PTC_API int ptc_value_dtype(const ptc_value *v, ptc_dtype *out);
-/* device: type ("cpu", "cuda") and index (-1 when absent). */
+/* device: type ("cpu", "cuda"; borrowed) and index (-1 when absent). */
 PTC_API int ptc_value_device(const ptc_value *v, const char **type, int64_t *index);
-/* global and object: "module.name" of the global or class; object args and state (may be NULL). */
+/* global and object: "module.name" of the global or class (borrowed; NULL for another kind);
+ * object args and state (NULL when absent or for another kind). */
 PTC_API const char *ptc_value_global_name(const ptc_value *v);
 PTC_API const ptc_value *ptc_object_args(const ptc_value *v);
 PTC_API const ptc_value *ptc_object_state(const ptc_value *v);
@@ -251,6 +304,11 @@ PTC_API const ptc_tensor *ptc_value_tensor(const ptc_value *v); /* NULL unless a
  * Tensors and storages. A tensor views a storage: element (i0, i1, ...) lives at element index
  * storage_offset + sum(i_d * stride_d) of the storage. ptc proves at load time that every element a
  * tensor can address lies inside its storage, and that every storage lies inside its record.
+ *
+ * The getters below cannot fail and do not check their argument: t / s must not be NULL (as with
+ * strlen). What they return is borrowed from the tensor's checkpoint or document and lives as
+ * long as it. They only read: any number of threads may call them, ptc_tensor_read and
+ * ptc_tensor_sha256 included, on the same tensor at once.
  */
 PTC_API ptc_dtype ptc_tensor_dtype(const ptc_tensor *t);
 PTC_API int ptc_tensor_ndim(const ptc_tensor *t);
@@ -270,12 +328,14 @@ PTC_API const ptc_storage *ptc_tensor_storage(const ptc_tensor *t);
 /* Pointer to the element at storage_offset, in host byte order; borrowed. */
 PTC_API const void *ptc_tensor_data(const ptc_tensor *t);
 /* Copies the elements in row-major order, as little-endian bytes, with conj/neg applied, into dst
- * (which holds dst_len bytes, at least ptc_tensor_nbytes). */
+ * (which holds dst_len bytes, at least ptc_tensor_nbytes). 0; PTC_EINVAL when t is NULL, dst is
+ * NULL for a tensor with elements, or dst_len is too small (nothing is written then). */
 PTC_API int ptc_tensor_read(const ptc_tensor *t, void *dst, size_t dst_len, ptc_error *err);
-/* SHA-256 of the bytes ptc_tensor_read produces. */
+/* SHA-256 of the bytes ptc_tensor_read produces, into digest. 0; PTC_EINVAL when t or digest is
+ * NULL. Uses no heap. */
 PTC_API int ptc_tensor_sha256(const ptc_tensor *t, uint8_t digest[32], ptc_error *err);
 
-PTC_API const char *ptc_storage_key(const ptc_storage *s);      /* "0", "1", ... */
+PTC_API const char *ptc_storage_key(const ptc_storage *s);      /* "0", "1", ... (borrowed) */
 PTC_API const char *ptc_storage_location(const ptc_storage *s); /* "cpu", "cuda:0", ... */
 PTC_API ptc_dtype ptc_storage_dtype(const ptc_storage *s);
 PTC_API int64_t ptc_storage_nbytes(const ptc_storage *s);
@@ -290,14 +350,25 @@ PTC_API int ptc_storage_is_mapped(const ptc_storage *s);
  * ptc_policy_allow_global adds one exact "module.name" (torch's add_safe_globals); a reference to it
  * then becomes a PTC_VALUE_GLOBAL and calling it (REDUCE / NEWOBJ) builds a PTC_VALUE_OBJECT holding
  * the arguments, to which BUILD attaches the state. Modules sys, os, posix and nt can never be allowed.
+ *
+ * A policy is borrowed, not copied, by ptc_ckpt_open* and ptc_verify*: it must outlive every
+ * checkpoint opened with it. Once made and filled it is only read: any number of threads may open
+ * checkpoints with the same policy at once, as long as none calls ptc_policy_allow_global on it
+ * meanwhile.
  */
 typedef struct ptc_policy ptc_policy;
 typedef enum ptc_policy_base { PTC_POLICY_DEFAULT, PTC_POLICY_STRICT } ptc_policy_base;
 
+/* *out receives a new policy (free it with ptc_policy_free). PTC_EINVAL when out is NULL or base
+ * is not one of the two; PTC_ENOMEM. */
 PTC_API int ptc_policy_new(ptc_policy **out, ptc_policy_base base, ptc_error *err);
-PTC_API void ptc_policy_free(ptc_policy *p);
+PTC_API void ptc_policy_free(ptc_policy *p); /* accepts NULL */
+/* Allows one more global, "module.name" (copied). PTC_EINVAL when p or the name is NULL, the
+ * name is not of the form module.name, its module part is 256 bytes or more, or the module can
+ * never be allowed (sys, os, posix, nt); PTC_ENOMEM. */
 PTC_API int ptc_policy_allow_global(ptc_policy *p, const char *module_dot_name, ptc_error *err);
-/* 1 if the policy allows "module.name" (after torch's Python-2 name mapping). */
+/* 1 if the policy allows "module.name" (after torch's Python-2 name mapping); 0 otherwise and when
+ * any argument is NULL. Never fails; only reads p. */
 PTC_API int ptc_policy_allows(const ptc_policy *p, const char *module, const char *name);
 
 /* ---------------------------------------------------------------------------------------------
@@ -313,34 +384,56 @@ enum {
 };
 
 typedef struct ptc_open_params {
-    const ptc_policy *policy; /* NULL: the default policy */
-    const ptc_limits *limits; /* NULL: ptc_limits_default() */
+    size_t size;              /* sizeof(ptc_open_params), set by ptc_open_params_default */
+    const ptc_policy *policy; /* NULL: the default policy; borrowed: must outlive the checkpoint */
+    const ptc_limits *limits; /* NULL: ptc_limits_default(); copied */
     unsigned flags;           /* PTC_OPEN_* */
 } ptc_open_params;
 
+/* Fills *p with the defaults (size included); p must not be NULL. Never fails; any thread. */
 PTC_API void ptc_open_params_default(ptc_open_params *p);
 
-/* Opens a file by path. The file is mapped; stored records are used in place. */
+/* The three ways to open a checkpoint. *out receives the checkpoint (close it with
+ * ptc_ckpt_close), or NULL on failure. params NULL means ptc_open_params_default's; the struct
+ * itself is read during the call only. Errors: PTC_EINVAL (out NULL, path / read NULL, buf NULL
+ * with len > 0, a params size that is 0 or larger than this library's); PTC_EIO (the file cannot
+ * be opened, mapped or read, or read returned an error); PTC_ENOTZIP (neither a zip checkpoint,
+ * a legacy stream nor safetensors; the message says what it looks like); PTC_EFORMAT, PTC_EUNSAFE,
+ * PTC_ELIMIT, PTC_EUNSUPPORTED, PTC_ECRC (with PTC_OPEN_VERIFY_CRC), PTC_ERANGE: the file, with
+ * the member and offset in err; PTC_ENOMEM. Any number of threads may open checkpoints at once,
+ * with the same policy too.
+ *
+ * ptc_ckpt_open opens a file by path. The file is mapped; stored records are used in place (the
+ * file must not be truncated while the checkpoint is open). */
 PTC_API int ptc_ckpt_open(ptc_ckpt **out, const char *path, const ptc_open_params *params,
                           ptc_error *err);
-/* Opens a checkpoint held in memory. buf is borrowed and must outlive the checkpoint. */
+/* ptc_ckpt_open_memory: a checkpoint held in memory. buf is borrowed and must outlive the
+ * checkpoint; it is never written. */
 PTC_API int ptc_ckpt_open_memory(ptc_ckpt **out, const void *buf, size_t len,
                                  const ptc_open_params *params, ptc_error *err);
-/* Opens a checkpoint through a positional read callback: read(ctx, offset, buf, len) returns the
- * number of bytes read (short only at the end) or a negative value on error. size is the total
- * size. Records are read into memory that ptc owns. */
+/* ptc_ckpt_open_callback: through a positional read callback: read(ctx, offset, buf, len)
+ * returns the number of bytes read (short only at the end) or a negative value on error. size is
+ * the total size. Records are read into memory that ptc owns; read and ctx must stay valid until
+ * ptc_ckpt_close, and read is called from the thread that calls into the checkpoint. */
 typedef int64_t (*ptc_read_fn)(void *ctx, uint64_t offset, void *buf, size_t len);
 PTC_API int ptc_ckpt_open_callback(ptc_ckpt **out, ptc_read_fn read, void *ctx, uint64_t size,
                                    const ptc_open_params *params, ptc_error *err);
+/* Frees the checkpoint and everything borrowed from it (values, tensors, storages, names);
+ * accepts NULL. No other thread may be using the checkpoint. */
 PTC_API void ptc_ckpt_close(ptc_ckpt *c);
 
+/* Getters on an open checkpoint: they cannot fail, only read (any number of threads at once), and
+ * what they return is borrowed and lives until ptc_ckpt_close. ptc_ckpt_root, _nstorages,
+ * _storage, _nrecords, _record_name, _record_size, _file_size and _opcodes accept c NULL (NULL or
+ * 0); ptc_ckpt_format, _prefix and _byteorder need c. Indices out of range give NULL or 0. */
 PTC_API const ptc_value *ptc_ckpt_root(const ptc_ckpt *c);
 PTC_API ptc_format ptc_ckpt_format(const ptc_ckpt *c);
 PTC_API const char *ptc_ckpt_prefix(const ptc_ckpt *c);    /* zip: the archive prefix; legacy: "" */
-PTC_API const char *ptc_ckpt_byteorder(const ptc_ckpt *c); /* "little" or "big" */
+PTC_API const char *ptc_ckpt_byteorder(const ptc_ckpt *c); /* "little" or "big" (static) */
 PTC_API size_t ptc_ckpt_nstorages(const ptc_ckpt *c);
 PTC_API const ptc_storage *ptc_ckpt_storage(const ptc_ckpt *c, size_t i);
-/* Zip checkpoints: the records in central-directory order (name without prefix, size). */
+/* Zip checkpoints: the records in central-directory order (name without prefix, size); other
+ * formats have none (0). */
 PTC_API size_t ptc_ckpt_nrecords(const ptc_ckpt *c);
 PTC_API const char *ptc_ckpt_record_name(const ptc_ckpt *c, size_t i);
 PTC_API uint64_t ptc_ckpt_record_size(const ptc_ckpt *c, size_t i);
@@ -367,7 +460,8 @@ typedef struct ptc_budget {
 
 /* The default budget for walks over c; max_bytes nonzero replaces the byte budget (ptc's
  * --budget BYTES; bytes_explicit is then set and the exceeded-budget message says so). Nothing
- * charged yet. */
+ * charged yet. b NULL does nothing; c NULL gives the budget of an empty file. Never fails. A
+ * budget is the caller's plain struct (no allocation, nothing to free); one thread at a time. */
 PTC_API void ptc_budget_init(ptc_budget *b, const ptc_ckpt *c, uint64_t max_bytes);
 /* Charges nodes and bytes: 0, or PTC_ELIMIT (with the budget named in err) when either total would
  * pass its limit; the charge is then not made. b NULL charges nothing. */
@@ -382,7 +476,10 @@ PTC_API int ptc_budget_charge(ptc_budget *b, uint64_t nodes, uint64_t bytes, ptc
 
 /* Walks every tensor reachable from a value, depth-first in container order, with its path: dict
  * keys as written and list or tuple indices in decimal, joined by '.'. A tensor reached twice is
- * reported twice. The path pointer is valid until the next call. */
+ * reported twice. The path pointer is valid until the next call. ptc_walk_new: *out receives the
+ * walk (ptc_walk_free); root is borrowed and must outlive it (root NULL: an empty walk).
+ * PTC_EINVAL when out is NULL; PTC_ENOMEM. A walk is a handle: one thread at a time; several
+ * walks may run over the same tree in several threads at once. */
 typedef struct ptc_walk ptc_walk;
 PTC_API int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err);
 /* Charges every container and tensor the walk visits, one node each, to b (borrowed; it must
@@ -390,28 +487,38 @@ PTC_API int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err);
  * caller prints or copies each path: one tensor shared under 20,000 keys of a 1 MiB path is 20 GB
  * of paths); a walk without a budget is bounded only by the load-time tree check and
  * PTC_PATH_MAX. */
-PTC_API void ptc_walk_set_budget(ptc_walk *w, ptc_budget *b);
-/* 1 and the next tensor, 0 at the end, negative on error (ptc_walk_error says why). */
+PTC_API void ptc_walk_set_budget(ptc_walk *w, ptc_budget *b); /* w NULL: does nothing */
+/* 1 and the next tensor (path and tensor borrowed: the path until the next call, the tensor as
+ * long as its checkpoint), 0 at the end, negative on error: PTC_ELIMIT (the budget, PTC_PATH_MAX),
+ * PTC_ENOMEM; PTC_EINVAL when w is NULL. ptc_walk_error says why; after an error the walk is
+ * over. */
 PTC_API int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t);
-PTC_API const ptc_error *ptc_walk_error(const ptc_walk *w); /* the last failure; borrowed */
-PTC_API void ptc_walk_free(ptc_walk *w);
+/* The last failure; borrowed, until ptc_walk_free; NULL for w NULL. */
+PTC_API const ptc_error *ptc_walk_error(const ptc_walk *w);
+PTC_API void ptc_walk_free(ptc_walk *w); /* accepts NULL */
 
 /* A state dict entry by key ("conv1.weight"); follows nested dicts when the key is not found whole.
- * NULL if absent or not a tensor. */
+ * NULL if absent, not a tensor, or root or key is NULL. Borrowed from root's checkpoint; only
+ * reads (any thread); never fails otherwise. */
 PTC_API const ptc_tensor *ptc_state_dict_get(const ptc_value *root, const char *key);
 
 /* ---------------------------------------------------------------------------------------------
  * Building values to write. A document owns the nodes and the storages made through it; values
  * borrowed from an open checkpoint may be placed in a document's containers as they are (the
  * checkpoint must then stay open until the document is saved). Constructors return NULL when out
- * of memory or given invalid arguments; ptc_doc_error then holds the reason. A document is not
- * thread safe.
+ * of memory or given invalid arguments; ptc_doc_error then holds the reason (PTC_ENOMEM or
+ * PTC_EINVAL). Every function here accepts d NULL and then returns NULL (or PTC_EINVAL) without
+ * doing anything, so that a chain of constructors needs one check at the end; a NULL argument
+ * passed where a value is needed is PTC_EINVAL. What a document makes lives until ptc_doc_free.
+ * A document is a handle: one thread at a time (distinct documents in distinct threads).
  */
 typedef struct ptc_doc ptc_doc;
 
+/* *out receives an empty document (ptc_doc_free). PTC_EINVAL when out is NULL; PTC_ENOMEM. */
 PTC_API int ptc_doc_new(ptc_doc **out, ptc_error *err);
-PTC_API void ptc_doc_free(ptc_doc *d);
-PTC_API const ptc_error *ptc_doc_error(const ptc_doc *d); /* the last failure; borrowed */
+PTC_API void ptc_doc_free(ptc_doc *d); /* accepts NULL; frees every node and owned storage */
+/* The last failure; borrowed, until ptc_doc_free; NULL for d NULL. */
+PTC_API const ptc_error *ptc_doc_error(const ptc_doc *d);
 
 PTC_API ptc_value *ptc_doc_none(ptc_doc *d);
 PTC_API ptc_value *ptc_doc_bool(ptc_doc *d, int b);
@@ -429,10 +536,16 @@ PTC_API ptc_value *ptc_doc_device(ptc_doc *d, const char *type, int64_t index /*
 PTC_API ptc_value *ptc_doc_seq(ptc_doc *d, ptc_value_kind kind);
 /* An empty dict; ordered: collections.OrderedDict (what state_dict() returns) rather than dict. */
 PTC_API ptc_value *ptc_doc_dict(ptc_doc *d, int ordered);
+/* Appends item to a sequence this document made: 0; PTC_EINVAL (d, seq or item NULL, seq not a
+ * sequence); PTC_ENOMEM. item is borrowed (a node of this document or of an open
+ * checkpoint). */
 PTC_API int ptc_doc_push(ptc_doc *d, ptc_value *seq, const ptc_value *item);
-/* dict[key] = val, Python semantics (an equal key keeps its place and takes the new value). */
+/* dict[key] = val, Python semantics (an equal key keeps its place and takes the new value). 0;
+ * PTC_EINVAL (a NULL argument, dict not a dict, a key Python could not hash: a list, a dict);
+ * PTC_ENOMEM. key and val are borrowed as push's item. */
 PTC_API int ptc_doc_set(ptc_doc *d, ptc_value *dict, const ptc_value *key, const ptc_value *val);
-/* Attributes of an OrderedDict (a state dict's {'_metadata': ...}); attrs must be a dict of str. */
+/* Attributes of an OrderedDict (a state dict's {'_metadata': ...}); attrs must be a dict of str.
+ * 0; PTC_EINVAL (a NULL argument, dict not an OrderedDict, attrs not a dict of str). */
 PTC_API int ptc_doc_set_attrs(ptc_doc *d, ptc_value *dict, const ptc_value *attrs);
 
 /* A storage of nbytes bytes of dtype dt. data NULL and copy nonzero: zero-filled memory the document owns, to be
@@ -472,6 +585,7 @@ typedef enum ptc_save_format {
 } ptc_save_format;
 
 typedef struct ptc_save_params {
+    size_t size;              /* sizeof(ptc_save_params), set by ptc_save_params_default */
     ptc_save_format format;
     const char *archive_name; /* zip prefix; NULL: the file name without its last extension */
     int serialization_id;     /* write .data/serialization_id as torch >= 2.1 does (default 1) */
@@ -492,12 +606,22 @@ typedef struct ptc_save_params {
     ptc_budget *budget;
 } ptc_save_params;
 
+/* Fills *p with the defaults (size included); p must not be NULL. Never fails; any thread. */
 PTC_API void ptc_save_params_default(ptc_save_params *p);
+/* Writes root to path. params NULL: the defaults. 0; PTC_EINVAL (root or path NULL or empty, a
+ * params size that is 0 or larger than this library's, an invalid map_location, a tree the format
+ * cannot hold: safetensors needs a dict of str to tensors); PTC_EIO (creating, writing, syncing
+ * or renaming the file failed: the previous file is untouched); PTC_ELIMIT (the budget);
+ * PTC_EUNSUPPORTED (a dtype safetensors cannot hold); PTC_ENOMEM. root, the checkpoints it
+ * borrows from and params are read during the call only. Several threads may save at once, to
+ * distinct paths, even trees that share checkpoint values (saving only reads them); at most 16
+ * saves in progress at once are listed for ptc_save_remove_temporaries. */
 PTC_API int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *params,
                      ptc_error *err);
 /* Unlinks the named temporary files of the saves in progress in this process (none exist where
  * the file system has O_TMPFILE). Async-signal-safe: for a SIGINT/SIGTERM handler, which then
- * restores the default action and re-raises the signal; those saves cannot complete after it. */
+ * restores the default action and re-raises the signal; those saves cannot complete after it.
+ * Never fails (errno is preserved); any thread or signal handler, at any time. */
 PTC_API void ptc_save_remove_temporaries(void);
 
 /* ---------------------------------------------------------------------------------------------
@@ -516,12 +640,13 @@ PTC_API void ptc_save_remove_temporaries(void);
  * PTC_VERDICT_OK when it loads under the policy. Unsafe wins over malformed.
  */
 typedef enum ptc_verdict { PTC_VERDICT_OK, PTC_VERDICT_UNSAFE, PTC_VERDICT_MALFORMED } ptc_verdict;
-PTC_API const char *ptc_verdict_name(ptc_verdict v); /* "ok", "unsafe", "malformed" */
+PTC_API const char *ptc_verdict_name(ptc_verdict v); /* "ok", "unsafe", "malformed"; static */
 
 /* What torch 2.6 would do with torch.load(path, weights_only=True): PTC_TORCH_UNKNOWN only where
  * the container is ambiguous and the outcome depends on which member torch's zip reader picks. */
 typedef enum ptc_torch_answer { PTC_TORCH_LOADS, PTC_TORCH_REFUSES, PTC_TORCH_UNKNOWN } ptc_torch_answer;
-PTC_API const char *ptc_torch_answer_name(ptc_torch_answer a); /* "loads", "refuses", "unknown" */
+/* "loads", "refuses", "unknown"; static */
+PTC_API const char *ptc_torch_answer_name(ptc_torch_answer a);
 
 typedef struct ptc_finding {
     ptc_verdict verdict; /* PTC_VERDICT_UNSAFE or PTC_VERDICT_MALFORMED */
@@ -546,20 +671,29 @@ typedef struct ptc_global_ref {
 } ptc_global_ref;
 
 typedef struct ptc_verify_params {
-    const ptc_policy *policy; /* NULL: the default policy */
-    const ptc_limits *limits; /* NULL: ptc_limits_default() */
+    size_t size;              /* sizeof(ptc_verify_params), set by ptc_verify_params_default */
+    const ptc_policy *policy; /* NULL: the default policy; used during the call only */
+    const ptc_limits *limits; /* NULL: ptc_limits_default(); copied */
 } ptc_verify_params;
+
+/* Fills *p with the defaults (size included); p must not be NULL. Never fails; any thread. */
+PTC_API void ptc_verify_params_default(ptc_verify_params *p);
 
 typedef struct ptc_report ptc_report;
 
 /* Verify a file by path or in memory (buf borrowed for the call only). Returns 0 with a report
- * whatever the verdict; < 0 only when no report could be made (the path cannot be opened or read:
- * PTC_EIO; out of memory: PTC_ENOMEM). */
+ * whatever the verdict (*out: free it with ptc_report_free); < 0 only when no report could be made
+ * (*out is then NULL): the path cannot be opened or read, PTC_EIO; out of memory, PTC_ENOMEM;
+ * out or path NULL, buf NULL with len > 0, or a params size that is 0 or larger than this
+ * library's, PTC_EINVAL. params NULL: the defaults. Any number of threads may verify at once. */
 PTC_API int ptc_verify(ptc_report **out, const char *path, const ptc_verify_params *params,
                        ptc_error *err);
 PTC_API int ptc_verify_memory(ptc_report **out, const void *buf, size_t len,
                               const ptc_verify_params *params, ptc_error *err);
-PTC_API void ptc_report_free(ptc_report *r);
+PTC_API void ptc_report_free(ptc_report *r); /* accepts NULL */
+/* Getters on a report: they cannot fail and only read (any number of threads at once); what they
+ * return is borrowed and lives until ptc_report_free. ptc_report_verdict, _format and _torch need
+ * r (not NULL); the counts accept NULL (0); the items are NULL for r NULL or i out of range. */
 PTC_API ptc_verdict ptc_report_verdict(const ptc_report *r);
 /* The container as recognised ("zip", "legacy", "safetensors", "torchscript", "tar", "7z",
  * "unknown"). */
@@ -591,14 +725,20 @@ PTC_API uint64_t ptc_report_dropped(const ptc_report *r);
  * Every process of a run calls the same collective functions in the same order. A process that
  * meets an error in ptc_train must end the whole job with ptc_comm_abort (the others would wait
  * for it forever); ptc_comm_abort does not return for "mpi" and returns at once for "single".
- * Only the thread that opened a communicator may use it. */
+ * Only the thread that opened a communicator may use it, and a process opens at most one "mpi"
+ * communicator at a time (MPI itself is process-wide). */
 typedef struct ptc_comm ptc_comm;
 
+/* *out receives the communicator (ptc_comm_close), NULL on failure. Errors as above, and
+ * PTC_EINVAL for out NULL or an unknown kind; PTC_ENOMEM. */
 PTC_API int ptc_comm_open(ptc_comm **out, const char *kind, ptc_error *err);
-PTC_API int ptc_comm_rank(const ptc_comm *c);      /* 0 for NULL */
-PTC_API int ptc_comm_size(const ptc_comm *c);      /* 1 for NULL */
-PTC_API const char *ptc_comm_kind(const ptc_comm *c); /* "single" or "mpi" */
+PTC_API int ptc_comm_rank(const ptc_comm *c);      /* 0 for NULL; never fails */
+PTC_API int ptc_comm_size(const ptc_comm *c);      /* 1 for NULL; never fails */
+/* "single" or "mpi" (static); "single" for NULL */
+PTC_API const char *ptc_comm_kind(const ptc_comm *c);
+/* Waits for every process. 0 (at once for "single" or NULL); PTC_ECOMM when MPI fails. */
 PTC_API int ptc_comm_barrier(ptc_comm *c, ptc_error *err);
+/* Ends the whole job with exit status code ("mpi": does not return); NULL or "single": returns. */
 PTC_API void ptc_comm_abort(ptc_comm *c, int code);
 PTC_API void ptc_comm_close(ptc_comm *c); /* accepts NULL */
 
@@ -614,7 +754,12 @@ PTC_API void ptc_comm_close(ptc_comm *c); /* accepts NULL */
  *
  * ptc_plugins_list fills out[0..max) with every known module, loading those it finds and asking
  * each whether it can run on this machine (the one function here that loads every module), and
- * returns how many modules are known (4; out may be NULL to ask), or a negative PTC_E* code. */
+ * returns how many modules are known (4; out may be NULL to ask), or a negative PTC_E* code:
+ * PTC_EINVAL when max is negative. A module that is missing or cannot be loaded is not an error:
+ * its entry says why. out belongs to the caller; its strings are copies (path, summary, why) or
+ * static (kind, name). Any thread (the module table is locked); the modules it loads stay loaded.
+ * The search path is read when a module is first loaded (PTC_PLUGIN_PATH: the one place libptc
+ * reads the environment for modules). */
 typedef struct ptc_plugin_info {
     const char *kind;  /* "backend" or "comm" (static) */
     const char *name;  /* "dnnl", "cuda", "mpi", "nccl" (static) */
@@ -630,6 +775,7 @@ typedef struct ptc_plugin_info {
 PTC_API int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err);
 
 typedef struct ptc_train_params {
+    size_t size;          /* sizeof(ptc_train_params), set by ptc_train_params_default */
     const char *dataset;  /* "cifar10" or "fashion-mnist" (default) */
     const char *data_dir; /* NULL: ./data/cifar-10-batches-bin or /usr/share/datasets/fashion-mnist */
     int64_t max_samples;  /* use only the first N images of each split; 0: all */
@@ -692,10 +838,24 @@ typedef struct ptc_train_result {
     double allreduce_exposed_ms; /* per step: waiting for all-reduces after backward ended */
 } ptc_train_result;
 
+/* Fills *p with the defaults listed above (size included); p must not be NULL. Never fails; any
+ * thread. */
 PTC_API void ptc_train_params_default(ptc_train_params *p);
+/* One training run; *res (not NULL) receives its figures. p is read during the call only (its
+ * strings, comm and callbacks are used until ptc_train returns; the callbacks are called from the
+ * calling thread). Errors: PTC_EINVAL (p or res NULL, a params size that is 0 or larger than this
+ * library's, an unknown dataset, arch, backend, precision, schedule or lr_scaling, a value out of
+ * range); PTC_ENOTFOUND / PTC_EUNSUPPORTED (the backend's or communicator's module is not
+ * installed / cannot run here); PTC_EIO (the dataset, init, resume, save, checkpoint or metrics
+ * files, a device failure); the load errors of init and resume (PTC_EFORMAT ...); PTC_ECOMM (a
+ * collective failed: end the job with ptc_comm_abort); PTC_ENOMEM. Several threads may each run
+ * ptc_train with its own params and its own (or no) communicator. */
 PTC_API int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err);
 /* Test accuracy and mean cross-entropy of a state dict on p's dataset (dataset, data_dir,
- * max_samples, arch, backend, threads and batch_size are used). */
+ * max_samples, arch, backend, threads and batch_size are used): *accuracy, *loss and *count (the
+ * images evaluated), none of them NULL. weights is a path, opened, read and closed during the
+ * call. Errors as ptc_train's, and those of opening and loading weights (PTC_EIO, PTC_EFORMAT,
+ * PTC_EINVAL for a state dict that does not fit the model). Threads as ptc_train. */
 PTC_API int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accuracy,
                          double *loss, int64_t *count, ptc_error *err);
 

@@ -40,9 +40,7 @@ void ptc_limits_default(ptc_limits *l)
 
 void ptc_open_params_default(ptc_open_params *p)
 {
-    p->policy = NULL;
-    p->limits = NULL;
-    p->flags = 0;
+    *p = (ptc_open_params){.size = sizeof *p, .policy = NULL, .limits = NULL, .flags = 0};
 }
 
 /* ---- storages --------------------------------------------------------------------------------- */
@@ -451,9 +449,15 @@ static int sniff(ptc_ckpt *c, ptc_error *err)
     return ptc__err(err, PTC_ENOTZIP, "", 0, "%s", what);
 }
 
-static int open_common(ptc_ckpt **out, ptc__source *src, const ptc_open_params *params,
+static int open_common(ptc_ckpt **out, ptc__source *src, const ptc_open_params *caller,
                        ptc_error *err)
 {
+    ptc_open_params prm, *params = &prm;
+    ptc_open_params_default(&prm);
+    if (ptc__params_read(&prm, sizeof prm, caller, "ptc_open_params", err) < 0) {
+        ptc__source_close(src);
+        return PTC_EINVAL;
+    }
     ptc_ckpt *c = ptc__calloc(1, sizeof *c);
     if (!c) {
         ptc__source_close(src);

@@ -549,9 +549,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 void ptc_save_params_default(ptc_save_params *p)
 {
-    memset(p, 0, sizeof *p);
-    p->format = PTC_SAVE_AUTO;
-    p->serialization_id = 1;
+    *p = (ptc_save_params){.size = sizeof *p, .format = PTC_SAVE_AUTO, .serialization_id = 1};
 }
 
 static int save_pth(const ptc_value *root, const char *path, const ptc_save_params *p,
@@ -678,10 +676,11 @@ int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *par
     if (!root || !path || !*path)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_save: missing value or path");
     ptc_save_params def;
-    if (!params) {
-        ptc_save_params_default(&def);
-        params = &def;
-    }
+    ptc_save_params_default(&def);
+    int rc = ptc__params_read(&def, sizeof def, params, "ptc_save_params", err);
+    if (rc < 0)
+        return rc;
+    params = &def;
     if (params->map_location && !device_tag(params->map_location))
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "ptc_save: map_location must be cpu, meta, mps, cuda[:N] or xpu[:N]");

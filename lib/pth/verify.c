@@ -827,9 +827,19 @@ static int scan_tar(scan_ctx *c, const uint8_t *map, uint64_t size)
 static const uint8_t legacy_magic[15] = {0x80, 0x02, 0x8A, 0x0A, 0x6C, 0xFC, 0x9C, 0x46,
                                          0xF9, 0x20, 0x6A, 0xA8, 0x50, 0x19, 0x2E};
 
-static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_params *params,
+void ptc_verify_params_default(ptc_verify_params *p)
+{
+    *p = (ptc_verify_params){.size = sizeof *p, .policy = NULL, .limits = NULL};
+}
+
+static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_params *caller,
                          ptc_error *err)
 {
+    ptc_verify_params prm, *params = &prm;
+    ptc_verify_params_default(&prm);
+    int prc = ptc__params_read(&prm, sizeof prm, caller, "ptc_verify_params", err);
+    if (prc < 0)
+        return prc;
     ptc_limits lim;
     ptc_limits_default(&lim);
     if (params && params->limits)
@@ -854,7 +864,11 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     }
 
     /* 1. The load. */
-    ptc_open_params op = {policy, &lim, PTC_OPEN_VERIFY_CRC};
+    ptc_open_params op;
+    ptc_open_params_default(&op);
+    op.policy = policy;
+    op.limits = &lim;
+    op.flags = PTC_OPEN_VERIFY_CRC;
     ptc_error le;
     const uint8_t *map = ptc__source_map(src);
     uint64_t size = ptc__source_size(src);

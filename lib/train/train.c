@@ -47,6 +47,7 @@
 void ptc_train_params_default(ptc_train_params *p)
 {
     memset(p, 0, sizeof *p);
+    p->size = sizeof *p;
     p->dataset = "fashion-mnist";
     p->arch = "resnet18";
     p->epochs = 10;
@@ -835,7 +836,10 @@ static int collect(run *r, epoch_sums *es, int epoch, int64_t total, ptc_train_r
 
 int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
 {
-    return ptc__train_ex(p, 0, res, err);
+    ptc_train_params prm; /* the caller's struct, whatever ptc.h it was built with (params.c) */
+    ptc_train_params_default(&prm);
+    int rc = ptc__params_read(&prm, sizeof prm, p, "ptc_train_params", err);
+    return rc < 0 ? rc : ptc__train_ex(p ? &prm : NULL, 0, res, err);
 }
 
 int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *res, ptc_error *err)
@@ -1066,6 +1070,11 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
                  int64_t *count, ptc_error *err)
 {
     ptc__err_clear(err);
+    ptc_train_params prm; /* the caller's struct, whatever ptc.h it was built with (params.c) */
+    ptc_train_params_default(&prm);
+    if (p && ptc__params_read(&prm, sizeof prm, p, "ptc_train_params", err) < 0)
+        return PTC_EINVAL;
+    p = p ? &prm : NULL;
     if (!p || !weights || !accuracy || !loss || !count || p->batch_size < 1)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_evaluate: invalid arguments");
     run r = {.p = p};
