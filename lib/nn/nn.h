@@ -57,6 +57,12 @@ typedef struct ptc__entry {
     ptc__bt *grad;     /* parameters only */
     ptc__bt *momentum; /* parameters only; made by the first SGD step with momentum */
     int64_t *counter;  /* counters only */
+    /* Parameters only: requires_grad is off (ptc_model_freeze). The SGD step leaves it alone
+     * entirely (no weight decay, no momentum: torch skips a parameter whose grad is None), and
+     * backward stops early once every parameter it has yet to reach is frozen (its gradient is
+     * then stale). BatchNorm's running statistics are buffers: a training forward updates them
+     * whatever is frozen, as torch does. 0 when made. */
+    int frozen;
 } ptc__entry;
 
 int ptc__model_new(ptc__model **out, const ptc__model_params *p, ptc_error *err);
@@ -67,6 +73,11 @@ ptc__entry *ptc__model_entry(ptc__model *m, size_t i);
 /* The entry by name; NULL when absent. */
 ptc__entry *ptc__model_find(ptc__model *m, const char *name);
 size_t ptc__model_nparams(const ptc__model *m); /* entries of kind PARAM: 62 for ResNet-18 */
+/* Replaces fc.weight and fc.bias by tensors of `classes` rows (their values are the backend's
+ * fresh tensors': the caller writes them), without gradient history or momentum buffer, not
+ * frozen; the activations made for the old width are dropped. On failure the model is as it was.
+ * PTC_EINVAL (classes < 1), PTC_ENOMEM, a backend's error. */
+int ptc__model_set_classes(ptc__model *m, int classes, ptc_error *err);
 
 /* An entry's values as plain float32 (shape order), in or out. Not for counters. */
 int ptc__model_write_entry(ptc__model *m, ptc__entry *e, const float *values, ptc_error *err);
@@ -102,7 +113,9 @@ int ptc__model_input(ptc__model *m, int n, ptc__bt **x, ptc_error *err);
 int ptc__model_forward_filled(ptc__model *m, int n, int train, float *logits, ptc_error *err);
 /* Backward of the last training forward, from dlogits [n][num_classes], or with dlogits NULL from
  * the gradient that ptc__model_loss left on the backend: every parameter's gradient is written
- * (not accumulated). */
+ * (not accumulated). Without a gradient hook, backward stops at the first module below which
+ * every parameter is frozen (their gradients are then not written); with a hook every gradient
+ * is made, frozen or not. */
 int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err);
 
 /* The loss on the backend (its optional xent op; see backend.h). has_device_loss: whether the
@@ -174,7 +187,8 @@ typedef struct ptc__sgd_params {
     int nesterov;
 } ptc__sgd_params;
 
-/* One torch.optim.SGD step over every parameter with the learning rate lr; step counts the
+/* One torch.optim.SGD step over every parameter that is not frozen with the learning rate lr
+ * (frozen ones keep their values and momentum buffers untouched); step counts the
  * optimizer steps taken before this one (momentum buffers are created on step 0, or when a
  * parameter has none yet, as torch does). Through the backend's sgd_multi when it has one (one
  * launch on a device), else sgd_step per parameter: the same bits. */

@@ -357,6 +357,51 @@ ptc__entry *ptc__model_find(ptc__model *m, const char *name)
     return NULL;
 }
 
+int ptc__model_set_classes(ptc__model *m, int classes, ptc_error *err)
+{
+    if (!m || classes < 1)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc__model_set_classes: invalid arguments");
+    ptc__entry *fc[2] = {m->fc_w, m->fc_b}, made[2];
+    ptc__bt *value[2] = {NULL, NULL}, *grad[2] = {NULL, NULL};
+    int rc = 0;
+    /* The new tensors first, so that a failure leaves the model as it was. */
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        made[i] = *fc[i];
+        made[i].shape[0] = classes;
+        made[i].numel = classes * (i == 0 ? fc[i]->shape[1] : 1);
+        int dims[4];
+        ptc__role role = entry_dims(&made[i], dims);
+        if ((rc = m->ops->tensor_new(m->be, &value[i], role, dims, err)) == 0)
+            rc = m->ops->tensor_new(m->be, &grad[i], role, dims, err);
+    }
+    if (rc < 0) {
+        for (int i = 0; i < 2; i++) {
+            m->ops->tensor_free(m->be, value[i]);
+            m->ops->tensor_free(m->be, grad[i]);
+        }
+        return rc;
+    }
+    for (int i = 0; i < 2; i++) {
+        m->ops->tensor_free(m->be, fc[i]->value);
+        m->ops->tensor_free(m->be, fc[i]->grad);
+        m->ops->tensor_free(m->be, fc[i]->momentum);
+        *fc[i] = made[i];
+        fc[i]->value = value[i];
+        fc[i]->grad = grad[i];
+        fc[i]->momentum = NULL;
+        fc[i]->frozen = 0;
+    }
+    m->classes = classes;
+    /* The activation sets hold logits of the old width: made again on the next forward. */
+    for (size_t i = 0; i < m->nsets; i++)
+        free_set(m, &m->sets[i]);
+    m->nsets = 0;
+    m->last = NULL;
+    m->trained = 0;
+    m->has_dlogits = 0;
+    return 0;
+}
+
 /* ---- activations ------------------------------------------------------------------------------ */
 
 static int act(ptc__model *m, ptc__bt **t, int n, int c, int h, int w, ptc_error *err)
@@ -617,6 +662,18 @@ void ptc__model_set_grad_hook(ptc__model *m, ptc__grad_hook fn, void *ctx)
 const ptc__backend_ops *ptc__model_ops(const ptc__model *m) { return m->ops; }
 ptc__be *ptc__model_be(const ptc__model *m) { return m->be; }
 
+/* Whether backward may stop before the entries below index `below`: nothing there needs a
+ * gradient (every parameter among them is frozen) and no hook expects every gradient. */
+static bool frozen_below(const ptc__model *m, const ptc__entry *below)
+{
+    if (m->hook)
+        return false;
+    for (const ptc__entry *e = m->e; e < below; e++)
+        if (e->kind == PTC__ENTRY_PARAM && !e->frozen)
+            return false;
+    return true;
+}
+
 /* Tells the gradient hook that the gradients of a and b (b may be NULL) are final. */
 static int ready(ptc__model *m, ptc__entry *a, ptc__entry *b, ptc_error *err)
 {
@@ -679,6 +736,10 @@ int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
     for (int b = 7; b >= 0; b--) {
         block_l *bl = &m->blk[b];
         block_a *a = &s->blk[b];
+        if (frozen_below(m, b == 7 ? m->fc_w : m->blk[b + 1].conv1.w)) { /* fine-tuning a head */
+            m->trained = 0;
+            return 0;
+        }
         const ptc__bt *x = b == 0 ? (s->ppool ? s->p : s->b1) : s->blk[b - 1].out;
         ptc__bt *gx = s->g_blk[b];
         /* relu(n2 + identity): the gradient of both addends is g_out masked by out > 0 */
@@ -710,6 +771,10 @@ int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
         }
     }
     /* The stem: through the pool (if any) and bn1+relu to conv1's weight. */
+    if (frozen_below(m, m->blk[0].conv1.w)) {
+        m->trained = 0;
+        return 0;
+    }
     if (s->ppool && (rc = o->maxpool_bwd(be, s->ppool, s->b1, s->p, s->g_p, s->g_b1, err)))
         return rc;
     const ptc__bt *g_b1 = s->ppool ? s->g_b1 : s->g_blk[0];
@@ -782,7 +847,7 @@ static int sgd_multi_step(ptc__model *m, const ptc__sgd_params *p, double lr, pt
     const bool mom = p->momentum != 0;
     for (size_t i = 0; i < m->ne && rc == 0; i++) {
         ptc__entry *e = &m->e[i];
-        if (e->kind != PTC__ENTRY_PARAM)
+        if (e->kind != PTC__ENTRY_PARAM || e->frozen)
             continue;
         int grp = 0;
         if (mom && !e->momentum) {
@@ -811,7 +876,7 @@ int ptc__model_sgd_step(ptc__model *m, const ptc__sgd_params *p, double lr, int6
         return sgd_multi_step(m, p, lr, err);
     for (size_t i = 0; i < m->ne; i++) {
         ptc__entry *e = &m->e[i];
-        if (e->kind != PTC__ENTRY_PARAM)
+        if (e->kind != PTC__ENTRY_PARAM || e->frozen)
             continue;
         ptc__sgd h = {lr, p->momentum, p->dampening, p->weight_decay, p->nesterov, 0};
         if (p->momentum != 0 && !e->momentum) {
