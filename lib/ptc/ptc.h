@@ -629,6 +629,39 @@ typedef struct ptc_plugin_info {
 
 PTC_API int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err);
 
+/* A caller's dataset for ptc_train and ptc_evaluate (ptc_train_params.train_source,
+ * test_source): count labelled images, each h x w interleaved 8-bit RGB (HWC: row by row, R, G, B
+ * per pixel), so that a C program trains on its own data without writing dataset files.
+ *
+ * get(ctx, i, hwc_rgb, label, err) writes image i (0 <= i < count) into hwc_rgb (h * w * 3 bytes,
+ * the library's buffer, valid during the call only) and its class into *label (0 <= label <
+ * the run's classes: ptc_train_params.num_classes, 10 by default), and returns 0, or a negative
+ * PTC_E* code (filling err when it can: the message reaches ptc_train's caller, prefixed with the
+ * source and the index) to stop the run with that code.
+ *
+ * When and where get runs: ptc_train and ptc_evaluate read the whole source into memory when
+ * they start (the loader's thread and a device backend then work on that copy, as for the
+ * built-in datasets), calling get once per index, in order 0, 1, ..., count - 1, on the thread
+ * that called ptc_train / ptc_evaluate, never after it returns and never concurrently: get need
+ * not be thread-safe, and ctx need only live until the call returns. (Only the first
+ * max_samples images are held when ptc_train_params.max_samples is set, but every image of the
+ * train source is read for the normalisation statistics.) The images must be 32 x 32 (h and w:
+ * the training recipe's RandomCrop(32, padding=4) and the 32 x 32 input; other sizes are
+ * refused with PTC_EUNSUPPORTED), count at least 1 and at most 2^22.
+ *
+ * size must be sizeof(ptc_source) or the size of an older, smaller version (ptc_source_default
+ * sets it); the library reads only the first size bytes. */
+typedef struct ptc_source {
+    size_t size;   /* sizeof(ptc_source) */
+    int64_t count; /* images */
+    int h, w;      /* every image's height and width: 32, 32 */
+    int (*get)(void *ctx, int64_t i, uint8_t *hwc_rgb, int64_t *label, ptc_error *err);
+    void *ctx;     /* passed to get */
+} ptc_source;
+
+/* Zeroes s and sets s->size (h and w 32). s NULL does nothing. Thread safe. */
+PTC_API void ptc_source_default(ptc_source *s);
+
 typedef struct ptc_train_params {
     const char *dataset;  /* "cifar10" or "fashion-mnist" (default) */
     const char *data_dir; /* NULL: ./data/cifar-10-batches-bin or /usr/share/datasets/fashion-mnist */
@@ -677,6 +710,19 @@ typedef struct ptc_train_params {
      * there: the GPU's state as short text for a progress display, "gpu 97% 31.2/139.8 GiB 512 W
      * 61C" (fields the GPU cannot report are left out). NULL: not called. */
     void (*device_status)(void *ctx, const char *text);
+    /* The caller's own data instead of dataset and data_dir (see ptc_source): train_source for
+     * ptc_train (required when either is set), test_source for its evaluations and for
+     * ptc_evaluate (NULL: ptc_train evaluates on no images and reports accuracy 0 over 0 images).
+     * Borrowed: they and their ctx must stay valid until ptc_train / ptc_evaluate returns. Both
+     * NULL (default): the dataset named by dataset. */
+    const ptc_source *train_source, *test_source;
+    /* Classes of a source's labels and of the model's fc: 2..256; 0 (default): 10. The built-in
+     * datasets have 10. */
+    int num_classes;
+    /* Normalize's constants for a source: mean and standard deviation per channel (R, G, B) of
+     * pixels scaled to [0, 1]. All six 0 (default): the train source's own statistics (computed
+     * over every pixel of every image, as for Fashion-MNIST). */
+    double source_mean[3], source_std[3];
 } ptc_train_params;
 
 typedef struct ptc_train_result {

@@ -303,7 +303,7 @@ static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
     memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
     memcpy(lp.std, d->norm_std, sizeof lp.std);
     ptc__loader *l = NULL;
-    float *logits = ptc__malloc((size_t)batch * PTC__DATA_CLASSES * sizeof *logits);
+    float *logits = ptc__malloc((size_t)batch * (size_t)d->classes * sizeof *logits);
     if (!logits) {
         ptc__free(idx);
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
@@ -321,7 +321,7 @@ static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
         int64_t bc = 0;
         rc = forward_batch(m, im, nz, b, 0, logits, err);
         if (rc == 0)
-            rc = ptc__cross_entropy(logits, b->labels, b->n, PTC__DATA_CLASSES, &bl, NULL, &bc,
+            rc = ptc__cross_entropy(logits, b->labels, b->n, d->classes, &bl, NULL, &bc,
                                     err);
         int bn = b->n;
         ptc__loader_release(b);
@@ -665,7 +665,11 @@ static int load_data(const recipe *re, bool test_only, ptc__dataset **out, ptc_e
 {
     const ptc_train_params *p = re->p;
     ptc__data_params dp = ptc__data_params_default();
-    dp.format = re->format;
+    dp.format = p->train_source || p->test_source ? PTC__DATA_SOURCE : re->format;
+    if (dp.format != PTC__DATA_SOURCE && p->num_classes != 0 && p->num_classes != PTC__DATA_CLASSES)
+        return ptc__err(err, PTC_EINVAL, "", -1, "num_classes %d: the built-in datasets have 10 classes", p->num_classes);
+    dp.train_source = p->train_source, dp.test_source = p->test_source, dp.classes = p->num_classes;
+    memcpy(dp.mean, p->source_mean, sizeof dp.mean), memcpy(dp.std, p->source_std, sizeof dp.std);
     dp.dir = p->data_dir;
     dp.keep = p->max_samples > 0 ? p->max_samples : 0;
     dp.test_only = test_only;
@@ -783,7 +787,7 @@ static int train_step(run *r, const ptc__batch *b, double lr, int64_t step, doub
         rc = forward_batch(r->model, r->img_train, &r->nz, b, 1, dev ? NULL : r->logits, err);
     if (rc == 0)
         rc = dev ? ptc__model_loss(r->model, b->labels, err)
-                 : ptc__cross_entropy(r->logits, b->labels, b->n, PTC__DATA_CLASSES, loss,
+                 : ptc__cross_entropy(r->logits, b->labels, b->n, r->data->classes, loss,
                                       r->dlogits, correct, err);
     if (rc == 0 && r->reducer)
         ptc__reducer_prepare(r->reducer);
@@ -865,7 +869,7 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
         rc = open_device_comm(&r, err);
     if (rc == 0)
         rc = load_data(&r.rc, false, &r.data, err);
-    ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, p->seed};
+    ptc__model_params mp = {r.rc.arch, r.data ? r.data->classes : 0, r.ops, r.be, p->seed};
     if (rc == 0)
         rc = ptc__model_new(&r.model, &mp, err);
     if (rc == 0 && !host_input)
@@ -892,7 +896,7 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
         if (r.ops->device_info(r.be, &stream, &dev, NULL) == 0)
             r.mon = ptc__gpumon_open(dev, GPU_SAMPLE_S); /* NULL without NVML: no monitoring */
     }
-    size_t logit_bytes = (size_t)p->batch_size * PTC__DATA_CLASSES * sizeof(float);
+    size_t logit_bytes = (size_t)p->batch_size * (size_t)r.data->classes * sizeof(float);
     if (rc == 0 && (!(r.logits = ptc__malloc(logit_bytes)) || !(r.dlogits = ptc__malloc(logit_bytes))))
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
     if (rc < 0) {
@@ -915,7 +919,7 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
     }
     say(p, "ptc train: %s on %s, %lld training and %lld test images, backend %s, batch %d%s, "
            "%d epoch(s)%s%s",
-        ptc__arch_name(r.rc.arch), r.rc.format == PTC__DATA_CIFAR10 ? "CIFAR-10" : "Fashion-MNIST",
+        ptc__arch_name(r.rc.arch), d->format == PTC__DATA_SOURCE ? "the caller's images" : r.rc.format == PTC__DATA_CIFAR10 ? "CIFAR-10" : "Fashion-MNIST",
         (long long)d->train.n, (long long)d->test.n, r.ops->name, p->batch_size,
         world > 1 ? " per process" : "", p->epochs, procs, start_epoch ? " (resumed)" : "");
     /* throughput: training time after the warm-up steps, evaluations and saves left out */
@@ -1074,7 +1078,7 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
         rc = open_backend(p, p->threads, &r.ops, &r.be, err);
     if (rc == 0)
         rc = load_data(&r.rc, true, &r.data, err);
-    ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, 0};
+    ptc__model_params mp = {r.rc.arch, r.data ? r.data->classes : 0, r.ops, r.be, 0};
     if (rc == 0)
         rc = ptc__model_new(&r.model, &mp, err);
     if (rc == 0)
