@@ -111,6 +111,24 @@ int ptc__model_forward(ptc__model *m, const float *images, int n, int train, flo
  * no other batch size may be used. */
 int ptc__model_input(ptc__model *m, int n, ptc__bt **x, ptc_error *err);
 int ptc__model_forward_filled(ptc__model *m, int n, int train, float *logits, ptc_error *err);
+/* The same for any input size h x w (h, w >= 32; ptc__model_forward is h = w = 32): images are
+ * [n][3][h][w]. Activations are made per (n, h, w) on first use and kept: training alternates
+ * two batch sizes at one image size; a model used at many sizes keeps the most recent few. The
+ * final map (h/32 x w/32 for resnet18, h/4 x w/4 for resnet18-cifar, rounded as the convolutions
+ * round) is averaged to 1x1 as nn.AdaptiveAvgPool2d((1, 1)) does. */
+int ptc__model_forward_hw(ptc__model *m, const float *images, int n, int h, int w, int train,
+                          float *logits, ptc_error *err);
+/* Whether an input of n x 3 x h x w is one the model can run (h, w >= 32 and every activation
+ * below 2^31 elements); 0 or PTC_EINVAL with fn named in the message. */
+int ptc__model_check_size(const ptc__model *m, const char *fn, int n, int h, int w,
+                          ptc_error *err);
+/* The number of classes (fc's outputs) and the architecture. */
+int ptc__model_classes(const ptc__model *m);
+ptc__arch ptc__model_arch(const ptc__model *m);
+/* A new head: fc.weight [classes][512] and fc.bias [classes] are made anew (values zero, no
+ * gradient or momentum history) and the activation sets dropped; the entries keep their places,
+ * so entry indices and pointers stay valid. The caller initialises the values. */
+int ptc__model_set_classes(ptc__model *m, int classes, ptc_error *err);
 /* Backward of the last training forward, from dlogits [n][num_classes], or with dlogits NULL from
  * the gradient that ptc__model_loss left on the backend: every parameter's gradient is written
  * (not accumulated). Without a gradient hook, backward stops at the first module below which

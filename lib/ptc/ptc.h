@@ -745,6 +745,168 @@ PTC_API int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_erro
 PTC_API int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accuracy,
                          double *loss, int64_t *count, ptc_error *err);
 
+/* ---------------------------------------------------------------------------------------------
+ * Models. A ptc_model is torchvision's ResNet-18 ("resnet18": resnet18(num_classes=N); or
+ * "resnet18-cifar": the same with conv1 a 3x3 stride-1 convolution and maxpool an Identity) on a
+ * backend, for a C program that runs inference or fine-tunes on its own data. Its state dict has
+ * exactly torchvision's keys, order, shapes and dtypes, so that it loads from and into torch with
+ * strict keys. Numerics are PyTorch's float32 (docs/numerics.md).
+ *
+ * Example: classify images with a state dict torch saved.
+ *
+ *     ptc_model_params mp; ptc_model_params_default(&mp);
+ *     ptc_model *m; ptc_ckpt *c; ptc_error err;
+ *     if (ptc_model_new(&m, &mp, &err) < 0 || ptc_ckpt_open(&c, "resnet18.pth", NULL, &err) < 0 ||
+ *         ptc_model_load(m, ptc_ckpt_root(c), PTC_LOAD_STRICT, &err) < 0)
+ *         fprintf(stderr, "%s\n", err.message);
+ *     ptc_ckpt_close(c);                      // the model holds copies of the parameters
+ *     ptc_model_forward(m, x, n, 32, 32, logits, &err);   // x: [n][3][32][32] normalised
+ *
+ * A model is one handle: it must not be used from two threads at once; distinct models may be
+ * used from distinct threads (each has its own backend instance). Every function below that takes
+ * an err accepts err NULL (the code is still returned).
+ */
+typedef struct ptc_model ptc_model;
+typedef struct ptc_sgd ptc_sgd;
+
+typedef struct ptc_model_params {
+    size_t size;           /* sizeof(ptc_model_params); set by ptc_model_params_default */
+    const char *arch;      /* "resnet18" (default) or "resnet18-cifar" */
+    int num_classes;       /* 10 */
+    const char *backend;   /* NULL or "auto": the best available (as ptc_train); "ref", "dnnl", "cuda" */
+    int threads;           /* 0: the backend's default */
+    int device;            /* GPU ordinal; -1: the local rank's or 0 */
+    const char *precision; /* NULL or "f32"; "bf16" on device backends */
+    uint64_t seed;         /* of the initialisation (torch.manual_seed(seed) as ptc train does) */
+    float mean[3], std[3]; /* ptc_model_classify's normalisation: the CIFAR-10 tutorial's by default */
+    int input_h, input_w;  /* ptc_model_classify resizes images to this size: 32 x 32 by default */
+} ptc_model_params;
+
+/* ptc_model_load's flags. */
+enum {
+    PTC_LOAD_STRICT = 1u << 0,          /* load_state_dict(strict=True): missing and unexpected
+                                           keys are errors */
+    PTC_LOAD_STRIP_PREFIX = 1u << 1,    /* remove a leading "module." (DDP) from every key that
+                                           has one, as torch's consume_prefix_in_state_dict_if_present */
+    PTC_LOAD_SKIP_MISMATCHED = 1u << 2  /* entries whose shape differs from the model's (a new
+                                           head) are left as they are instead of being errors */
+};
+
+/* Fills p with the defaults above (size included). Never fails; p NULL does nothing. Thread safe. */
+PTC_API void ptc_model_params_default(ptc_model_params *p);
+
+/* Makes a model with freshly initialised parameters (PyTorch's initialisation in distribution,
+ * drawn from p->seed) on p's backend, chosen as ptc_train chooses it. p NULL: the defaults.
+ * *m is set to the model (caller frees with ptc_model_free) or to NULL on failure.
+ * Errors: PTC_EINVAL (m NULL, an unknown arch or precision, num_classes < 1, a params struct
+ * whose size is 0 or larger than this library's, non-positive input size or std);
+ * PTC_ENOTFOUND / PTC_EUNSUPPORTED (the backend's module is not installed / cannot run here, bf16
+ * on a CPU backend); PTC_ENOMEM. Strings of p are copied: they need not outlive the call.
+ * Thread safe (distinct models). */
+PTC_API int ptc_model_new(ptc_model **m, const ptc_model_params *p, ptc_error *err);
+/* Frees the model and its backend instance; m NULL does nothing. */
+PTC_API void ptc_model_free(ptc_model *m);
+
+/* The model's settings: a copy of the params it was made with (num_classes as it is now, after
+ * ptc_model_reset_head; backend the name of the backend chosen, never NULL or "auto"). The
+ * strings are the model's and live until ptc_model_free. PTC_EINVAL when m or p is NULL or p->size
+ * is invalid (set p->size, e.g. with ptc_model_params_default, before the call: only that many
+ * bytes are written). */
+PTC_API int ptc_model_get_params(const ptc_model *m, ptc_model_params *p, ptc_error *err);
+/* The number of classes (the rows of fc.weight); 0 for NULL. */
+PTC_API int ptc_model_num_classes(const ptc_model *m);
+/* "resnet18" or "resnet18-cifar" (static); NULL for NULL. */
+PTC_API const char *ptc_model_arch(const ptc_model *m);
+/* The backend the model runs on: "ref", "dnnl" or "cuda" (static); NULL for NULL. */
+PTC_API const char *ptc_model_backend(const ptc_model *m);
+
+/* Sets the model's parameters and buffers from a state dict (what ptc_ckpt_root gives for a file
+ * torch.save(model.state_dict()) wrote), as torch's model.load_state_dict(state_dict, strict)
+ * does: a key matches when it names an entry of the model; float tensors of any dtype are
+ * converted to float32, integer ones for num_batches_tracked. The values are copied: the
+ * checkpoint may be closed afterwards. On failure the model is unchanged (torch leaves the
+ * entries it copied before raising; ptc checks everything first).
+ * Failures (PTC_EINVAL; err->message holds torch's RuntimeError text, cut to its size; the full
+ * text is ptc_model_load_text's): with PTC_LOAD_STRICT, any missing or unexpected key; with or
+ * without it, a tensor whose shape differs from the entry's (unless PTC_LOAD_SKIP_MISMATCHED) or
+ * a value that is not a tensor. A state dict that is not a dict, or has a key that is not a str:
+ * PTC_EINVAL. PTC_ENOMEM. m or state_dict NULL: PTC_EINVAL.
+ * Whatever the outcome, the lists of the load (missing, unexpected and skipped keys) are kept by
+ * the model for ptc_model_load_nkeys / ptc_model_load_key / ptc_model_load_text. */
+PTC_API int ptc_model_load(ptc_model *m, const ptc_value *state_dict, unsigned flags,
+                           ptc_error *err);
+
+/* The keys of the latest ptc_model_load, in torch's order. */
+typedef enum ptc_load_keys {
+    PTC_LOAD_MISSING,    /* entries of the model the state dict lacks (torch's missing_keys) */
+    PTC_LOAD_UNEXPECTED, /* keys of the state dict that name no entry (torch's unexpected_keys) */
+    PTC_LOAD_MISMATCHED  /* entries whose tensor had another shape (skipped, or the error) */
+} ptc_load_keys;
+/* How many keys of that kind; 0 for m NULL or before any load. */
+PTC_API size_t ptc_model_load_nkeys(const ptc_model *m, ptc_load_keys kind);
+/* The i-th key of that kind (as in the file, after PTC_LOAD_STRIP_PREFIX; bytes that are not
+ * printable escaped); NULL when out of range. Borrowed: lives until the next ptc_model_load or
+ * ptc_model_free. */
+PTC_API const char *ptc_model_load_key(const ptc_model *m, ptc_load_keys kind, size_t i);
+/* What torch prints for the latest load: "<All keys matched successfully>", the repr of its
+ * result "_IncompatibleKeys(missing_keys=[...], unexpected_keys=[...])" (a non-strict load with
+ * missing or unexpected keys), or the text of the RuntimeError it raises ("Error(s) in loading
+ * state_dict for ResNet:\n\tMissing key(s) in state_dict: ..."), uncut. "" before any load or for
+ * m NULL. Borrowed: lives until the next ptc_model_load or ptc_model_free. */
+PTC_API const char *ptc_model_load_text(const ptc_model *m);
+
+/* Forward in eval mode (BatchNorm uses its running statistics): x is [n][3][h][w] float32,
+ * already normalised, with h, w >= 32 (any size: the network ends with adaptive average pooling);
+ * logits receives [n][num_classes] float32. x and logits belong to the caller and are used during
+ * the call only. Errors: PTC_EINVAL (m, x or logits NULL, n < 1, h or w < 32, or a size whose
+ * activations would exceed 2^31 elements per tensor); PTC_ENOMEM; a backend's error (PTC_EIO for
+ * a device failure). Blocks until the logits are on the host. */
+PTC_API int ptc_model_forward(ptc_model *m, const float *x, int n, int h, int w, float *logits,
+                              ptc_error *err);
+/* Interleaved 8-bit RGB images [n][h][w][3] resized to the params' input_h x input_w as
+ * torchvision's Resize does on a uint8 tensor (bilinear, antialias; not resized when already that
+ * size), normalised with the params' mean and std, then the forward: classes receives the k best
+ * classes of each image, best first ([n][k]), probs (may be NULL) their softmax probabilities.
+ * Errors: PTC_EINVAL (NULL m, rgb or classes, n < 1, h or w < 1, k < 1 or k > num_classes);
+ * PTC_ENOMEM; a backend's error. */
+PTC_API int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, int w, int k,
+                               int *classes, float *probs, ptc_error *err);
+
+/* Replaces fc with a new nn.Linear(512, num_classes), initialised as torch initialises one
+ * (kaiming_uniform_(a=sqrt(5)) weight, uniform(+-1/sqrt(512)) bias) from seed; its optimizer
+ * state is dropped and it is trainable. Errors: PTC_EINVAL (m NULL, num_classes < 1); PTC_ENOMEM.
+ * An optimizer made before stays valid. */
+PTC_API int ptc_model_reset_head(ptc_model *m, int num_classes, uint64_t seed, ptc_error *err);
+/* requires_grad off (frozen 1) or back on (0) for every parameter whose name starts with prefix
+ * ("" is all; "layer4" also matches "layer4.0.conv1.weight"). A frozen parameter gets no gradient
+ * and is not changed by ptc_model_train_step (nor decayed). As in torch, BatchNorm layers still
+ * use batch statistics and update their running statistics in training steps. Errors:
+ * PTC_EINVAL (m or prefix NULL); PTC_ENOTFOUND (no parameter starts with prefix). */
+PTC_API int ptc_model_freeze(ptc_model *m, const char *prefix, int frozen, ptc_error *err);
+
+/* torch.optim.SGD(model.parameters(), lr, momentum, dampening, weight_decay, nesterov) over the
+ * model's parameters (those frozen at a step are skipped at that step, as torch skips parameters
+ * without a gradient). *opt is the caller's (ptc_sgd_free), it must not outlive the model, and is
+ * NULL on failure. Errors: PTC_EINVAL (NULL m or opt, lr < 0, momentum < 0, weight_decay < 0,
+ * nesterov with momentum 0 or dampening != 0, as torch refuses); PTC_ENOMEM. */
+PTC_API int ptc_sgd_new(ptc_sgd **opt, ptc_model *m, double lr, double momentum, double dampening,
+                        double weight_decay, int nesterov, ptc_error *err);
+PTC_API void ptc_sgd_free(ptc_sgd *opt); /* accepts NULL */
+/* One training step: forward in training mode on x ([n][3][h][w] float32, normalised, h, w >=
+ * 32), the mean cross-entropy against labels ([n], each in [0, num_classes)), backward and one
+ * step of opt; loss (may be NULL) receives the loss before the step. PyTorch's numerics, as ptc
+ * train. Errors: PTC_EINVAL (NULL m, opt, x or labels, an opt of another model, n < 1, h or
+ * w < 32, a label outside the classes); PTC_ENOMEM; a backend's error. */
+PTC_API int ptc_model_train_step(ptc_model *m, ptc_sgd *opt, const float *x, const int64_t *labels,
+                                 int n, int h, int w, double *loss, ptc_error *err);
+
+/* The model's state dict built in doc (an OrderedDict with torchvision's keys, float32 tensors and
+ * int64 num_batches_tracked, and nn.Module's _metadata), for ptc_save: torch loads the file
+ * strictly into torchvision.models.resnet18(num_classes=N). *root belongs to doc and lives as long
+ * as it; the tensors hold copies of the current values. Errors: PTC_EINVAL (NULL m, doc or root);
+ * PTC_ENOMEM; a backend's error. */
+PTC_API int ptc_model_state_dict(ptc_model *m, ptc_doc *doc, ptc_value **root, ptc_error *err);
+
 #ifdef __cplusplus
 }
 #endif

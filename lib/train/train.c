@@ -1092,3 +1092,10 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
     run_free(&r);
     return rc;
 }
+
+/* The backend choice of ptc_train, for ptc_model_new (lib/nn/model.c): one rule for both. */
+int ptc__train_open_backend(const ptc_train_params *p, const ptc__backend_ops **ops, ptc__be **be,
+                            ptc_error *err)
+{
+    return open_backend(p, p->threads, ops, be, err);
+}
