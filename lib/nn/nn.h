@@ -73,11 +73,6 @@ ptc__entry *ptc__model_entry(ptc__model *m, size_t i);
 /* The entry by name; NULL when absent. */
 ptc__entry *ptc__model_find(ptc__model *m, const char *name);
 size_t ptc__model_nparams(const ptc__model *m); /* entries of kind PARAM: 62 for ResNet-18 */
-/* Replaces fc.weight and fc.bias by tensors of `classes` rows (their values are the backend's
- * fresh tensors': the caller writes them), without gradient history or momentum buffer, not
- * frozen; the activations made for the old width are dropped. On failure the model is as it was.
- * PTC_EINVAL (classes < 1), PTC_ENOMEM, a backend's error. */
-int ptc__model_set_classes(ptc__model *m, int classes, ptc_error *err);
 
 /* An entry's values as plain float32 (shape order), in or out. Not for counters. */
 int ptc__model_write_entry(ptc__model *m, ptc__entry *e, const float *values, ptc_error *err);

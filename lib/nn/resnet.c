@@ -357,51 +357,6 @@ ptc__entry *ptc__model_find(ptc__model *m, const char *name)
     return NULL;
 }
 
-int ptc__model_set_classes(ptc__model *m, int classes, ptc_error *err)
-{
-    if (!m || classes < 1)
-        return ptc__err(err, PTC_EINVAL, "", -1, "ptc__model_set_classes: invalid arguments");
-    ptc__entry *fc[2] = {m->fc_w, m->fc_b}, made[2];
-    ptc__bt *value[2] = {NULL, NULL}, *grad[2] = {NULL, NULL};
-    int rc = 0;
-    /* The new tensors first, so that a failure leaves the model as it was. */
-    for (int i = 0; i < 2 && rc == 0; i++) {
-        made[i] = *fc[i];
-        made[i].shape[0] = classes;
-        made[i].numel = classes * (i == 0 ? fc[i]->shape[1] : 1);
-        int dims[4];
-        ptc__role role = entry_dims(&made[i], dims);
-        if ((rc = m->ops->tensor_new(m->be, &value[i], role, dims, err)) == 0)
-            rc = m->ops->tensor_new(m->be, &grad[i], role, dims, err);
-    }
-    if (rc < 0) {
-        for (int i = 0; i < 2; i++) {
-            m->ops->tensor_free(m->be, value[i]);
-            m->ops->tensor_free(m->be, grad[i]);
-        }
-        return rc;
-    }
-    for (int i = 0; i < 2; i++) {
-        m->ops->tensor_free(m->be, fc[i]->value);
-        m->ops->tensor_free(m->be, fc[i]->grad);
-        m->ops->tensor_free(m->be, fc[i]->momentum);
-        *fc[i] = made[i];
-        fc[i]->value = value[i];
-        fc[i]->grad = grad[i];
-        fc[i]->momentum = NULL;
-        fc[i]->frozen = 0;
-    }
-    m->classes = classes;
-    /* The activation sets hold logits of the old width: made again on the next forward. */
-    for (size_t i = 0; i < m->nsets; i++)
-        free_set(m, &m->sets[i]);
-    m->nsets = 0;
-    m->last = NULL;
-    m->trained = 0;
-    m->has_dlogits = 0;
-    return 0;
-}
-
 /* ---- activations ------------------------------------------------------------------------------ */
 
 static int act(ptc__model *m, ptc__bt **t, int n, int c, int h, int w, ptc_error *err)
