@@ -872,31 +872,62 @@ PTC_API int ptc_model_forward(ptc_model *m, const float *x, int n, int h, int w,
 PTC_API int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, int w, int k,
                                int *classes, float *probs, ptc_error *err);
 
-/* Replaces fc with a new nn.Linear(512, num_classes), initialised as torch initialises one
- * (kaiming_uniform_(a=sqrt(5)) weight, uniform(+-1/sqrt(512)) bias) from seed; its optimizer
- * state is dropped and it is trainable. Errors: PTC_EINVAL (m NULL, num_classes < 1); PTC_ENOMEM.
- * An optimizer made before stays valid. */
+/* Replaces fc with a new nn.Linear(512, num_classes) initialised exactly as torch initialises
+ * one: the weight and bias are bit-equal to those of
+ *     torch.manual_seed(seed); torch.nn.Linear(512, num_classes)
+ * (torch's CPU generator, an mt19937 seeded with the low 32 bits of seed, as torch.manual_seed
+ * seeds it; kaiming_uniform_(a=sqrt(5)) on the weight, uniform(-1/sqrt(512), 1/sqrt(512)) on the
+ * bias). The new head is trainable (not frozen) whatever was frozen before; every other parameter
+ * and buffer is unchanged. An optimizer made before continues over the new head with no momentum
+ * for it (unlike torch, where an optimizer made before model.fc is replaced keeps the old fc's
+ * tensors: make the optimizer after this call to match a torch script). On failure the model is
+ * unchanged. Errors: PTC_EINVAL (m NULL, num_classes < 1 or above 2^22); PTC_ENOMEM; a backend's
+ * error. Not thread safe for one model (a model is one handle). */
 PTC_API int ptc_model_reset_head(ptc_model *m, int num_classes, uint64_t seed, ptc_error *err);
 /* requires_grad off (frozen 1) or back on (0) for every parameter whose name starts with prefix
- * ("" is all; "layer4" also matches "layer4.0.conv1.weight"). A frozen parameter gets no gradient
- * and is not changed by ptc_model_train_step (nor decayed). As in torch, BatchNorm layers still
- * use batch statistics and update their running statistics in training steps. Errors:
- * PTC_EINVAL (m or prefix NULL); PTC_ENOTFOUND (no parameter starts with prefix). */
+ * (torchvision's names; "" is all, "layer4" matches "layer4.0.conv1.weight", "fc" the head).
+ * Buffers (running statistics, num_batches_tracked) are not parameters and are not affected. A
+ * frozen parameter is left entirely alone by ptc_model_train_step: no gradient, no weight decay,
+ * no momentum update (its optimizer state, if any, is kept for when it is unfrozen), as torch
+ * skips a parameter whose grad is None. As in torch, BatchNorm layers whose parameters are frozen
+ * still normalise with batch statistics and update their running statistics in training steps
+ * (the model is in training mode; freezing is not eval()). Backward stops below the last
+ * trainable parameter, so training the head alone costs about one forward. Errors: PTC_EINVAL (m
+ * or prefix NULL); PTC_ENOTFOUND (no parameter's name starts with prefix; nothing changes). Not
+ * thread safe for one model. */
 PTC_API int ptc_model_freeze(ptc_model *m, const char *prefix, int frozen, ptc_error *err);
 
-/* torch.optim.SGD(model.parameters(), lr, momentum, dampening, weight_decay, nesterov) over the
- * model's parameters (those frozen at a step are skipped at that step, as torch skips parameters
- * without a gradient). *opt is the caller's (ptc_sgd_free), it must not outlive the model, and is
- * NULL on failure. Errors: PTC_EINVAL (NULL m or opt, lr < 0, momentum < 0, weight_decay < 0,
- * nesterov with momentum 0 or dampening != 0, as torch refuses); PTC_ENOMEM. */
+/* torch.optim.SGD(model.parameters(), lr, momentum, dampening, weight_decay, nesterov) over m's
+ * parameters: each step, for every parameter not frozen at that step, g = grad + weight_decay *
+ * p; with momentum, buf = g on the parameter's first step, else buf = momentum * buf + (1 -
+ * dampening) * g, and g = buf (or g + momentum * buf with nesterov); p -= lr * g. Frozen
+ * parameters are skipped entirely (see ptc_model_freeze).
+ * The momentum buffers belong to the optimizer, as in torch: a new optimizer starts without
+ * them, two optimizers of one model keep separate ones, and ptc_sgd_free releases them. They live
+ * in the model's backend (device memory for cuda), hence the lifetime rule: *opt must be freed
+ * before m, and used with m only. *opt is NULL on failure.
+ * Errors (torch's refusals, in its words): PTC_EINVAL (opt or m NULL, lr < 0, momentum < 0,
+ * weight_decay < 0, a dampening or any value that is NaN, nesterov with momentum <= 0 or
+ * dampening != 0); PTC_ENOMEM. Not thread safe with other calls on m. */
 PTC_API int ptc_sgd_new(ptc_sgd **opt, ptc_model *m, double lr, double momentum, double dampening,
                         double weight_decay, int nesterov, ptc_error *err);
-PTC_API void ptc_sgd_free(ptc_sgd *opt); /* accepts NULL */
-/* One training step: forward in training mode on x ([n][3][h][w] float32, normalised, h, w >=
- * 32), the mean cross-entropy against labels ([n], each in [0, num_classes)), backward and one
- * step of opt; loss (may be NULL) receives the loss before the step. PyTorch's numerics, as ptc
- * train. Errors: PTC_EINVAL (NULL m, opt, x or labels, an opt of another model, n < 1, h or
- * w < 32, a label outside the classes); PTC_ENOMEM; a backend's error. */
+/* Frees the optimizer and its momentum buffers; before its model is freed. NULL does nothing. */
+PTC_API void ptc_sgd_free(ptc_sgd *opt);
+/* The learning rate of the following steps (param_groups[0]["lr"] = lr in torch: a schedule).
+ * PTC_EINVAL (opt NULL, lr < 0 or NaN). */
+PTC_API int ptc_sgd_set_lr(ptc_sgd *opt, double lr, ptc_error *err);
+/* One training step, as a torch loop does it: model.train(); loss =
+ * F.cross_entropy(model(x), labels) (the mean over the batch); optimizer.zero_grad();
+ * loss.backward(); optimizer.step(). x is [n][3][h][w] float32, normalised, h, w >= 32 (any size,
+ * as ptc_model_forward); labels [n], each in [0, num_classes). BatchNorm uses batch statistics and
+ * updates its running statistics (momentum 0.1, unbiased variance) and num_batches_tracked.
+ * PyTorch's float32 numerics, as ptc train's step (docs/numerics.md); the loss is computed in
+ * double from the float32 logits. loss (may be NULL) receives the mean cross-entropy before the
+ * step. x, labels and loss are the caller's, used during the call only. Blocks until the step is
+ * done. Errors: PTC_EINVAL (m, opt, x or labels NULL; opt made for another model; n < 1; h or w
+ * < 32 or activations too large; a label outside the classes, checked before anything changes;
+ * every parameter frozen); PTC_ENOMEM; a backend's error (then the step may be partly applied).
+ * Not thread safe for one model. */
 PTC_API int ptc_model_train_step(ptc_model *m, ptc_sgd *opt, const float *x, const int64_t *labels,
                                  int n, int h, int w, double *loss, ptc_error *err);
 
