@@ -62,8 +62,8 @@ static float *snapshot(ptc_model *m, size_t *total)
     return v;
 }
 
-/* How many values of entries whose name starts (or, want 0, does not start) with prefix differ
- * between two snapshots. */
+/* How many values of entries whose name starts (or, want 0, does not start) with prefix and
+ * contains leaf (NULL: any) differ between two snapshots; with want 0 each such entry is named. */
 static long ndiff(ptc_model *m, const float *a, const float *b, const char *prefix, int want,
                   const char *leaf)
 {
@@ -72,11 +72,13 @@ static long ndiff(ptc_model *m, const float *a, const float *b, const char *pref
     for (size_t i = 0; i < ptc__model_nentries(m->net); i++) {
         const ptc__entry *e = ptc__model_entry(m->net, i);
         size_t n = e->counter ? 1 : (size_t)e->numel;
-        int match = strncmp(e->name, prefix, strlen(prefix)) == 0 &&
-                    (!leaf || strstr(e->name, leaf) != NULL);
-        if (match == want)
+        int match = strncmp(e->name, prefix, strlen(prefix)) == 0;
+        long before = d;
+        if (match == want && (!leaf || strstr(e->name, leaf)))
             for (size_t j = 0; j < n; j++)
                 d += memcmp(&a[off + j], &b[off + j], sizeof(float)) != 0;
+        if (d > before && want == 0)
+            fprintf(stderr, "  %s: %ld values differ\n", e->name, d - before);
         off += n;
     }
     return d;
