@@ -100,7 +100,8 @@ typedef struct ptc__data_params {
                             normalised with constants, it is not read at all (mean and std 0) */
     /* PTC__DATA_SOURCE: the caller's sources (borrowed; see ptc_source in ptc.h); test NULL: an
      * empty test split. classes: labels must be below it (0: PTC__DATA_CLASSES), at most 256.
-     * mean, std: Normalize's constants; all 0: the train source's statistics. */
+     * mean, std: Normalize's constants; all 0: the train source's statistics. The built-in
+     * formats refuse classes other than 0 and PTC__DATA_CLASSES (PTC_EINVAL). */
     const ptc_source *train_source, *test_source;
     int classes;
     double mean[3], std[3];
@@ -138,6 +139,8 @@ typedef struct ptc__dataset {
  *   PTC_EINVAL, PTC_ENOMEM */
 int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_error *err);
 void ptc__dataset_free(ptc__dataset *d);
+/* "CIFAR-10", "Fashion-MNIST" or "the caller's images" (static), for messages. */
+const char *ptc__dataset_name(const ptc__dataset *d);
 
 /* How a reader reads one split. */
 typedef struct ptc__read_params {

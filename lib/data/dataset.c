@@ -293,6 +293,10 @@ int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_err
         return ptc__err(err, PTC_EINVAL, "", -1, "unknown dataset format %d", (int)p.format);
     if (p.format == PTC__DATA_SOURCE)
         return open_source(out, &p, err);
+    if (p.classes != 0 && p.classes != PTC__DATA_CLASSES)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "%d classes asked for; the built-in datasets have %d", p.classes,
+                        PTC__DATA_CLASSES);
     if (!p.dir && p.format == PTC__DATA_IDX)
         p.dir = PTC__FASHION_MNIST_DIR;
     if (!p.dir)
@@ -325,6 +329,13 @@ int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_err
     }
     *out = d;
     return 0;
+}
+
+const char *ptc__dataset_name(const ptc__dataset *d)
+{
+    return d->format == PTC__DATA_SOURCE    ? "the caller's images"
+           : d->format == PTC__DATA_CIFAR10 ? "CIFAR-10"
+                                            : "Fashion-MNIST";
 }
 
 void ptc__dataset_free(ptc__dataset *d)

@@ -666,10 +666,11 @@ static int load_data(const recipe *re, bool test_only, ptc__dataset **out, ptc_e
     const ptc_train_params *p = re->p;
     ptc__data_params dp = ptc__data_params_default();
     dp.format = p->train_source || p->test_source ? PTC__DATA_SOURCE : re->format;
-    if (dp.format != PTC__DATA_SOURCE && p->num_classes != 0 && p->num_classes != PTC__DATA_CLASSES)
-        return ptc__err(err, PTC_EINVAL, "", -1, "num_classes %d: the built-in datasets have 10 classes", p->num_classes);
-    dp.train_source = p->train_source, dp.test_source = p->test_source, dp.classes = p->num_classes;
-    memcpy(dp.mean, p->source_mean, sizeof dp.mean), memcpy(dp.std, p->source_std, sizeof dp.std);
+    dp.train_source = p->train_source;
+    dp.test_source = p->test_source;
+    dp.classes = p->num_classes;
+    memcpy(dp.mean, p->source_mean, sizeof dp.mean);
+    memcpy(dp.std, p->source_std, sizeof dp.std);
     dp.dir = p->data_dir;
     dp.keep = p->max_samples > 0 ? p->max_samples : 0;
     dp.test_only = test_only;
@@ -896,7 +897,8 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
         if (r.ops->device_info(r.be, &stream, &dev, NULL) == 0)
             r.mon = ptc__gpumon_open(dev, GPU_SAMPLE_S); /* NULL without NVML: no monitoring */
     }
-    size_t logit_bytes = (size_t)p->batch_size * (size_t)r.data->classes * sizeof(float);
+    size_t logit_bytes =
+        (size_t)p->batch_size * (size_t)(r.data ? r.data->classes : 0) * sizeof(float);
     if (rc == 0 && (!(r.logits = ptc__malloc(logit_bytes)) || !(r.dlogits = ptc__malloc(logit_bytes))))
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
     if (rc < 0) {
@@ -919,7 +921,7 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
     }
     say(p, "ptc train: %s on %s, %lld training and %lld test images, backend %s, batch %d%s, "
            "%d epoch(s)%s%s",
-        ptc__arch_name(r.rc.arch), d->format == PTC__DATA_SOURCE ? "the caller's images" : r.rc.format == PTC__DATA_CIFAR10 ? "CIFAR-10" : "Fashion-MNIST",
+        ptc__arch_name(r.rc.arch), ptc__dataset_name(d),
         (long long)d->train.n, (long long)d->test.n, r.ops->name, p->batch_size,
         world > 1 ? " per process" : "", p->epochs, procs, start_epoch ? " (resumed)" : "");
     /* throughput: training time after the warm-up steps, evaluations and saves left out */

@@ -13,6 +13,9 @@
 #                     storages, module. prefixes, TorchScript, safetensors): read as torch 2.6
 #                     reads them; fetched once into ~/.cache/ptc-wild (about 184 MB), and a
 #                     registry that cannot be reached fails the tier
+#   check_finetune.py examples/finetune's result loads strictly into torchvision and gives
+#                     torch's logits; ptc_model_reset_head is torch's nn.Linear to the bit;
+#                     ptc_model_train_step (fc, layer4+fc) against torch float64/float32
 #   check_corpus_torch.py  live torch 2.6 on every hostile-corpus file against `ptc verify`'s
 #                     prediction, and ptc's allowlist against torch's own list of safe globals
 #
@@ -55,7 +58,7 @@ case $ver in
 esac
 echo "interop: torch $ver under $("$py" -c 'import sys; print("Python", sys.version.split()[0])')"
 
-scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_zip64_local check_variants check_wild"}
+scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_finetune check_zip64_local check_variants check_wild"}
 failed= passed=
 for s in $scripts; do
     echo

@@ -383,7 +383,8 @@ static void test_source(void)
         fprintf(stderr, "ptc_train (file): %s\n", err.message);
     CHECK_INT(rc, 0);
 
-    images tr = {NTRAIN, chw[0], lab, -1, -1, 0}, te = {NTEST, chw[NTRAIN], lab + NTRAIN, -1, -1, 0};
+    images tr = {NTRAIN, chw[0], lab, -1, -1, 0};
+    images te = {NTEST, chw[NTRAIN], lab + NTRAIN, -1, -1, 0};
     ptc_source src_train, src_test;
     ptc_source_default(&src_train);
     src_train.count = NTRAIN;
