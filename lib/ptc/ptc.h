@@ -711,13 +711,15 @@ typedef struct ptc_train_params {
      * 61C" (fields the GPU cannot report are left out). NULL: not called. */
     void (*device_status)(void *ctx, const char *text);
     /* The caller's own data instead of dataset and data_dir (see ptc_source): train_source for
-     * ptc_train (required when either is set), test_source for its evaluations and for
-     * ptc_evaluate (NULL: ptc_train evaluates on no images and reports accuracy 0 over 0 images).
-     * Borrowed: they and their ctx must stay valid until ptc_train / ptc_evaluate returns. Both
-     * NULL (default): the dataset named by dataset. */
+     * ptc_train (required when either is set; PTC_EINVAL without it), test_source for its
+     * evaluations and for ptc_evaluate (NULL: ptc_train evaluates on no images and reports
+     * accuracy 0 over 0 images). ptc_evaluate reads train_source too, for the normalisation
+     * statistics, unless source_mean and source_std are given. Borrowed: they and their ctx must
+     * stay valid until ptc_train / ptc_evaluate returns. Both NULL (default): the dataset named by
+     * dataset. */
     const ptc_source *train_source, *test_source;
-    /* Classes of a source's labels and of the model's fc: 2..256; 0 (default): 10. The built-in
-     * datasets have 10. */
+    /* Classes of a source's labels and of the model's fc (1 to 256); 0 (default): 10. With a
+     * built-in dataset only 0 and 10 are accepted (PTC_EINVAL otherwise). */
     int num_classes;
     /* Normalize's constants for a source: mean and standard deviation per channel (R, G, B) of
      * pixels scaled to [0, 1]. All six 0 (default): the train source's own statistics (computed
