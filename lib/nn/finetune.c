@@ -98,17 +98,14 @@ int ptc_model_reset_head(ptc_model *m, int num_classes, uint64_t seed, ptc_error
     uniform_(&g, v + num_classes * fan_in, num_classes, 1.0 / sqrt((double)fan_in));
     int rc = ptc__model_set_classes(m->net, num_classes, err);
     ptc__entry *b = ptc__model_find(m->net, "fc.bias");
-    w = ptc__model_find(m->net, "fc.weight");
-    if (rc == 0)
-        rc = ptc__model_write_entry(m->net, w, v, err);
-    if (rc == 0)
-        rc = ptc__model_write_entry(m->net, b, v + num_classes * fan_in, err);
+    if (rc == 0) { /* the head is the new one from here on, even if a write below fails */
+        m->params.num_classes = num_classes;
+        w->frozen = b->frozen = 0; /* new parameters require grad, as torch's do */
+        if ((rc = ptc__model_write_entry(m->net, w, v, err)) == 0)
+            rc = ptc__model_write_entry(m->net, b, v + num_classes * fan_in, err);
+    }
     ptc__free(v);
-    if (rc < 0)
-        return rc;
-    w->frozen = b->frozen = 0; /* new parameters require grad, as torch's do */
-    m->params.num_classes = num_classes;
-    return 0;
+    return rc;
 }
 
 int ptc_model_freeze(ptc_model *m, const char *prefix, int frozen, ptc_error *err)

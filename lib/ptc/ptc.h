@@ -883,8 +883,9 @@ PTC_API int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, i
  * bias). The new head is trainable (not frozen) whatever was frozen before; every other parameter
  * and buffer is unchanged. An optimizer made before continues over the new head with no momentum
  * for it (unlike torch, where an optimizer made before model.fc is replaced keeps the old fc's
- * tensors: make the optimizer after this call to match a torch script). On failure the model is
- * unchanged. Errors: PTC_EINVAL (m NULL, num_classes < 1 or above 2^22); PTC_ENOMEM; a backend's
+ * tensors: make the optimizer after this call to match a torch script). On PTC_EINVAL and
+ * PTC_ENOMEM the model is unchanged; a backend's failure to write the new values leaves a head of
+ * num_classes rows whose values are undefined. Errors: PTC_EINVAL (m NULL, num_classes < 1 or above 2^22); PTC_ENOMEM; a backend's
  * error. Not thread safe for one model (a model is one handle). */
 PTC_API int ptc_model_reset_head(ptc_model *m, int num_classes, uint64_t seed, ptc_error *err);
 /* requires_grad off (frozen 1) or back on (0) for every parameter whose name starts with prefix
