@@ -34,7 +34,7 @@
  * multiply-adds in float. relu (alone, after add, and after a batchnorm) keeps NaN as torch does,
  * so a diverged step shows. Known difference, in non-finite inputs only: maxpool turns NaN into a
  * finite value. Convolutions are direct (as torch's
- * oneDNN path is) unless PTC_DNNL_WINOGRAD=1 lets 3x3 stride-1 ones use Winograd F(4x4, 3x3):
+ * oneDNN path is) unless ptc__be_params.winograd lets 3x3 stride-1 ones use Winograd F(4x4, 3x3):
  * 1.4x to 1.7x faster training steps on this machine, rounding errors a little larger (see dnnl.h).
  *
  * Threads. Debian's libdnnl uses the OpenMP runtime (libgomp): params.threads is applied with
@@ -43,7 +43,6 @@
  * (batchnorm, SGD, relu, the dense-layer gathers) run on the same threads.
  */
 #include "backend/dnnl.h"
-#include "base/env.h"
 #include "base/module.h"
 
 #include <math.h>
@@ -127,7 +126,7 @@ struct ptc__be {
     dnnl_stream_t strm;
     int threads;  /* 0: leave the OpenMP default */
     int blk;      /* channel block of the blocked layouts: 16 (AVX-512) or 8 */
-    int winograd; /* 3x3 stride-1 convolutions may use Winograd (PTC_DNNL_WINOGRAD=1) */
+    int winograd; /* 3x3 stride-1 convolutions may use Winograd (ptc__be_params.winograd) */
 #ifndef _OPENMP
     void (*omp_set)(int);
 #endif
@@ -506,10 +505,7 @@ static int dn_open(ptc__be **out, const ptc__be_params *p, ptc_error *err)
         memcpy(&be->omp_set, &sym, sizeof sym);
     }
 #endif
-    {
-        const char *wg = ptc__getenv("PTC_DNNL_WINOGRAD");
-        be->winograd = wg && strcmp(wg, "1") == 0;
-    }
+    be->winograd = p && p->winograd;
     DNG(dnnl_engine_create, &be->eng, dnnl_cpu, 0);
     DNG(dnnl_stream_create, &be->strm, be->eng, dnnl_stream_default_flags);
     {

@@ -180,7 +180,7 @@ static int open_backend(const ptc_train_params *p, int threads, const ptc__backe
                         ptc__be **be, ptc_error *err)
 {
     ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = threads, .tf32 = p->tf32,
-                         .deterministic = p->deterministic};
+                         .deterministic = p->deterministic, .winograd = p->dnnl_winograd};
     if (!p->precision || strcmp(p->precision, "f32") == 0 || strcmp(p->precision, "float32") == 0)
         bp.precision = PTC__PREC_F32;
     else if (strcmp(p->precision, "bf16") == 0 || strcmp(p->precision, "bfloat16") == 0)
@@ -921,7 +921,7 @@ static int setup_outputs(run *r, ptc_error *err)
         void *stream;
         int dev;
         if (r->ops->device_info(r->be, &stream, &dev, NULL) == 0)
-            r->mon = ptc__gpumon_open(dev, GPU_SAMPLE_S); /* NULL without NVML: no monitoring */
+            r->mon = ptc__gpumon_open(dev, p->visible_devices, GPU_SAMPLE_S); /* NULL without NVML */
     }
     size_t logit_bytes = (size_t)p->batch_size * PTC__DATA_CLASSES * sizeof(float);
     if (!(r->logits = ptc__malloc(logit_bytes)) || !(r->dlogits = ptc__malloc(logit_bytes)))
