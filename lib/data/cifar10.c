@@ -140,7 +140,7 @@ static int read_records(int fd, const char *path, int64_t nrec, uint8_t *chunk, 
 int ptc__cifar10_read(ptc__split *out, const char *const *paths, int npaths, int64_t max_samples,
                       ptc_error *err)
 {
-    ptc__read_params rp = {max_samples, -1, NULL};
+    ptc__read_params rp = {.max_samples = max_samples, .keep = -1, .hist = NULL};
     return ptc__cifar10_read_ex(out, paths, npaths, &rp, err);
 }
 

@@ -537,9 +537,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 void ptc_save_params_default(ptc_save_params *p)
 {
-    memset(p, 0, sizeof *p);
-    p->format = PTC_SAVE_AUTO;
-    p->serialization_id = 1;
+    *p = (ptc_save_params){.format = PTC_SAVE_AUTO, .serialization_id = 1};
 }
 
 static int save_pth(const ptc_value *root, const char *path, const ptc_save_params *p,

@@ -46,22 +46,23 @@
 
 void ptc_train_params_default(ptc_train_params *p)
 {
-    memset(p, 0, sizeof *p);
-    p->dataset = "fashion-mnist";
-    p->arch = "resnet18";
-    p->epochs = 10;
-    p->batch_size = 128;
-    p->lr = 0.01;
-    p->momentum = 0.9;
-    p->weight_decay = 5e-4;
-    p->schedule = "constant";
-    p->shuffle = 1;
-    p->augment = 1;
-    p->eval_every = 2;
-    p->bucket_cap_mb = 25;
-    p->device = -1;
-    p->precision = "f32";
-    p->device_comm = "auto";
+    *p = (ptc_train_params){
+        .dataset = "fashion-mnist",
+        .arch = "resnet18",
+        .epochs = 10,
+        .batch_size = 128,
+        .lr = 0.01,
+        .momentum = 0.9,
+        .weight_decay = 5e-4,
+        .schedule = "constant",
+        .shuffle = 1,
+        .augment = 1,
+        .eval_every = 2,
+        .bucket_cap_mb = 25,
+        .device = -1,
+        .precision = "f32",
+        .device_comm = "auto",
+    };
 }
 
 int ptc__dataset_from_name(const char *name, ptc__data_format *out)
@@ -97,7 +98,8 @@ static int resolve(const ptc_train_params *p, recipe *re, ptc_error *err)
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "unknown architecture \"%s\" (resnet18, resnet18-cifar)", p->arch);
     re->arch = (ptc__arch)a;
-    re->sgd = (ptc__sgd_params){p->lr, p->momentum, p->dampening, p->weight_decay, p->nesterov};
+    re->sgd = (ptc__sgd_params){.lr = p->lr, .momentum = p->momentum, .dampening = p->dampening,
+                                .weight_decay = p->weight_decay, .nesterov = p->nesterov};
     re->comm = p->comm;
     re->world = ptc_comm_size(p->comm);
     re->rank = ptc_comm_rank(p->comm);
@@ -893,7 +895,8 @@ static int setup_compute(run *r, ptc_error *err)
 static int setup_model(run *r, int host_input, ptc_error *err)
 {
     const ptc_train_params *p = r->p;
-    ptc__model_params mp = {r->rc.arch, PTC__DATA_CLASSES, r->ops, r->be, p->seed};
+    ptc__model_params mp = {.arch = r->rc.arch, .num_classes = PTC__DATA_CLASSES, .ops = r->ops,
+                            .be = r->be, .seed = p->seed};
     int rc = ptc__model_new(&r->model, &mp, err);
     if (rc == 0 && !host_input)
         rc = upload_splits(r, false, err);
@@ -902,8 +905,9 @@ static int setup_model(run *r, int host_input, ptc_error *err)
     if (rc == 0 && p->resume)
         rc = resume(r->model, p->resume, r->rc.world, p->epochs, &r->start_epoch, &r->step, err);
     if (rc == 0 && r->rc.world > 1) {
-        ptc__reducer_params rp = {(size_t)1 << 20, (size_t)(p->bucket_cap_mb * 1048576.0),
-                                  r->dcomm};
+        ptc__reducer_params rp = {.first_bucket_bytes = (size_t)1 << 20,
+                                  .bucket_bytes = (size_t)(p->bucket_cap_mb * 1048576.0),
+                                  .device_comm = r->dcomm};
         rc = ptc__reducer_new(&r->reducer, r->rc.comm, r->model, &rp, err);
         if (rc == 0 && p->sync_bn)
             ptc__model_set_bn_sync(r->model, sum_over_ranks, r->rc.comm);
@@ -1027,7 +1031,8 @@ static int train_epoch(run *r, int epoch, epoch_sums *ep, double *secs, ptc_erro
     const ptc_train_params *p = r->p;
     const ptc__dataset *d = r->data;
     const int rank = r->rc.rank;
-    ptc__sampler_params sp = {d->train.n, r->rc.world, rank, p->shuffle != 0, false, p->seed};
+    ptc__sampler_params sp = {.n = d->train.n, .world = r->rc.world, .rank = rank,
+                              .shuffle = p->shuffle != 0, .drop_last = false, .seed = p->seed};
     int64_t *idx = NULL, n = 0;
     ptc__loader *l = NULL;
     int rc = ptc__sampler_indices(&sp, (uint64_t)epoch, &idx, &n, err);
@@ -1221,7 +1226,8 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
         rc = open_backend(p, p->threads, &r.ops, &r.be, err);
     if (rc == 0)
         rc = load_data(&r.rc, true, &r.data, err);
-    ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, 0};
+    ptc__model_params mp = {.arch = r.rc.arch, .num_classes = PTC__DATA_CLASSES, .ops = r.ops,
+                            .be = r.be, .seed = 0};
     if (rc == 0)
         rc = ptc__model_new(&r.model, &mp, err);
     if (rc == 0)
