@@ -158,7 +158,7 @@ typedef struct run {
     ptc__schedule sched;
     int start_epoch;      /* from the checkpoint resumed, else 0 */
     int64_t step;         /* optimizer steps taken, the resumed ones included */
-    double lr;            /* the last step's learning rate (the schedule's first before one) */
+    double lr;            /* the last step's learning rate (rc.lr before the first step) */
     bool stop;            /* max_steps reached */
     double t_warm;        /* when the WARMUP_STEPS-th step ended (0: not yet) */
     double t_other;       /* seconds spent on evaluations and checkpoints after t_warm */
@@ -300,6 +300,22 @@ static int forward_batch(ptc__model *m, const ptc__bimg *im, const ptc__normaliz
 
 /* ---- evaluation ------------------------------------------------------------------------------- */
 
+/* A loss sum, correct count and image count over every rank (each rank's own when alone): an
+ * epoch's training totals, an evaluation's. */
+static int totals_over_ranks(ptc_comm *comm, double *loss_sum, int64_t *right, int64_t *seen,
+                             ptc_error *err)
+{
+    if (!comm || comm->size == 1)
+        return 0;
+    int64_t counts[2] = {*right, *seen};
+    int rc = comm->ops->allreduce(comm, counts, 2, PTC__C_I64, PTC__C_SUM, err);
+    if (rc == 0)
+        rc = comm->ops->allreduce(comm, loss_sum, 1, PTC__C_F64, PTC__C_SUM, err);
+    *right = counts[0];
+    *seen = counts[1];
+    return rc;
+}
+
 /* The test split, sharded over the ranks without padding (rank r takes r, r + world, ...); the
  * counts and the loss sum are all-reduced, so every rank gets the totals over every image once. */
 static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
@@ -307,27 +323,25 @@ static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
                     double *loss, int64_t *count, double *ips, ptc_error *err)
 {
     int64_t *idx = NULL, n = 0;
+    ptc__loader *l = NULL;
+    float *logits = NULL;
+    double t0 = 0, total = 0;
+    int64_t right = 0, seen = 0;
     int rc = ptc__eval_shard(d->test.n, ptc_comm_size(comm), ptc_comm_rank(comm), &idx, &n, err);
     if (rc < 0)
-        return rc;
+        goto out;
     ptc__loader_params lp = {.split = &d->test, .indices = idx, .nindices = n,
                              .batch_size = batch, .nbuffers = 2, .augment = false,
                              .draws_only = im != NULL};
     memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
     memcpy(lp.std, d->norm_std, sizeof lp.std);
-    ptc__loader *l = NULL;
-    float *logits = ptc__malloc((size_t)batch * PTC__DATA_CLASSES * sizeof *logits);
-    if (!logits) {
-        ptc__free(idx);
-        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    if (!(logits = ptc__malloc((size_t)batch * PTC__DATA_CLASSES * sizeof *logits))) {
+        rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+        goto out;
     }
-    if ((rc = ptc__loader_start(&l, &lp, err)) < 0) {
-        ptc__free(logits);
-        ptc__free(idx);
-        return rc;
-    }
-    double t0 = now(), total = 0;
-    int64_t right = 0, seen = 0;
+    if ((rc = ptc__loader_start(&l, &lp, err)) < 0)
+        goto out;
+    t0 = now();
     ptc__batch *b;
     while ((rc = ptc__loader_next(l, &b, err)) > 0) {
         double bl = 0;
@@ -344,25 +358,18 @@ static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
         right += bc;
         seen += bn;
     }
-    ptc__loader_stop(l);
-    ptc__free(logits);
-    ptc__free(idx);
-    if (rc < 0)
-        return rc;
-    if (comm && comm->size > 1) {
-        int64_t counts[2] = {right, seen};
-        if ((rc = comm->ops->allreduce(comm, counts, 2, PTC__C_I64, PTC__C_SUM, err)) < 0 ||
-            (rc = comm->ops->allreduce(comm, &total, 1, PTC__C_F64, PTC__C_SUM, err)) < 0)
-            return rc;
-        right = counts[0];
-        seen = counts[1];
-    }
+    if (rc < 0 || (rc = totals_over_ranks(comm, &total, &right, &seen, err)) < 0)
+        goto out;
     double dt = now() - t0;
     *count = seen;
     *acc = seen ? (double)right / (double)seen : 0;
     *loss = seen ? total / (double)seen : 0;
     *ips = dt > 0 ? (double)seen / dt : 0;
-    return 0;
+out:
+    ptc__loader_stop(l);
+    ptc__free(logits);
+    ptc__free(idx);
+    return rc;
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
@@ -524,7 +531,7 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
                       "%s is not a ptc training checkpoint (epoch, step, model_state_dict and "
                       "optimizer_state_dict are needed)",
                       path);
-        goto done;
+        goto out;
     }
     /* Checkpoints before "world" was written came from one process. */
     if ((rc = checked_int(root, "epoch", 0, epochs, -1,
@@ -533,13 +540,13 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
         (rc = checked_int(root, "step", 0, e * MAX_STEPS_PER_EPOCH, -1,
                           "steps taken: at most 4194304 per completed epoch", path, &s, err)) < 0 ||
         (rc = checked_int(root, "world", 1, MAX_WORLD, 1, "a process count", path, &w, err)) < 0)
-        goto done;
+        goto out;
     if (w != world) {
         rc = ptc__err(err, PTC_EINVAL, "", -1,
                       "%s was written by a run of %lld process(es); resuming it with %d would "
                       "change every epoch's sample order (use the same number of processes)",
                       path, (long long)w, world);
-        goto done;
+        goto out;
     }
     /* torch.optim.SGD.state_dict(): at most one state per parameter, keyed by its index; one
      * parameter group listing every parameter. */
@@ -549,14 +556,14 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
                       "%s: optimizer_state_dict.state is not a dict of at most %lld entries (one "
                       "per parameter of the model)",
                       path, (long long)nparams);
-        goto done;
+        goto out;
     }
     if (groups && (ptc_value_kind_of(groups) != PTC_VALUE_LIST || ptc_value_len(groups) != 1)) {
         rc = ptc__err(err, PTC_EFORMAT, "", -1,
                       "%s: optimizer_state_dict.param_groups is not a list of one group (ptc "
                       "trains with one)",
                       path);
-        goto done;
+        goto out;
     }
     const ptc_value *g0 = groups ? ptc_value_item(groups, 0) : NULL;
     if (g0 && ptc_value_kind_of(g0) != PTC_VALUE_DICT) {
@@ -564,7 +571,7 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
                       "%s: optimizer_state_dict.param_groups[0] (of kind %s) is not a dict of the "
                       "group's settings",
                       path, ptc_value_kind_name(ptc_value_kind_of(g0)));
-        goto done;
+        goto out;
     }
     uint8_t seen[1024] = {0};
     for (size_t k = 0; state && k < ptc_value_len(state); k++) {
@@ -578,7 +585,7 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
                           "%s: optimizer_state_dict.state entry %zu is not a dict whose "
                           "momentum_buffer is a tensor",
                           path, k);
-            goto done;
+            goto out;
         }
         if (ptc_value_kind_of(kv) != PTC_VALUE_INT || ptc_value_int(kv, &key) < 0 || key < 0 ||
             key >= nparams || key >= (int64_t)sizeof seen || seen[key]++) {
@@ -586,7 +593,7 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
                           "%s: optimizer_state_dict.state entry %zu: its key is not a parameter "
                           "index from 0 to %lld, or repeats one",
                           path, k, (long long)nparams - 1);
-            goto done;
+            goto out;
         }
     }
     rc = ptc__model_load_state_dict(m, sd, NULL, 1, err);
@@ -626,7 +633,7 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
             rc = ptc__model_write_momentum(m, e2, buf, err);
     }
     ptc__free(buf);
-done:
+out:
     ptc_ckpt_close(c);
     if (rc == 0) {
         *epoch = (int)e; /* e <= epochs, an int */
@@ -683,21 +690,6 @@ static int load_data(const recipe *re, bool test_only, ptc__dataset **out, ptc_e
     dp.keep = p->max_samples > 0 ? p->max_samples : 0;
     dp.test_only = test_only;
     return ptc__dataset_new(out, &dp, err);
-}
-
-/* The epoch's loss sum, correct count and images over every rank (each rank's own when alone). */
-static int epoch_totals(ptc_comm *comm, double *loss_sum, int64_t *right, int64_t *seen,
-                        ptc_error *err)
-{
-    if (!comm || comm->size == 1)
-        return 0;
-    int64_t counts[2] = {*right, *seen};
-    int rc = comm->ops->allreduce(comm, counts, 2, PTC__C_I64, PTC__C_SUM, err);
-    if (rc == 0)
-        rc = comm->ops->allreduce(comm, loss_sum, 1, PTC__C_F64, PTC__C_SUM, err);
-    *right = counts[0];
-    *seen = counts[1];
-    return rc;
 }
 
 /* Rank 0 writes path once every rank has finished the work it holds (a barrier first). */
@@ -919,7 +911,8 @@ static int setup_model(run *r, int host_input, ptc_error *err)
 static int setup_outputs(run *r, ptc_error *err)
 {
     const ptc_train_params *p = r->p;
-    if (p->metrics && r->rc.rank == 0 && !(r->metrics = fopen(p->metrics, r->start_epoch ? "a" : "w")))
+    if (p->metrics && r->rc.rank == 0 &&
+        !(r->metrics = fopen(p->metrics, r->start_epoch ? "a" : "w")))
         return ptc__err(err, PTC_EIO, "", -1, "cannot write %s", p->metrics);
     if (r->rc.rank == 0 && r->ops->device_info) {
         void *stream;
@@ -1037,7 +1030,7 @@ static int train_epoch(run *r, int epoch, epoch_sums *ep, double *secs, ptc_erro
     ptc__loader *l = NULL;
     int rc = ptc__sampler_indices(&sp, (uint64_t)epoch, &idx, &n, err);
     if (rc < 0)
-        goto fail;
+        goto out;
     ptc__loader_params lp = {.split = &d->train, .indices = idx, .nindices = n,
                              .batch_size = p->batch_size, .nbuffers = 3,
                              .augment = p->augment != 0, .draws_only = r->img_train != NULL,
@@ -1046,16 +1039,16 @@ static int train_epoch(run *r, int epoch, epoch_sums *ep, double *secs, ptc_erro
     memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
     memcpy(lp.std, d->norm_std, sizeof lp.std);
     if ((rc = ptc__loader_start(&l, &lp, err)) < 0)
-        goto fail;
+        goto out;
     double t0 = now();
     rc = train_batches(r, l, epoch, n, ep, err);
     ptc__loader_stop(l);
     if (rc == 0)
         rc = collect(r, ep, epoch, n, r->res, err);
     if (rc == 0)
-        rc = epoch_totals(r->rc.comm, &ep->loss_sum, &ep->right, &ep->seen, err);
+        rc = totals_over_ranks(r->rc.comm, &ep->loss_sum, &ep->right, &ep->seen, err);
     *secs = now() - t0;
-fail:
+out:
     ptc__free(idx);
     return rc;
 }
@@ -1067,8 +1060,8 @@ static void report_epoch(run *r, int epoch, const epoch_sums *ep, double secs)
     const double loss_sum = ep->loss_sum;
     const int64_t right = ep->right, seen = ep->seen;
     say(p, "epoch %d/%d: loss %.4f, train accuracy %.2f%%, %.0f images/s, %.1f s", epoch + 1,
-        p->epochs, seen ? loss_sum / (double)seen : 0, seen ? 100.0 * (double)right / (double)seen : 0,
-        secs > 0 ? (double)seen / secs : 0, secs);
+        p->epochs, seen ? loss_sum / (double)seen : 0,
+        seen ? 100.0 * (double)right / (double)seen : 0, secs > 0 ? (double)seen / secs : 0, secs);
     char gpu[320] = ""; /* the epoch's GPU readings: utilisation and power averaged */
     if (r->mon) {
         ptc__gpu_sample es;
