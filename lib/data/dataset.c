@@ -143,7 +143,8 @@ static int join(char *dst, size_t dstsz, const char *dir, const char *name, cons
 static int read_cifar10(ptc__dataset *d, const char *dir, const ptc__data_params *p,
                         uint64_t hist[3][256], ptc_error *err)
 {
-    ptc__read_params rp = {p->max_samples, p->keep > 0 ? p->keep : -1, hist};
+    ptc__read_params rp = {.max_samples = p->max_samples, .keep = p->keep > 0 ? p->keep : -1,
+                           .hist = hist};
     int rc;
     if (!p->test_only) {
         char paths[5][PATH_CAP];
@@ -206,7 +207,9 @@ static int read_idx(ptc__dataset *d, const char *dir, const ptc__data_params *p,
         /* The train split always goes through the statistics; with test_only its images alone
          * are streamed and none is held. */
         bool stats_only = s == 0 && p->test_only;
-        ptc__read_params rp = {p->max_samples, p->keep > 0 ? p->keep : -1, s == 0 ? hist : NULL};
+        ptc__read_params rp = {.max_samples = p->max_samples,
+                               .keep = p->keep > 0 ? p->keep : -1,
+                               .hist = s == 0 ? hist : NULL};
         if (stats_only)
             rp.keep = 0;
         int rc;

@@ -710,6 +710,13 @@ typedef struct ptc_train_params {
      * there: the GPU's state as short text for a progress display, "gpu 97% 31.2/139.8 GiB 512 W
      * 61C" (fields the GPU cannot report are left out). NULL: not called. */
     void (*device_status)(void *ctx, const char *text);
+    /* The library reads no environment for these (only module search and launcher detection,
+     * which the modules section describes): the caller passes what it wants. */
+    int dnnl_winograd; /* 1: the dnnl backend's 3x3 stride-1 convolutions may use Winograd
+                          F(4x4, 3x3), faster with rounding a little further from torch's; 0 */
+    const char *visible_devices; /* CUDA_VISIBLE_DEVICES's value in this process, which maps the
+                                    training GPU to NVML's numbering for the GPU readings
+                                    (device_status); NULL: CUDA numbers the GPUs as NVML does */
     /* The caller's own data instead of dataset and data_dir (see ptc_source): train_source for
      * ptc_train (required when either is set; PTC_EINVAL without it), test_source for its
      * evaluations and for ptc_evaluate (NULL: ptc_train evaluates on no images and reports

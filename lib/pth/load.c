@@ -40,9 +40,7 @@ void ptc_limits_default(ptc_limits *l)
 
 void ptc_open_params_default(ptc_open_params *p)
 {
-    p->policy = NULL;
-    p->limits = NULL;
-    p->flags = 0;
+    *p = (ptc_open_params){.policy = NULL, .limits = NULL, .flags = 0};
 }
 
 /* ---- storages --------------------------------------------------------------------------------- */

@@ -846,7 +846,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     }
 
     /* 1. The load. */
-    ptc_open_params op = {policy, &lim, PTC_OPEN_VERIFY_CRC};
+    ptc_open_params op = {.policy = policy, .limits = &lim, .flags = PTC_OPEN_VERIFY_CRC};
     ptc_error le;
     const uint8_t *map = ptc__source_map(src);
     uint64_t size = ptc__source_size(src);
