@@ -134,11 +134,6 @@ int ptc_model_new(ptc_model **out, const ptc_model_params *params, ptc_error *er
     ptc__model_params mp = {m->arch, p.num_classes, m->ops, m->be, p.seed};
     if ((rc = ptc__model_new(&m->net, &mp, err)) < 0)
         goto fail;
-    m->frozen = ptc__calloc(ptc__model_nentries(m->net), 1);
-    if (!m->frozen) {
-        rc = ptc__err(err, PTC_ENOMEM, "", -1, "ptc_model_new: out of memory");
-        goto fail;
-    }
     *out = m;
     return 0;
 fail:
@@ -153,7 +148,6 @@ void ptc_model_free(ptc_model *m)
     ptc__model_free(m->net); /* before the backend its tensors live on */
     if (m->be)
         m->ops->close(m->be);
-    ptc__free(m->frozen);
     ptc__free(m->scratch);
     ptc__load_report_free(&m->load);
     ptc__free(m);

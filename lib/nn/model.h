@@ -3,10 +3,11 @@
  *
  * The handle is split over three files that share this struct: model.c (params, new/free, load,
  * forward, state dict), finetune.c (reset_head, freeze, SGD, train_step) and classify.c (resize,
- * normalise, top-k). Invariants: net, ops and be are set for the life of the handle; frozen has
- * one flag per entry of net (ptc__model_nentries, indexed as ptc__model_entry) and is kept the same
- * length when the head is replaced; params.num_classes is the head's current size; the strings of
- * params point into the handle's own arrays.
+ * normalise, top-k). Invariants: net, ops and be are set for the life of the handle; which
+ * parameters are frozen is net's (ptc__entry.frozen, so that its SGD step and backward see it);
+ * params.num_classes is the head's current size; the strings of params point into the handle's
+ * own arrays. The model holds no optimizer state: a ptc_sgd owns its momentum buffers
+ * (finetune.c).
  */
 #ifndef PTC_NN_MODEL_H
 #define PTC_NN_MODEL_H
@@ -20,7 +21,6 @@ struct ptc_model {
     ptc__model *net;
     const ptc__backend_ops *ops;
     ptc__be *be;           /* owned: closed by ptc_model_free */
-    unsigned char *frozen; /* [ptc__model_nentries(net)]: 1 = requires_grad off (finetune.c) */
     float *scratch;        /* host buffer for inputs or logits made by the library, grown on need */
     size_t scratch_n;      /* floats in scratch */
     ptc__load_report load; /* the latest ptc_model_load's keys (ptc_load_keys order) and text */
