@@ -8,6 +8,13 @@
  *   - every size derived from a file is computed with the ptc__*_ok helpers, which report overflow
  *     instead of wrapping;
  *   - text that came from a file reaches a message only through ptc__escape.
+ *
+ * Cleanup (one idiom in lib/): a function that holds resources releases them at one label at its
+ * end. The resources start NULL (or -1), every release accepts that, and each failure sets rc and
+ * jumps: `goto fail` when only failure releases (success hands the resources to the caller and
+ * returns before the label), `goto out` when success passes through the label too. A label
+ * before it (`nomem:`) may set the error a run of failures shares. No early return once a
+ * resource is held, no do { } while (0) breaks, no "ok" flags carried down the function.
  */
 #ifndef PTC_BASE_BASE_H
 #define PTC_BASE_BASE_H

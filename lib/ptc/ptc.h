@@ -774,6 +774,39 @@ typedef struct ptc_plugin_info {
 
 PTC_API int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err);
 
+/* A caller's dataset for ptc_train and ptc_evaluate (ptc_train_params.train_source,
+ * test_source): count labelled images, each h x w interleaved 8-bit RGB (HWC: row by row, R, G, B
+ * per pixel), so that a C program trains on its own data without writing dataset files.
+ *
+ * get(ctx, i, hwc_rgb, label, err) writes image i (0 <= i < count) into hwc_rgb (h * w * 3 bytes,
+ * the library's buffer, valid during the call only) and its class into *label (0 <= label <
+ * the run's classes: ptc_train_params.num_classes, 10 by default), and returns 0, or a negative
+ * PTC_E* code (filling err when it can: the message reaches ptc_train's caller, prefixed with the
+ * source and the index) to stop the run with that code.
+ *
+ * When and where get runs: ptc_train and ptc_evaluate read the whole source into memory when
+ * they start (the loader's thread and a device backend then work on that copy, as for the
+ * built-in datasets), calling get once per index, in order 0, 1, ..., count - 1, on the thread
+ * that called ptc_train / ptc_evaluate, never after it returns and never concurrently: get need
+ * not be thread-safe, and ctx need only live until the call returns. (Only the first
+ * max_samples images are held when ptc_train_params.max_samples is set, but every image of the
+ * train source is read for the normalisation statistics.) The images must be 32 x 32 (h and w:
+ * the training recipe's RandomCrop(32, padding=4) and the 32 x 32 input; other sizes are
+ * refused with PTC_EUNSUPPORTED), count at least 1 and at most 2^22.
+ *
+ * size must be sizeof(ptc_source) or the size of an older, smaller version (ptc_source_default
+ * sets it); the library reads only the first size bytes. */
+typedef struct ptc_source {
+    size_t size;   /* sizeof(ptc_source) */
+    int64_t count; /* images */
+    int h, w;      /* every image's height and width: 32, 32 */
+    int (*get)(void *ctx, int64_t i, uint8_t *hwc_rgb, int64_t *label, ptc_error *err);
+    void *ctx;     /* passed to get */
+} ptc_source;
+
+/* Zeroes s and sets s->size (h and w 32). s NULL does nothing. Thread safe. */
+PTC_API void ptc_source_default(ptc_source *s);
+
 typedef struct ptc_train_params {
     size_t size;          /* sizeof(ptc_train_params), set by ptc_train_params_default */
     const char *dataset;  /* "cifar10" or "fashion-mnist" (default) */
@@ -823,6 +856,28 @@ typedef struct ptc_train_params {
      * there: the GPU's state as short text for a progress display, "gpu 97% 31.2/139.8 GiB 512 W
      * 61C" (fields the GPU cannot report are left out). NULL: not called. */
     void (*device_status)(void *ctx, const char *text);
+    /* The library reads no environment for these (only module search and launcher detection,
+     * which the modules section describes): the caller passes what it wants. */
+    int dnnl_winograd; /* 1: the dnnl backend's 3x3 stride-1 convolutions may use Winograd
+                          F(4x4, 3x3), faster with rounding a little further from torch's; 0 */
+    const char *visible_devices; /* CUDA_VISIBLE_DEVICES's value in this process, which maps the
+                                    training GPU to NVML's numbering for the GPU readings
+                                    (device_status); NULL: CUDA numbers the GPUs as NVML does */
+    /* The caller's own data instead of dataset and data_dir (see ptc_source): train_source for
+     * ptc_train (required when either is set; PTC_EINVAL without it), test_source for its
+     * evaluations and for ptc_evaluate (NULL: ptc_train evaluates on no images and reports
+     * accuracy 0 over 0 images). ptc_evaluate reads train_source too, for the normalisation
+     * statistics, unless source_mean and source_std are given. Borrowed: they and their ctx must
+     * stay valid until ptc_train / ptc_evaluate returns. Both NULL (default): the dataset named by
+     * dataset. */
+    const ptc_source *train_source, *test_source;
+    /* Classes of a source's labels and of the model's fc (1 to 256); 0 (default): 10. With a
+     * built-in dataset only 0 and 10 are accepted (PTC_EINVAL otherwise). */
+    int num_classes;
+    /* Normalize's constants for a source: mean and standard deviation per channel (R, G, B) of
+     * pixels scaled to [0, 1]. All six 0 (default): the train source's own statistics (computed
+     * over every pixel of every image, as for Fashion-MNIST). */
+    double source_mean[3], source_std[3];
 } ptc_train_params;
 
 typedef struct ptc_train_result {
@@ -858,6 +913,201 @@ PTC_API int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_erro
  * PTC_EINVAL for a state dict that does not fit the model). Threads as ptc_train. */
 PTC_API int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accuracy,
                          double *loss, int64_t *count, ptc_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models. A ptc_model is torchvision's ResNet-18 ("resnet18": resnet18(num_classes=N); or
+ * "resnet18-cifar": the same with conv1 a 3x3 stride-1 convolution and maxpool an Identity) on a
+ * backend, for a C program that runs inference or fine-tunes on its own data. Its state dict has
+ * exactly torchvision's keys, order, shapes and dtypes, so that it loads from and into torch with
+ * strict keys. Numerics are PyTorch's float32 (docs/numerics.md).
+ *
+ * Example: classify images with a state dict torch saved.
+ *
+ *     ptc_model_params mp; ptc_model_params_default(&mp);
+ *     ptc_model *m; ptc_ckpt *c; ptc_error err;
+ *     if (ptc_model_new(&m, &mp, &err) < 0 || ptc_ckpt_open(&c, "resnet18.pth", NULL, &err) < 0 ||
+ *         ptc_model_load(m, ptc_ckpt_root(c), PTC_LOAD_STRICT, &err) < 0)
+ *         fprintf(stderr, "%s\n", err.message);
+ *     ptc_ckpt_close(c);                      // the model holds copies of the parameters
+ *     ptc_model_forward(m, x, n, 32, 32, logits, &err);   // x: [n][3][32][32] normalised
+ *
+ * A model is one handle: it must not be used from two threads at once; distinct models may be
+ * used from distinct threads (each has its own backend instance). Every function below that takes
+ * an err accepts err NULL (the code is still returned).
+ */
+typedef struct ptc_model ptc_model;
+typedef struct ptc_sgd ptc_sgd;
+
+typedef struct ptc_model_params {
+    size_t size;           /* sizeof(ptc_model_params); set by ptc_model_params_default */
+    const char *arch;      /* "resnet18" (default) or "resnet18-cifar" */
+    int num_classes;       /* 10 */
+    const char *backend;   /* NULL or "auto": the best available (as ptc_train); "ref", "dnnl", "cuda" */
+    int threads;           /* 0: the backend's default */
+    int device;            /* GPU ordinal; -1: the local rank's or 0 */
+    const char *precision; /* NULL or "f32"; "bf16" on device backends */
+    uint64_t seed;         /* of the initialisation (torch.manual_seed(seed) as ptc train does) */
+    float mean[3], std[3]; /* ptc_model_classify's normalisation: the CIFAR-10 tutorial's by default */
+    int input_h, input_w;  /* ptc_model_classify resizes images to this size: 32 x 32 by default */
+} ptc_model_params;
+
+/* ptc_model_load's flags. */
+enum {
+    PTC_LOAD_STRICT = 1u << 0,          /* load_state_dict(strict=True): missing and unexpected
+                                           keys are errors */
+    PTC_LOAD_STRIP_PREFIX = 1u << 1,    /* remove a leading "module." (DDP) from every key that
+                                           has one, as torch's consume_prefix_in_state_dict_if_present */
+    PTC_LOAD_SKIP_MISMATCHED = 1u << 2  /* entries whose shape differs from the model's (a new
+                                           head) are left as they are instead of being errors */
+};
+
+/* Fills p with the defaults above (size included). Never fails; p NULL does nothing. Thread safe. */
+PTC_API void ptc_model_params_default(ptc_model_params *p);
+
+/* Makes a model with freshly initialised parameters (PyTorch's initialisation in distribution,
+ * drawn from p->seed) on p's backend, chosen as ptc_train chooses it. p NULL: the defaults.
+ * *m is set to the model (caller frees with ptc_model_free) or to NULL on failure.
+ * Errors: PTC_EINVAL (m NULL; an unknown arch, backend name or precision; num_classes outside
+ * [1, 2^20]; a params struct whose size is 0 or larger than this library's; an input size outside
+ * [32, 65536]; a std that is not positive or a mean or std that is not finite);
+ * PTC_ENOTFOUND / PTC_EUNSUPPORTED (the backend's module is not installed / cannot run here, bf16
+ * on a CPU backend); PTC_ENOMEM. Strings of p are copied: they need not outlive the call.
+ * Thread safe (distinct models). */
+PTC_API int ptc_model_new(ptc_model **m, const ptc_model_params *p, ptc_error *err);
+/* Frees the model and its backend instance; m NULL does nothing. */
+PTC_API void ptc_model_free(ptc_model *m);
+
+/* The model's settings: a copy of the params it was made with (num_classes as it is now, after
+ * ptc_model_reset_head; backend the name of the backend chosen, never NULL or "auto"). The
+ * strings are the model's and live until ptc_model_free. PTC_EINVAL when m or p is NULL or p->size
+ * is invalid (set p->size, e.g. with ptc_model_params_default, before the call: only that many
+ * bytes are written). */
+PTC_API int ptc_model_get_params(const ptc_model *m, ptc_model_params *p, ptc_error *err);
+/* The number of classes (the rows of fc.weight); 0 for NULL. */
+PTC_API int ptc_model_num_classes(const ptc_model *m);
+/* "resnet18" or "resnet18-cifar" (static); NULL for NULL. */
+PTC_API const char *ptc_model_arch(const ptc_model *m);
+/* The backend the model runs on: "ref", "dnnl" or "cuda" (static); NULL for NULL. */
+PTC_API const char *ptc_model_backend(const ptc_model *m);
+
+/* Sets the model's parameters and buffers from a state dict (what ptc_ckpt_root gives for a file
+ * torch.save(model.state_dict()) wrote), as torch's model.load_state_dict(state_dict, strict)
+ * does: a key matches when it names an entry of the model; float tensors of any dtype are
+ * converted to float32, integer ones for num_batches_tracked. The values are copied: the
+ * checkpoint may be closed afterwards. On failure the model is unchanged (torch leaves the
+ * entries it copied before raising; ptc checks everything first).
+ * Failures (PTC_EINVAL; err->message holds torch's RuntimeError text, cut to its size; the full
+ * text is ptc_model_load_text's): with PTC_LOAD_STRICT, any missing or unexpected key; with or
+ * without it, a tensor whose shape differs from the entry's (unless PTC_LOAD_SKIP_MISMATCHED) or
+ * a value that is not a tensor. A state dict that is not a dict, or has a key that is not a str:
+ * PTC_EINVAL. PTC_ENOMEM. m or state_dict NULL: PTC_EINVAL.
+ * Whatever the outcome, the lists of the load (missing, unexpected and skipped keys) are kept by
+ * the model for ptc_model_load_nkeys / ptc_model_load_key / ptc_model_load_text. */
+PTC_API int ptc_model_load(ptc_model *m, const ptc_value *state_dict, unsigned flags,
+                           ptc_error *err);
+
+/* The keys of the latest ptc_model_load, in torch's order. */
+typedef enum ptc_load_keys {
+    PTC_LOAD_MISSING,    /* entries of the model the state dict lacks (torch's missing_keys) */
+    PTC_LOAD_UNEXPECTED, /* keys of the state dict that name no entry (torch's unexpected_keys) */
+    PTC_LOAD_MISMATCHED  /* entries whose tensor had another shape (skipped, or the error) */
+} ptc_load_keys;
+/* How many keys of that kind; 0 for m NULL or before any load. */
+PTC_API size_t ptc_model_load_nkeys(const ptc_model *m, ptc_load_keys kind);
+/* The i-th key of that kind (as in the file, after PTC_LOAD_STRIP_PREFIX; bytes that are not
+ * printable escaped); NULL when out of range. Borrowed: lives until the next ptc_model_load or
+ * ptc_model_free. */
+PTC_API const char *ptc_model_load_key(const ptc_model *m, ptc_load_keys kind, size_t i);
+/* What torch prints for the latest load: "<All keys matched successfully>", the repr of its
+ * result "_IncompatibleKeys(missing_keys=[...], unexpected_keys=[...])" (a non-strict load with
+ * missing or unexpected keys), or the text of the RuntimeError it raises ("Error(s) in loading
+ * state_dict for ResNet:\n\tMissing key(s) in state_dict: ..."), uncut. "" before any load or for
+ * m NULL. Borrowed: lives until the next ptc_model_load or ptc_model_free. */
+PTC_API const char *ptc_model_load_text(const ptc_model *m);
+
+/* Forward in eval mode (BatchNorm uses its running statistics): x is [n][3][h][w] float32,
+ * already normalised, with h, w >= 32 (any size: the network ends with adaptive average pooling);
+ * logits receives [n][num_classes] float32. x and logits belong to the caller and are used during
+ * the call only. Errors: PTC_EINVAL (m, x or logits NULL, n < 1, h or w < 32, or a size whose
+ * activations would exceed 2^31 elements per tensor); PTC_ENOMEM; a backend's error (PTC_EIO for
+ * a device failure). Blocks until the logits are on the host. */
+PTC_API int ptc_model_forward(ptc_model *m, const float *x, int n, int h, int w, float *logits,
+                              ptc_error *err);
+/* Interleaved 8-bit RGB images [n][h][w][3] resized to the params' input_h x input_w as
+ * torchvision's Resize does on a uint8 tensor (bilinear, antialias; not resized when already that
+ * size), normalised with the params' mean and std, then the forward: classes receives the k best
+ * classes of each image, best first ([n][k]), probs (may be NULL) their softmax probabilities.
+ * Errors: PTC_EINVAL (NULL m, rgb or classes, n < 1, h or w < 1, k < 1 or k > num_classes);
+ * PTC_ENOMEM; a backend's error. */
+PTC_API int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, int w, int k,
+                               int *classes, float *probs, ptc_error *err);
+
+/* Replaces fc with a new nn.Linear(512, num_classes) initialised exactly as torch initialises
+ * one: the weight and bias are bit-equal to those of
+ *     torch.manual_seed(seed); torch.nn.Linear(512, num_classes)
+ * (torch's CPU generator, an mt19937 seeded with the low 32 bits of seed, as torch.manual_seed
+ * seeds it; kaiming_uniform_(a=sqrt(5)) on the weight, uniform(-1/sqrt(512), 1/sqrt(512)) on the
+ * bias). The new head is trainable (not frozen) whatever was frozen before; every other parameter
+ * and buffer is unchanged. An optimizer made before continues over the new head with no momentum
+ * for it (unlike torch, where an optimizer made before model.fc is replaced keeps the old fc's
+ * tensors: make the optimizer after this call to match a torch script). On PTC_EINVAL and
+ * PTC_ENOMEM the model is unchanged; a backend's failure to write the new values leaves a head of
+ * num_classes rows whose values are undefined. Errors: PTC_EINVAL (m NULL, num_classes < 1 or above 2^22); PTC_ENOMEM; a backend's
+ * error. Not thread safe for one model (a model is one handle). */
+PTC_API int ptc_model_reset_head(ptc_model *m, int num_classes, uint64_t seed, ptc_error *err);
+/* requires_grad off (frozen 1) or back on (0) for every parameter whose name starts with prefix
+ * (torchvision's names; "" is all, "layer4" matches "layer4.0.conv1.weight", "fc" the head).
+ * Buffers (running statistics, num_batches_tracked) are not parameters and are not affected. A
+ * frozen parameter is left entirely alone by ptc_model_train_step: no gradient, no weight decay,
+ * no momentum update (its optimizer state, if any, is kept for when it is unfrozen), as torch
+ * skips a parameter whose grad is None. As in torch, BatchNorm layers whose parameters are frozen
+ * still normalise with batch statistics and update their running statistics in training steps
+ * (the model is in training mode; freezing is not eval()). Backward stops below the last
+ * trainable parameter, so training the head alone costs about one forward. Errors: PTC_EINVAL (m
+ * or prefix NULL); PTC_ENOTFOUND (no parameter's name starts with prefix; nothing changes). Not
+ * thread safe for one model. */
+PTC_API int ptc_model_freeze(ptc_model *m, const char *prefix, int frozen, ptc_error *err);
+
+/* torch.optim.SGD(model.parameters(), lr, momentum, dampening, weight_decay, nesterov) over m's
+ * parameters: each step, for every parameter not frozen at that step, g = grad + weight_decay *
+ * p; with momentum, buf = g on the parameter's first step, else buf = momentum * buf + (1 -
+ * dampening) * g, and g = buf (or g + momentum * buf with nesterov); p -= lr * g. Frozen
+ * parameters are skipped entirely (see ptc_model_freeze).
+ * The momentum buffers belong to the optimizer, as in torch: a new optimizer starts without
+ * them, two optimizers of one model keep separate ones, and ptc_sgd_free releases them. They live
+ * in the model's backend (device memory for cuda), hence the lifetime rule: *opt must be freed
+ * before m, and used with m only. *opt is NULL on failure.
+ * Errors (torch's refusals, in its words): PTC_EINVAL (opt or m NULL, lr < 0, momentum < 0,
+ * weight_decay < 0, a dampening or any value that is NaN, nesterov with momentum <= 0 or
+ * dampening != 0); PTC_ENOMEM. Not thread safe with other calls on m. */
+PTC_API int ptc_sgd_new(ptc_sgd **opt, ptc_model *m, double lr, double momentum, double dampening,
+                        double weight_decay, int nesterov, ptc_error *err);
+/* Frees the optimizer and its momentum buffers; before its model is freed. NULL does nothing. */
+PTC_API void ptc_sgd_free(ptc_sgd *opt);
+/* The learning rate of the following steps (param_groups[0]["lr"] = lr in torch: a schedule).
+ * PTC_EINVAL (opt NULL, lr < 0 or NaN). */
+PTC_API int ptc_sgd_set_lr(ptc_sgd *opt, double lr, ptc_error *err);
+/* One training step, as a torch loop does it: model.train(); loss =
+ * F.cross_entropy(model(x), labels) (the mean over the batch); optimizer.zero_grad();
+ * loss.backward(); optimizer.step(). x is [n][3][h][w] float32, normalised, h, w >= 32 (any size,
+ * as ptc_model_forward); labels [n], each in [0, num_classes). BatchNorm uses batch statistics and
+ * updates its running statistics (momentum 0.1, unbiased variance) and num_batches_tracked.
+ * PyTorch's float32 numerics, as ptc train's step (docs/numerics.md); the loss is computed in
+ * double from the float32 logits. loss (may be NULL) receives the mean cross-entropy before the
+ * step. x, labels and loss are the caller's, used during the call only. Blocks until the step is
+ * done. Errors: PTC_EINVAL (m, opt, x or labels NULL; opt made for another model; n < 1; h or w
+ * < 32 or activations too large; a label outside the classes, checked before anything changes;
+ * every parameter frozen); PTC_ENOMEM; a backend's error (then the step may be partly applied).
+ * Not thread safe for one model. */
+PTC_API int ptc_model_train_step(ptc_model *m, ptc_sgd *opt, const float *x, const int64_t *labels,
+                                 int n, int h, int w, double *loss, ptc_error *err);
+
+/* The model's state dict built in doc (an OrderedDict with torchvision's keys, float32 tensors and
+ * int64 num_batches_tracked, and nn.Module's _metadata), for ptc_save: torch loads the file
+ * strictly into torchvision.models.resnet18(num_classes=N). *root belongs to doc and lives as long
+ * as it; the tensors hold copies of the current values. Errors: PTC_EINVAL (NULL m, doc or root);
+ * PTC_ENOMEM; a backend's error. */
+PTC_API int ptc_model_state_dict(ptc_model *m, ptc_doc *doc, ptc_value **root, ptc_error *err);
 
 #ifdef __cplusplus
 }

@@ -566,7 +566,7 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
     ptc__pw_op(&s.pw, 2); /* the protocol number, PROTO's argument */
     if (save(&s, root, 0) < 0) {
         rc = s.rc;
-        goto done;
+        goto out;
     }
     ptc__pw_op(&s.pw, PTC__OP_STOP);
     if (ptc__pw_error(&s.pw) == PTC_ELIMIT) {
@@ -578,7 +578,7 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
     }
     if (ptc__pw_failed(&s.pw)) {
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory writing the pickle");
-        goto done;
+        goto out;
     }
     char prefix[256];
     if (p->archive_name)
@@ -596,19 +596,19 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
         ptc__escape(shown, sizeof shown, path, strlen(path), true);
         ptc__err_prefix(err, "%s would hold %llu bytes of tensor data in %zu storages: ", shown,
                         (unsigned long long)data, s.nst);
-        goto done;
+        goto out;
     }
     if ((rc = ptc__zipw_open(&w, path, prefix, err)) < 0)
-        goto done;
+        goto out;
     if ((rc = ptc__zipw_add(w, "data.pkl", s.pw.out.data, s.pw.out.len, err)) < 0 ||
         (rc = ptc__zipw_add(w, "byteorder", "little", 6, err)) < 0)
-        goto done;
+        goto out;
     done_bytes += s.pw.out.len;
     /* torch 2.6 writes the storages in sorted() order of their keys: "0", "1", "10", "100", ... */
     saved_storage *order = ptc__malloc((s.nst ? s.nst : 1) * sizeof *order);
     if (!order) {
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
-        goto done;
+        goto out;
     }
     if (s.nst)
         memcpy(order, s.st, s.nst * sizeof *order);
@@ -627,9 +627,9 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
     }
     ptc__free(order);
     if (rc < 0)
-        goto done;
+        goto out;
     if ((rc = ptc__zipw_add(w, "version", "3\n", 2, err)) < 0)
-        goto done;
+        goto out;
     if (p->serialization_id) {
         /* torch hashes the record names and CRCs with an unordered, process-specific hash; any
          * 40 digits are valid. ptc's are a deterministic function of the same inputs. */
@@ -644,11 +644,11 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
                  (unsigned long long)(h1 % 10000000000000000000ULL),
                  (unsigned long long)(h2 % 10000000000000000000ULL));
         if ((rc = ptc__zipw_add(w, ".data/serialization_id", id, 40, err)) < 0)
-            goto done;
+            goto out;
     }
     rc = ptc__zipw_finish(w, err);
     w = NULL;
-done:
+out:
     ptc__zipw_abort(w);
     ptc__pw_free(&s.pw);
     ptc__free(s.st);
