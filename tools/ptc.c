@@ -115,7 +115,9 @@ static int version(void)
     printf("modules:\n");
     for (int i = 0; i < n && i < (int)(sizeof mods / sizeof *mods); i++) {
         const ptc_plugin_info *m = &mods[i];
-        const char *kind = strcmp(m->kind, "backend") == 0 ? "backend" : "communicator";
+        const char *kind = strcmp(m->kind, "backend") == 0 ? "backend"
+                           : strcmp(m->kind, "image") == 0 ? "image codecs"
+                                                           : "communicator";
         if (!m->found) {
             printf("  %-5s %-12s not installed\n        %s\n", m->name, kind, m->why);
             continue;
