@@ -868,6 +868,9 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
     ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, p->seed};
     if (rc == 0)
         rc = ptc__model_new(&r.model, &mp, err);
+    if (rc == 0) /* recorded in the state dicts it saves (nn.h) */
+        ptc__model_set_preprocess(r.model, r.rc.format == PTC__DATA_IDX ? "fashion-mnist"
+                                  : "cifar10", r.data->norm_mean, r.data->norm_std);
     if (rc == 0 && !host_input)
         rc = upload_splits(&r, false, err);
     if (rc == 0 && p->init)
