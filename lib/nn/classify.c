@@ -18,6 +18,7 @@
 #include "data/image.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #define CHUNK 32

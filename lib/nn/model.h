@@ -13,12 +13,6 @@
 
 #include "nn/nn.h"
 
-/* The key lists of the latest ptc_model_load, one per ptc_load_keys kind. */
-typedef struct ptc__keylist {
-    char **keys; /* escaped, owned */
-    size_t n, cap;
-} ptc__keylist;
-
 struct ptc_model {
     ptc_model_params params; /* the caller's, completed: backend is the one chosen */
     char arch_name[32], backend_name[16], precision_name[16];
@@ -29,8 +23,7 @@ struct ptc_model {
     unsigned char *frozen; /* [ptc__model_nentries(net)]: 1 = requires_grad off (finetune.c) */
     float *scratch;       /* host buffer for inputs or logits made by the library, grown on need */
     size_t scratch_n;     /* floats in scratch */
-    ptc__keylist loaded[3]; /* PTC_LOAD_MISSING, _UNEXPECTED, _MISMATCHED of the latest load */
-    char *load_text;       /* torch's text for the latest load (ptc_model_load_text), owned */
+    ptc__load_report load; /* the latest ptc_model_load's keys (ptc_load_keys order) and text */
 };
 
 /* The checks every entry point makes of a caller's input size (h, w >= 32, n >= 1, sizes whose

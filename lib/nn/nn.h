@@ -88,12 +88,35 @@ int ptc__model_read_grad(ptc__model *m, const ptc__entry *e, float *values, ptc_
 int ptc__model_read_momentum(ptc__model *m, const ptc__entry *e, float *values, ptc_error *err);
 int ptc__model_write_momentum(ptc__model *m, ptc__entry *e, const float *values, ptc_error *err);
 
-/* Sets every entry from a state dict read by libptc (any float dtype is converted to float32;
- * num_batches_tracked any int dtype). Keys are matched after removing strip_prefix when given
- * ("module." for DDP checkpoints). strict: missing and unexpected keys are errors (listed in the
- * message), as load_state_dict(strict=True); otherwise they are skipped. Shapes must match. */
+/* Sets the entries from a state dict read by libptc as torch's load_state_dict does (any float
+ * dtype is converted to float32; num_batches_tracked any int dtype). strip_prefix (NULL: none)
+ * is removed from the keys that carry it first, as torch's consume_prefix_in_state_dict_if_present
+ * ("module." for DDP checkpoints). strict: missing and unexpected keys are errors, as
+ * load_state_dict(strict=True); otherwise they are skipped. Shapes must match, and every value
+ * be a tensor. On any error nothing is written, and err's message is torch's RuntimeError text. */
 int ptc__model_load_state_dict(ptc__model *m, const ptc_value *root, const char *strip_prefix,
                                int strict, ptc_error *err);
+
+/* Keys found by a load, escaped (owned). */
+typedef struct ptc__keylist {
+    char **keys;
+    size_t n, cap;
+} ptc__keylist;
+
+/* What a load found: keys[0] torch's missing_keys, keys[1] its unexpected_keys (both in torch's
+ * order), keys[2] the entries whose tensor had another shape; text: what torch prints (the
+ * result's repr, or the RuntimeError's text), owned. */
+typedef struct ptc__load_report {
+    ptc__keylist keys[3];
+    char *text;
+} ptc__load_report;
+void ptc__load_report_free(ptc__load_report *r); /* frees the contents; the struct is zeroed */
+
+/* ptc__model_load_state_dict with its report (rep may be NULL) and, with skip_mismatched,
+ * entries of another shape left as they are (listed in keys[2]) instead of being errors. */
+int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const char *strip_prefix,
+                                  int strict, int skip_mismatched, ptc__load_report *rep,
+                                  ptc_error *err);
 /* The state dict as an OrderedDict in d, with torchvision's _metadata (version 1 per module, as
  * nn.Module.state_dict writes it). The tensors own copies of the current values. */
 int ptc__model_state_dict(ptc__model *m, ptc_doc *d, ptc_value **out, ptc_error *err);
