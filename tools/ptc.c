@@ -33,6 +33,7 @@ static const struct command commands[] = {
     {"load", cmd_load, "check that a state dict loads into ResNet-18 as torch would load it"},
     {"train", cmd_train, "train torchvision's ResNet-18 as the PyTorch tutorial does"},
     {"eval", cmd_eval, "test accuracy and loss of a ResNet-18 state dict"},
+    {"predict", cmd_predict, "classify PNG/JPEG images and dataset records with a state dict"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
