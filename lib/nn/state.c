@@ -599,11 +599,14 @@ static int meta(void *ctx, const char *name, int version)
     return ptc_doc_set(c->d, c->md, ptc_doc_str(c->d, name, (size_t)-1), v);
 }
 
-static int numbers(ptc_doc *d, ptc_value *dict, const char *key, const double *v, int n)
+/* dict[key] = [v0, v1, ...]: floats, or ints when integral is set. */
+static int numbers(ptc_doc *d, ptc_value *dict, const char *key, const double *v, int n,
+                   int integral)
 {
     ptc_value *l = ptc_doc_seq(d, PTC_VALUE_LIST);
     for (int i = 0; l && i < n; i++)
-        if (ptc_doc_push(d, l, ptc_doc_float(d, v[i])) < 0)
+        if (ptc_doc_push(d, l, integral ? ptc_doc_int(d, (int64_t)v[i]) : ptc_doc_float(d, v[i])) <
+            0)
             return -1;
     return l ? ptc_doc_set(d, dict, ptc_doc_str(d, key, (size_t)-1), l) : -1;
 }
@@ -621,11 +624,11 @@ static int preprocess_metadata(ptc__model *m, ptc_doc *d, ptc_value *md)
     ptc_value *r = ptc_doc_dict(d, 0);
     if (!r || ptc_doc_set(d, r, ptc_doc_str(d, "dataset", (size_t)-1),
                           ptc_doc_str(d, dataset, (size_t)-1)) < 0 ||
-        numbers(d, r, "mean", mean, 3) < 0 || numbers(d, r, "std", std, 3) < 0 ||
-        numbers(d, r, "input_size", input, 2) < 0)
+        numbers(d, r, "mean", mean, 3, 0) < 0 || numbers(d, r, "std", std, 3, 0) < 0 ||
+        numbers(d, r, "input_size", input, 2, 1) < 0)
         return -1;
     if (strcmp(dataset, "fashion-mnist") == 0 &&
-        (numbers(d, r, "source_size", source, 2) < 0 ||
+        (numbers(d, r, "source_size", source, 2, 1) < 0 ||
          ptc_doc_set(d, r, ptc_doc_str(d, "pad", (size_t)-1), ptc_doc_int(d, 2)) < 0 ||
          ptc_doc_set(d, r, ptc_doc_str(d, "channels", (size_t)-1),
                      ptc_doc_str(d, "grey replicated to RGB", (size_t)-1)) < 0))

@@ -19,6 +19,9 @@ against torchvision 0.21 + torch as the oracle. Every file is made here, at test
 5. The record in _metadata["ptc.preprocess"] (as ptc train writes it): torch 2.6 loads such a state
    dict with weights_only=True and load_state_dict(strict=True); ptc predict uses its mean and std
    (here deliberately unusual ones) and the probabilities match torch's with those constants.
+   Then a real `ptc train` (Fashion-MNIST, one step) writes it: torch loads the file the same way,
+   the record holds the dataset, its mean/std, input and source size, and ptc predict (without
+   --dataset) uses it.
 6. Hostile images through `ptc predict`: truncated, corrupt, 65535x65535 and 0x10 headers, empty,
    not an image, a missing file, a record past the end: each refused with a message naming the
    input, exit status non-zero and below 128 (no crash), and the good inputs on the same command
@@ -348,6 +351,41 @@ def check_metadata(model, d, images):
         ok("ptc predict used the recorded mean/std and dataset names: difference %.2e" % w)
 
 
+def check_train_record(d):
+    print("\n== 5b. what ptc train records, read by torch and by ptc predict")
+    if not os.path.exists(FASHION):
+        bad("%s is missing (apt-get install dataset-fashion-mnist)" % FASHION)
+        return
+    p = os.path.join(d, "trained.pth")
+    r = subprocess.run([PTC, "train", "--dataset", "fashion-mnist", "--max-samples", "64",
+                        "--epochs", "1", "--max-steps", "1", "--batch-size", "16", "--eval-every",
+                        "0", "--save", p], capture_output=True, text=True)
+    if r.returncode != 0:
+        bad("ptc train exited %d: %s" % (r.returncode, r.stderr[-1000:]))
+        return
+    sd = torch.load(p, weights_only=True)
+    rec = getattr(sd, "_metadata", {}).get("ptc.preprocess")
+    m = torchvision.models.resnet18(num_classes=10)
+    res = m.load_state_dict(sd, strict=True)
+    want = {"dataset": "fashion-mnist", "input_size": [32, 32], "source_size": [28, 28], "pad": 2,
+            "channels": "grey replicated to RGB"}
+    if not rec or any(rec.get(k) != v for k, v in want.items()) or \
+            max(abs(x - FASHION_MEAN) for x in rec["mean"]) > 1e-12 or \
+            max(abs(x - FASHION_STD) for x in rec["std"]) > 1e-12:
+        bad("the record ptc train wrote: %r (expected %r and the Fashion-MNIST mean/std)" % (rec, want))
+        return
+    ok("ptc train recorded %r; torch.load(weights_only=True) + strict load: %s" % (rec, res))
+    m.eval()
+    data = gzip.open(FASHION).read()
+    r, lines = run_predict(["--weights", p, "--json", "--top", "10", FASHION + ":3"])
+    img = np.frombuffer(data, dtype=np.uint8, count=784, offset=16 + 784 * 3).reshape(28, 28)
+    chw = torch.from_numpy(np.pad(img, 2)).unsqueeze(0).repeat(3, 1, 1)
+    w = compare("trained model, record 3", lines[0] if lines else {},
+                torch_probs(m, chw, rec["mean"], rec["std"]), 1e-4, FASHION_NAMES)
+    if w is not None:
+        ok("ptc predict without --dataset used the record (Fashion-MNIST names, its mean/std): difference %.2e" % w)
+
+
 def check_hostile(weights, d, images):
     print("\n== 6. hostile inputs through ptc predict")
     good = open(images["rgb-45x37.png"], "rb").read()
@@ -436,6 +474,7 @@ def main():
         check_predict(model, weights, images)
         check_records(model, weights, d)
         check_metadata(model, d, images)
+        check_train_record(d)
         check_hostile(weights, d, images)
         check_options(weights, d, images)
     finally:
