@@ -183,6 +183,7 @@ static void taps_free(taps *t)
     ptc__free(t->min);
     ptc__free(t->size);
     ptc__free(t->w);
+    memset(t, 0, sizeof *t); /* freeing twice (taps_make's failure, then the caller's) is safe */
 }
 
 static float aa_filter(float x)
