@@ -24,10 +24,10 @@
  * it prints and the keys it reports:
  *   - the modules are visited in pre-order (the root, conv1, bn1, relu, maxpool, layer1, layer1.0,
  *     layer1.0.conv1, ...); each sees the keys that start with its prefix;
- *   - a module reports as unexpected each of its keys whose first component after the prefix is
- *     neither a child module nor one of its own parameters or buffers, and that is not
- *     prefix + "_extra_state"; a key that is exactly a child's name ("fc") reaches no module and
- *     is reported by none;
+ *   - a module reports as unexpected its prefix + "_extra_state" (first: ResNet's modules have
+ *     no extra state), each of its keys "a.b..." whose first component a is not a child module
+ *     ("fc.weight.x" is fc's: weight is no module), and each key "a" that is not one of its own
+ *     parameters or buffers ("fc" is the root's: a module is not state);
  *   - a parameter or buffer whose key is absent is missing, except num_batches_tracked of a
  *     BatchNorm whose _metadata version is absent or below 2 (a state dict without _metadata, a
  *     plain dict, has none): torch then keeps the module's own value;
@@ -214,8 +214,9 @@ typedef struct view_key {
     const char *k;
     size_t kl;
     const ptc_value *v;
-    size_t order;  /* its place in the (re-ordered) dict */
+    size_t order;      /* its place in the (re-ordered) dict */
     int unexpected_at; /* the module that reports it as unexpected; -1 when none does */
+    int extra;         /* that module's prefix + "_extra_state": reported first */
 } view_key;
 
 /* Open addressing over the keys by FNV-1a: index + 1 of the key, 0 for an empty slot. */
@@ -251,32 +252,38 @@ static void index_put(key_index *ix, view_key *keys, size_t i)
     ix->slot[s] = i + 1;
 }
 
-/* Which module reports key k as unexpected (-1: none), by walking down the module tree. */
-static int unexpected_at(const module_list *ml, ptc__model *m, const char *k, size_t kl)
+/* Which module reports key k as unexpected (-1: none), by walking down the module tree; *extra:
+ * it is that module's prefix + "_extra_state" (reported before the module's other keys). */
+static int unexpected_at(const module_list *ml, ptc__model *m, const char *k, size_t kl,
+                         int *extra)
 {
-    int cur = 0;            /* the root */
-    size_t pl = 0;          /* the prefix: k[0..pl) is the module's name and a '.' */
+    int cur = 0;   /* the root */
+    size_t pl = 0; /* the prefix: k[0..pl) is the module's name and a '.' */
+    *extra = 0;
     for (;;) {
         const char *rest = k + pl;
         size_t rl = kl - pl;
-        if (rl == 12 && memcmp(rest, "_extra_state", 12) == 0)
-            return -1;
+        if (rl == 12 && memcmp(rest, "_extra_state", 12) == 0) {
+            *extra = 1;
+            return cur;
+        }
         const char *dot = memchr(rest, '.', rl);
         size_t fl = dot ? (size_t)(dot - rest) : rl;
-        int child = module_index(ml, k, pl + fl);
-        if (child >= 0 && (pl == 0 || k[pl - 1] == '.')) {
-            if (!dot)
-                return -1; /* the child's name alone: no module sees it */
+        if (dot) { /* "child.more": the child module sees it, or this module reports it */
+            int child = fl ? module_index(ml, k, pl + fl) : -1;
+            if (child < 0)
+                return cur;
             cur = child;
             pl += fl + 1;
             continue;
         }
-        /* The module's own parameter or buffer: its name, '.', and one component. */
+        /* One component: this module's own parameter or buffer, or unexpected (a child
+         * module's bare name too: modules are not state). */
         char name[64];
-        if (pl + fl < sizeof name) {
+        if (pl + fl < sizeof name && !memchr(k, 0, pl + fl)) {
             memcpy(name, k, pl + fl);
             name[pl + fl] = 0;
-            if (!memchr(name, 0, pl + fl) && ptc__model_find(m, name))
+            if (ptc__model_find(m, name))
                 return -1;
         }
         return cur;
@@ -342,6 +349,8 @@ static int cmp_unexpected(const void *a, const void *b)
     const view_key *x = *(view_key *const *)a, *y = *(view_key *const *)b;
     if (x->unexpected_at != y->unexpected_at)
         return x->unexpected_at < y->unexpected_at ? -1 : 1;
+    if (x->extra != y->extra)
+        return x->extra ? -1 : 1;
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
@@ -412,7 +421,7 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
                 v->v = ptc_dict_value(root, i);
                 continue;
             }
-            keys[nv] = (view_key){k, kl, ptc_dict_value(root, i), nv, -1};
+            keys[nv] = (view_key){k, kl, ptc_dict_value(root, i), nv, -1, 0};
             index_put(&ix, keys, nv);
             nv++;
         }
@@ -420,7 +429,8 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
     /* Unexpected keys, in the order of the modules that report them. */
     size_t nunexp = 0;
     for (size_t i = 0; i < nv; i++)
-        if ((keys[i].unexpected_at = unexpected_at(ml, m, keys[i].k, keys[i].kl)) >= 0)
+        if ((keys[i].unexpected_at =
+                 unexpected_at(ml, m, keys[i].k, keys[i].kl, &keys[i].extra)) >= 0)
             unexp[nunexp++] = &keys[i];
     qsort(unexp, nunexp, sizeof *unexp, cmp_unexpected);
     for (size_t i = 0; i < nunexp && rc == 0; i++)

@@ -754,8 +754,9 @@ PTC_API void ptc_model_params_default(ptc_model_params *p);
 /* Makes a model with freshly initialised parameters (PyTorch's initialisation in distribution,
  * drawn from p->seed) on p's backend, chosen as ptc_train chooses it. p NULL: the defaults.
  * *m is set to the model (caller frees with ptc_model_free) or to NULL on failure.
- * Errors: PTC_EINVAL (m NULL, an unknown arch or precision, num_classes < 1, a params struct
- * whose size is 0 or larger than this library's, non-positive input size or std);
+ * Errors: PTC_EINVAL (m NULL; an unknown arch, backend name or precision; num_classes outside
+ * [1, 2^20]; a params struct whose size is 0 or larger than this library's; an input size outside
+ * [32, 65536]; a std that is not positive or a mean or std that is not finite);
  * PTC_ENOTFOUND / PTC_EUNSUPPORTED (the backend's module is not installed / cannot run here, bf16
  * on a CPU backend); PTC_ENOMEM. Strings of p are copied: they need not outlive the call.
  * Thread safe (distinct models). */

@@ -5,6 +5,9 @@
 #   state_dicts.py    resnet18 state dicts load into torchvision; training resumes bit-identically
 #   byte_identity.py  ptc writes the same bytes as torch.save (serialization id aside)
 #   kill_save.py      a save killed by SIGKILL leaves the old or the new file, never a mix
+#   check_model.py    the public model API: logits at several input sizes within 2x torch f32's
+#                     distance to a float64 oracle, `ptc load` printing torch's load_state_dict
+#                     text byte for byte, ptc_model_state_dict loading strictly into torchvision
 #
 #   check_variants.py what older torch releases wrote (backward hooks None, OrderedDict from
 #                     pairs, lists, typed storages read as another dtype, CUDA locations):
@@ -57,7 +60,7 @@ case $ver in
 esac
 echo "interop: torch $ver under $("$py" -c 'import sys; print("Python", sys.version.split()[0])')"
 
-scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_zip64_local check_variants check_wild check_predict"}
+scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_zip64_local check_variants check_wild check_model check_predict"}
 failed= passed=
 for s in $scripts; do
     echo
