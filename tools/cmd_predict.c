@@ -135,14 +135,26 @@ typedef struct ctx {
     float *probs;
 } ctx;
 
+/* The input's name for a JSON string: as given when it is UTF-8, else escaped (cli.h), since a
+ * JSON string holds only UTF-8. Borrowed from input or b. */
+static const char *json_name(const char *input, cli_buf *b)
+{
+    if (cli_utf8_valid(input, strlen(input)))
+        return input;
+    cli_buf_escape(b, input, strlen(input), 0);
+    return b->oom ? "?" : cli_buf_str(b);
+}
+
 static void put_failure(const ctx *c, const char *input, int rc, const ptc_error *err)
 {
     /* The library's message names the file; an input that failed before reaching it (a record
      * index) is named here. */
     const char *msg = err->message[0] ? err->message : ptc_strerror(rc);
     if (c->json) {
-        json_t *o = json_pack("{s:s, s:s, s:s}", "input", input, "error", ptc_err_name(rc),
-                              "message", msg);
+        cli_buf b = {0};
+        json_t *o = json_pack("{s:s, s:s, s:s}", "input", json_name(input, &b), "error",
+                              ptc_err_name(rc), "message", msg);
+        cli_buf_free(&b);
         char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
         if (text) {
             cli_put_json_text(stdout, text, strlen(text));
@@ -157,9 +169,11 @@ static void put_failure(const ctx *c, const char *input, int rc, const ptc_error
 static int put_result(const ctx *c, const char *input)
 {
     if (c->json) {
+        cli_buf b = {0};
         json_t *o = json_object(), *top = json_array();
         int bad = !o || !top;
-        bad = bad || json_object_set_new(o, "input", json_string(input)) < 0;
+        bad = bad || json_object_set_new(o, "input", json_string(json_name(input, &b))) < 0;
+        cli_buf_free(&b);
         for (int r = 0; !bad && r < c->k; r++) {
             int cl = c->classes[r];
             json_t *e = json_pack("{s:i, s:o, s:f}", "class", cl, "label",

@@ -822,10 +822,14 @@ PTC_API int ptc_model_forward(ptc_model *m, const float *x, int n, int h, int w,
                               ptc_error *err);
 /* Interleaved 8-bit RGB images [n][h][w][3] resized to the params' input_h x input_w as
  * torchvision's Resize does on a uint8 tensor (bilinear, antialias; not resized when already that
- * size), normalised with the params' mean and std, then the forward: classes receives the k best
- * classes of each image, best first ([n][k]), probs (may be NULL) their softmax probabilities.
- * Errors: PTC_EINVAL (NULL m, rgb or classes, n < 1, h or w < 1, k < 1 or k > num_classes);
- * PTC_ENOMEM; a backend's error. */
+ * size; ptc_image_resize says exactly how), normalised with the params' mean and std as ToTensor +
+ * Normalize do (v / 255, minus mean, divided by std, in float32), then the forward: classes
+ * receives the k best classes of each image, best first ([n][k]; ties: the lower class first),
+ * probs (may be NULL) their softmax probabilities ([n][k], computed in double from the float32
+ * logits). rgb, classes and probs are the caller's, used during the call only; the images go
+ * through the network 32 at a time, so memory does not grow with n. Errors: PTC_EINVAL (NULL m,
+ * rgb or classes, n < 1, h or w < 1, k < 1 or k > num_classes); PTC_ELIMIT (images of more than
+ * 2^28 pixels); PTC_ENOMEM; a backend's error. */
 PTC_API int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, int w, int k,
                                int *classes, float *probs, ptc_error *err);
 
