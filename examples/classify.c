@@ -31,7 +31,8 @@ static int open_model(const char *path, ptc_model **m, ptc_error *err)
     rc = ptc_model_params_from_state_dict(&mp, sd, NULL, err);
     if (rc == 0)
         rc = ptc_model_new(m, &mp, err);
-    if (rc == 0 && (rc = ptc_model_load(*m, sd, PTC_LOAD_STRICT | PTC_LOAD_STRIP_PREFIX, err)) < 0) {
+    if (rc == 0 &&
+        (rc = ptc_model_load(*m, sd, PTC_LOAD_STRICT | PTC_LOAD_STRIP_PREFIX, err)) < 0) {
         ptc_model_free(*m);
         *m = NULL;
     }

@@ -30,13 +30,13 @@
 enum { O_WEIGHTS = 256, O_ARCH, O_DATASET, O_TOP, O_LABELS, O_JSON, O_BACKEND, O_THREADS };
 
 #define MAX_LABELS_BYTES (1 << 20)
-#define MAX_TOP 1000
+#define MAX_TOP          1000
 
 /* torchvision.datasets.CIFAR10(...).classes and FashionMNIST(...).classes. */
 static const char *const cifar10_names[10] = {"airplane", "automobile", "bird",  "cat",  "deer",
                                               "dog",      "frog",       "horse", "ship", "truck"};
-static const char *const fashion_names[10] = {"T-shirt/top", "Trouser", "Pullover", "Dress",
-                                              "Coat",        "Sandal",  "Shirt",    "Sneaker",
+static const char *const fashion_names[10] = {"T-shirt/top", "Trouser",   "Pullover", "Dress",
+                                              "Coat",        "Sandal",    "Shirt",    "Sneaker",
                                               "Bag",         "Ankle boot"};
 /* The Normalize of ptc train on Fashion-MNIST: the statistics of its 60,000 training images
  * padded to 32x32 (lib/data/dataset.c computes them; the same for the three channels). */
@@ -44,8 +44,8 @@ static const char *const fashion_names[10] = {"T-shirt/top", "Trouser", "Pullove
 #define FASHION_STD  0.33181137299995894
 
 typedef struct labels {
-    char *text;    /* the file's bytes, lines cut at '\n' */
-    char **names;  /* [n], into text */
+    char *text;   /* the file's bytes, lines cut at '\n' */
+    char **names; /* [n], into text */
     int n;
 } labels;
 
@@ -113,7 +113,8 @@ static int split_record(const char *input, char **file, long long *index)
 {
     struct stat st;
     const char *colon = strrchr(input, ':');
-    if (!colon || colon == input || !colon[1] || strspn(colon + 1, "0123456789") != strlen(colon + 1))
+    if (!colon || colon == input || !colon[1] ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1))
         return 0;
     if (stat(input, &st) == 0)
         return 0;
@@ -246,19 +247,20 @@ static const ptc_value *state_dict(const ptc_value *root)
 
 static void usage(void)
 {
-    printf("Usage: ptc predict --weights W [--arch resnet18|resnet18-cifar]\n"
-           "                   [--dataset cifar10|fashion-mnist] [--top K] [--labels FILE]\n"
-           "                   [--backend B] [--threads N] [--json] INPUT...\n"
-           "Prints the K most likely classes (default 5, at most the model's) of each INPUT: a PNG\n"
-           "or JPEG file, or FILE:INDEX, record INDEX (from 0) of a CIFAR-10 binary file or an\n"
-           "IDX images file (.gz or plain; 28x28 padded to 32x32 and grey made RGB, as in\n"
-           "training). The classes and architecture come from W; the preprocessing (mean, std,\n"
-           "input size) from what ptc train recorded in W, else from --dataset (default cifar10:\n"
-           "the tutorial's mean and std, 32x32). Images of another size are resized as\n"
-           "torchvision's Resize (bilinear, antialias). Class names: --labels FILE (one per\n"
-           "line), else CIFAR-10's or Fashion-MNIST's for a 10-class model. --json: one JSON\n"
-           "line per input. Exit status: that of the first input that failed (each is named on\n"
-           "stderr), else 0. See ptc-predict(1).\n");
+    printf(
+        "Usage: ptc predict --weights W [--arch resnet18|resnet18-cifar]\n"
+        "                   [--dataset cifar10|fashion-mnist] [--top K] [--labels FILE]\n"
+        "                   [--backend B] [--threads N] [--json] INPUT...\n"
+        "Prints the K most likely classes (default 5, at most the model's) of each INPUT: a PNG\n"
+        "or JPEG file, or FILE:INDEX, record INDEX (from 0) of a CIFAR-10 binary file or an\n"
+        "IDX images file (.gz or plain; 28x28 padded to 32x32 and grey made RGB, as in\n"
+        "training). The classes and architecture come from W; the preprocessing (mean, std,\n"
+        "input size) from what ptc train recorded in W, else from --dataset (default cifar10:\n"
+        "the tutorial's mean and std, 32x32). Images of another size are resized as\n"
+        "torchvision's Resize (bilinear, antialias). Class names: --labels FILE (one per\n"
+        "line), else CIFAR-10's or Fashion-MNIST's for a 10-class model. --json: one JSON\n"
+        "line per input. Exit status: that of the first input that failed (each is named on\n"
+        "stderr), else 0. See ptc-predict(1).\n");
 }
 
 int cmd_predict(int argc, char **argv)
@@ -283,8 +285,12 @@ int cmd_predict(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *end;
         switch (c) {
-        case O_WEIGHTS: weights = optarg; break;
-        case O_ARCH: arch = optarg; break;
+        case O_WEIGHTS:
+            weights = optarg;
+            break;
+        case O_ARCH:
+            arch = optarg;
+            break;
         case O_DATASET:
             if (strcmp(optarg, "cifar10") != 0 && strcmp(optarg, "fashion-mnist") != 0)
                 return cli_usage_error("--dataset is cifar10 or fashion-mnist");
@@ -295,16 +301,25 @@ int cmd_predict(int argc, char **argv)
             if (end == optarg || *end || top < 1 || top > MAX_TOP)
                 return cli_usage_error("--top wants a number from 1 to %d", MAX_TOP);
             break;
-        case O_LABELS: labels_path = optarg; break;
-        case O_JSON: json = 1; break;
-        case O_BACKEND: backend = optarg; break;
+        case O_LABELS:
+            labels_path = optarg;
+            break;
+        case O_JSON:
+            json = 1;
+            break;
+        case O_BACKEND:
+            backend = optarg;
+            break;
         case O_THREADS:
             threads = strtol(optarg, &end, 10);
             if (end == optarg || *end || threads < 0 || threads > 4096)
                 return cli_usage_error("--threads wants a number from 0 to 4096");
             break;
-        case 'h': usage(); return CLI_EXIT_OK;
-        default: return cli_usage_error("invalid option");
+        case 'h':
+            usage();
+            return CLI_EXIT_OK;
+        default:
+            return cli_usage_error("invalid option");
         }
     }
     if (!weights)

@@ -42,7 +42,8 @@ static int is_jpeg(const uint8_t *d, size_t n)
     return n >= 3 && d[0] == 0xff && d[1] == 0xd8 && d[2] == 0xff;
 }
 
-/* ---- PNG -------------------------------------------------------------------------------------- */
+/* ---- PNG --------------------------------------------------------------------------------------
+ */
 
 typedef struct png_ctx {
     jmp_buf jb;
@@ -174,7 +175,8 @@ done:
     return rc;
 }
 
-/* ---- JPEG ------------------------------------------------------------------------------------- */
+/* ---- JPEG -------------------------------------------------------------------------------------
+ */
 
 typedef struct jpeg_ctx {
     struct jpeg_error_mgr pub;
@@ -228,8 +230,8 @@ static int decode_jpeg(const uint8_t *data, size_t size, const char *name, uint6
     }
     if (pixels > max_pixels) {
         rc = ptc__err(err, PTC_ELIMIT, "", -1,
-                      "%s: JPEG of %ux%u pixels: more than the %llu pixels an image may have",
-                      name, (unsigned)cinfo.image_width, (unsigned)cinfo.image_height,
+                      "%s: JPEG of %ux%u pixels: more than the %llu pixels an image may have", name,
+                      (unsigned)cinfo.image_width, (unsigned)cinfo.image_height,
                       (unsigned long long)max_pixels);
         goto done;
     }
@@ -278,7 +280,8 @@ done:
     return rc;
 }
 
-/* ---- the module ------------------------------------------------------------------------------- */
+/* ---- the module -------------------------------------------------------------------------------
+ */
 
 static int decode(const uint8_t *data, size_t size, const char *name, uint64_t max_pixels,
                   uint8_t **rgb, int *h, int *w, ptc_error *err)

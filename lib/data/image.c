@@ -22,7 +22,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* ---- decoding --------------------------------------------------------------------------------- */
+/* ---- decoding ---------------------------------------------------------------------------------
+ */
 
 static int decode(const uint8_t *data, size_t size, const char *shown, uint8_t **rgb, int *h,
                   int *w, ptc_error *err)
@@ -37,8 +38,8 @@ static int decode(const uint8_t *data, size_t size, const char *shown, uint8_t *
     return ops->decode(data, size, shown, PTC__IMAGE_MAX_PIXELS, rgb, h, w, err);
 }
 
-int ptc_image_decode(const void *data, size_t size, const char *name, uint8_t **rgb, int *h,
-                     int *w, ptc_error *err)
+int ptc_image_decode(const void *data, size_t size, const char *name, uint8_t **rgb, int *h, int *w,
+                     ptc_error *err)
 {
     ptc__err_clear(err);
     if (rgb)
@@ -83,8 +84,10 @@ int ptc_image_read(const char *path, uint8_t **rgb, int *h, int *w, ptc_error *e
         goto done;
     }
     if ((uint64_t)st.st_size > PTC__IMAGE_MAX_FILE) {
-        rc = ptc__err(err, PTC_ELIMIT, "", -1, "%s: %llu bytes, more than the %llu an image file "
-                      "may have", shown, (unsigned long long)st.st_size,
+        rc = ptc__err(err, PTC_ELIMIT, "", -1,
+                      "%s: %llu bytes, more than the %llu an image file "
+                      "may have",
+                      shown, (unsigned long long)st.st_size,
                       (unsigned long long)PTC__IMAGE_MAX_FILE);
         goto done;
     }
@@ -111,9 +114,13 @@ done:
     return rc;
 }
 
-void ptc_image_free(uint8_t *rgb) { ptc__free(rgb); }
+void ptc_image_free(uint8_t *rgb)
+{
+    ptc__free(rgb);
+}
 
-/* ---- dataset records -------------------------------------------------------------------------- */
+/* ---- dataset records --------------------------------------------------------------------------
+ */
 
 /* An IDX images file: its magic (0x00000803, u32 BE), or gzip's, which only an IDX file is here. */
 static int looks_idx(const char *path)
@@ -124,12 +131,11 @@ static int looks_idx(const char *path)
     uint8_t m[4];
     ssize_t n = read(fd, m, sizeof m);
     close(fd);
-    return n == 4 && ((m[0] == 0 && m[1] == 0 && m[2] == 8 && m[3] == 3) ||
-                      (m[0] == 0x1f && m[1] == 0x8b));
+    return n == 4 &&
+           ((m[0] == 0 && m[1] == 0 && m[2] == 8 && m[3] == 3) || (m[0] == 0x1f && m[1] == 0x8b));
 }
 
-int ptc_image_record(const char *path, int64_t index, uint8_t *rgb, int *label,
-                     ptc_error *err)
+int ptc_image_record(const char *path, int64_t index, uint8_t *rgb, int *label, ptc_error *err)
 {
     ptc__err_clear(err);
     if (label)
@@ -168,7 +174,8 @@ int ptc_image_record(const char *path, int64_t index, uint8_t *rgb, int *label,
     return 0;
 }
 
-/* ---- resize ----------------------------------------------------------------------------------- */
+/* ---- resize -----------------------------------------------------------------------------------
+ */
 
 /* One dimension's taps: output i reads in[min[i] .. min[i] + size[i]) with weights
  * w[i * maxsize ..]. */
@@ -274,9 +281,8 @@ int ptc__image_resize(const uint8_t *src, int h, int w, uint8_t *dst, int oh, in
              out_px = (uint64_t)oh * (uint64_t)ow;
     if (in_px > PTC__IMAGE_MAX_PIXELS || out_px > PTC__IMAGE_MAX_PIXELS ||
         mid_px > PTC__IMAGE_MAX_PIXELS)
-        return ptc__err(err, PTC_ELIMIT, "", -1,
-                        "resize: %dx%d to %dx%d: more than %llu pixels", h, w, oh, ow,
-                        (unsigned long long)PTC__IMAGE_MAX_PIXELS);
+        return ptc__err(err, PTC_ELIMIT, "", -1, "resize: %dx%d to %dx%d: more than %llu pixels", h,
+                        w, oh, ow, (unsigned long long)PTC__IMAGE_MAX_PIXELS);
     if (h == oh && w == ow) {
         memcpy(dst, src, (size_t)in_px * 3);
         return 0;
@@ -288,8 +294,8 @@ int ptc__image_resize(const uint8_t *src, int h, int w, uint8_t *dst, int oh, in
     int rc = 0;
     if (!a || !b || !c || (w != ow && taps_make(&tw, w, ow) < 0) ||
         (h != oh && taps_make(&th, h, oh) < 0)) {
-        rc = ptc__err(err, PTC_ENOMEM, "", -1, "resize: out of memory for %dx%d to %dx%d", h, w,
-                      oh, ow);
+        rc = ptc__err(err, PTC_ENOMEM, "", -1, "resize: out of memory for %dx%d to %dx%d", h, w, oh,
+                      ow);
         goto done;
     }
     for (size_t i = 0; i < (size_t)in_px * 3; i++)
@@ -318,8 +324,7 @@ done:
     return rc;
 }
 
-int ptc_image_resize(const uint8_t *src, int h, int w, uint8_t *dst, int oh, int ow,
-                     ptc_error *err)
+int ptc_image_resize(const uint8_t *src, int h, int w, uint8_t *dst, int oh, int ow, ptc_error *err)
 {
     ptc__err_clear(err);
     return ptc__image_resize(src, h, w, dst, oh, ow, err);

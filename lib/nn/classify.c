@@ -60,12 +60,13 @@ static void top_k(const float *z, int C, int k, int *classes, float *probs)
     }
 }
 
-int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, int w, int k,
-                       int *classes, float *probs, ptc_error *err)
+int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, int w, int k, int *classes,
+                       float *probs, ptc_error *err)
 {
     ptc__err_clear(err);
     if (!m || !rgb || !classes)
-        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_model_classify: m, rgb and classes must "
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "ptc_model_classify: m, rgb and classes must "
                         "not be NULL");
     const int C = m->params.num_classes, H = m->params.input_h, W = m->params.input_w;
     if (n < 1 || h < 1 || w < 1)
@@ -124,7 +125,8 @@ done:
     return rc;
 }
 
-/* ---- what a state dict records ---------------------------------------------------------------- */
+/* ---- what a state dict records ----------------------------------------------------------------
+ */
 
 /* The state dict inside root: root itself, or a training checkpoint's "model_state_dict" (or
  * "state_dict") when root has no fc.weight of its own. */
@@ -214,8 +216,8 @@ int ptc_model_params_from_state_dict(ptc_model_params *p, const ptc_value *root,
         const ptc_value *ds = ptc_dict_get(rec, "dataset");
         if (numbers(ptc_dict_get(rec, "mean"), 3, mean) < 0 ||
             numbers(ptc_dict_get(rec, "std"), 3, std) < 0 ||
-            numbers(ptc_dict_get(rec, "input_size"), 2, size) < 0 || size[0] < 32 ||
-            size[1] < 32 || size[0] > 65536 || size[1] > 65536)
+            numbers(ptc_dict_get(rec, "input_size"), 2, size) < 0 || size[0] < 32 || size[1] < 32 ||
+            size[0] > 65536 || size[1] > 65536)
             return ptc__err(err, PTC_EFORMAT, "", -1,
                             "_metadata[\"ptc.preprocess\"]: mean and std must be 3 numbers each "
                             "and input_size 2 integers between 32 and 65536");

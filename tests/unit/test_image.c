@@ -40,7 +40,8 @@ static void test_resize(void)
     CHECK_INT(out[3], 120);
     CHECK_INT(out[5], 120);
     /* a constant image stays constant, up and down, odd sizes */
-    static const int sizes[][4] = {{1, 1, 32, 32}, {7, 9, 32, 32}, {100, 80, 32, 33}, {32, 32, 224, 200}};
+    static const int sizes[][4] = {
+        {1, 1, 32, 32}, {7, 9, 32, 32}, {100, 80, 32, 33}, {32, 32, 224, 200}};
     for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
         int h = sizes[s][0], w = sizes[s][1], oh = sizes[s][2], ow = sizes[s][3];
         uint8_t *a = malloc((size_t)h * w * 3), *b = malloc((size_t)oh * ow * 3);
@@ -141,8 +142,8 @@ static void test_records(void)
     int label;
     CHECK_INT(ptc_image_record(path, 1, rgb, &label, &err), 0);
     CHECK_INT(label, 8);
-    CHECK_INT(rgb[0], 1);         /* pixel 0, R */
-    CHECK_INT(rgb[1], 51);        /* pixel 0, G */
+    CHECK_INT(rgb[0], 1);           /* pixel 0, R */
+    CHECK_INT(rgb[1], 51);          /* pixel 0, G */
     CHECK_INT(rgb[3 * 5 + 2], 106); /* pixel 5, B: 100 + 1 + 5 */
     CHECK_CODE(ptc_image_record(path, 2, rgb, &label, &err), PTC_ERANGE, &err);
     CHECK(strstr(err.message, "the file has 2 records") != NULL);
@@ -157,9 +158,9 @@ static void test_records(void)
     fclose(f);
     CHECK_INT(ptc_image_record(ipath, 0, rgb, &label, &err), 0);
     CHECK_INT(label, -1);
-    CHECK_INT(rgb[0], 0);                       /* padding */
-    CHECK_INT(rgb[(2 * 32 + 2) * 3 + 0], 1);    /* the image's first pixel, R */
-    CHECK_INT(rgb[(2 * 32 + 2) * 3 + 2], 1);    /* ... B */
+    CHECK_INT(rgb[0], 0);                    /* padding */
+    CHECK_INT(rgb[(2 * 32 + 2) * 3 + 0], 1); /* the image's first pixel, R */
+    CHECK_INT(rgb[(2 * 32 + 2) * 3 + 2], 1); /* ... B */
     CHECK_INT(rgb[(2 * 32 + 3) * 3 + 1], 2);
     CHECK_CODE(ptc_image_record(ipath, 1, rgb, &label, &err), PTC_ERANGE, &err);
     /* a file of no known length: 100 bytes is not a multiple of 3073 */
