@@ -25,7 +25,8 @@ against torchvision 0.21 + torch as the oracle. Every file is made here, at test
 6. Hostile images through `ptc predict`: truncated, corrupt, 65535x65535 and 0x10 headers, empty,
    not an image, a missing file, a record past the end: each refused with a message naming the
    input, exit status non-zero and below 128 (no crash), and the good inputs on the same command
-   line still classified.
+   line still classified. In a sanitizer build (ASan + UBSan) any report on stderr of any command
+   run here is a failure too.
 7. --labels FILE and --top K.
 
 Exit status: 0 all checks passed, 1 a difference, 77 torch/torchvision missing, 99 cannot run.
@@ -81,8 +82,16 @@ def torch_decode(path):
     return t  # [3][h][w] uint8
 
 
+def sanitizer_check(what, r):
+    """In a sanitizer build (ASan + UBSan), a report on stderr is a failure even when the exit
+    status is the expected one."""
+    if "Sanitizer" in r.stderr or "runtime error:" in r.stderr:
+        bad("%s: sanitizer report: %s" % (what, r.stderr[-1500:]))
+
+
 def ptc_decode(path, out):
     r = subprocess.run([DUMP, "decode", path, out], capture_output=True, text=True)
+    sanitizer_check("image_dump decode %s" % os.path.basename(path), r)
     if r.returncode != 0:
         return None, (r.stdout + r.stderr).strip()
     h, w = map(int, r.stdout.split())
@@ -194,6 +203,7 @@ def check_resize(d):
             img.tofile(src)
             r = subprocess.run([DUMP, "resize", src, str(h), str(w), str(oh), str(ow), dst],
                                capture_output=True, text=True)
+            sanitizer_check("image_dump resize", r)
             if r.returncode != 0:
                 bad("resize %dx%d -> %dx%d: %s" % (h, w, oh, ow, r.stdout + r.stderr))
                 continue
@@ -237,6 +247,7 @@ def torch_probs(model, chw, mean, std, size=(32, 32)):
 
 def run_predict(args):
     r = subprocess.run([PTC, "predict"] + args, capture_output=True, text=True)
+    sanitizer_check("ptc predict", r)
     lines = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     return r, lines
 
