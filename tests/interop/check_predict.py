@@ -21,7 +21,8 @@ against torchvision 0.21 + torch as the oracle. Every file is made here, at test
    (here deliberately unusual ones) and the probabilities match torch's with those constants.
    Then a real `ptc train` (Fashion-MNIST, one step) writes it: torch loads the file the same way,
    the record holds the dataset, its mean/std, input and source size, and ptc predict (without
-   --dataset) uses it.
+   --dataset) uses it. Then a resnet18-cifar (3x3 stem, no max pool) of 5 classes whose record
+   asks for 64x64 inputs: arch and classes taken from the checkpoint, images resized to 64x64.
 6. Hostile images through `ptc predict`: truncated, corrupt, 65535x65535 and 0x10 headers, empty,
    not an image, a missing file, a record past the end: each refused with a message naming the
    input, exit status non-zero and below 128 (no crash), and the good inputs on the same command
@@ -397,6 +398,46 @@ def check_train_record(d):
         ok("ptc predict without --dataset used the record (Fashion-MNIST names, its mean/std): difference %.2e" % w)
 
 
+def check_other_models(d, images):
+    print("\n== 5c. other models: resnet18-cifar, 5 classes, a 64x64 input size")
+    torch.manual_seed(5)
+    m = torchvision.models.resnet18(num_classes=5)
+    m.conv1 = torch.nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+    m.maxpool = torch.nn.Identity()
+    m.train()
+    with torch.no_grad():
+        for _ in range(2):
+            m(torch.randn(8, 3, 32, 32))
+        m.fc.weight.mul_(8.0)
+    m.eval()
+    sd = m.state_dict()
+    mean, std = [0.5, 0.4, 0.3], [0.2, 0.25, 0.3]
+    sd._metadata["ptc.preprocess"] = {"dataset": "cifar10", "mean": mean, "std": std,
+                                      "input_size": [64, 64]}
+    p = os.path.join(d, "cifar5.pth")
+    torch.save(sd, p)
+    names = ["rgb-32x32.png", "baseline-45x37.jpg", "grey-64x64.png", "rgb-300x200.png"]
+    r, lines = run_predict(["--weights", p, "--json", "--top", "10"] + [images[n] for n in names])
+    good, worst = 0, 0.0
+    for n, line in zip(names, lines):
+        chw = torch_decode(images[n])
+        probs = torch_probs(m, chw, mean, std, (64, 64))
+        needs = tuple(chw.shape[1:]) != (64, 64)
+        w = compare("resnet18-cifar/5 classes/64x64 " + n, line, probs, 1e-2 if needs else 1e-4)
+        if w is None:
+            continue
+        if len(line["top"]) != 5 or any(e["label"] is not None for e in line["top"]):
+            bad("%s: expected 5 classes without names (--top 10 on a 5-class model): %s" % (n, line))
+            continue
+        good += 1
+        worst = max(worst, w)
+    if r.returncode == 0 and good == len(names):
+        ok("resnet18-cifar (3x3 stem, no max pool) with 5 classes and a recorded 64x64 input: %d images, "
+           "top-1 equal, 5 classes shown without names, largest probability difference %.2e" % (good, worst))
+    elif r.returncode != 0:
+        bad("resnet18-cifar/5 classes: status %d: %s" % (r.returncode, r.stderr[-1000:]))
+
+
 def check_hostile(weights, d, images):
     print("\n== 6. hostile inputs through ptc predict")
     good = open(images["rgb-45x37.png"], "rb").read()
@@ -486,6 +527,7 @@ def main():
         check_records(model, weights, d)
         check_metadata(model, d, images)
         check_train_record(d)
+        check_other_models(d, images)
         check_hostile(weights, d, images)
         check_options(weights, d, images)
     finally:
