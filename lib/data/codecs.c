@@ -13,7 +13,9 @@
  * the 768 MB it would need are allocated. libjpeg's own working memory is capped too
  * (max_memory_to_use), and a JPEG that ends before its last scan (libjpeg's "Premature end of JPEG
  * file" warning, after which it would fill the rest with grey) is an error, as are corrupt-data
- * warnings, which libjpeg would otherwise only print.
+ * warnings, which libjpeg would otherwise only print, and so is a progressive JPEG of more than
+ * JPEG_MAX_SCANS scans (each scan is a pass over the whole image: a small file could hold enough
+ * of them to keep a decoder busy for minutes).
  */
 #include "config.h"
 
@@ -31,6 +33,10 @@
 /* How much libjpeg may allocate for its own tables and coefficient buffers (a progressive image
  * keeps all its coefficients: 2 bytes per pixel per component, 6 bytes per RGB pixel at 4:4:4). */
 #define JPEG_MAX_MEMORY ((long)2 << 30)
+/* The most scans a progressive JPEG may have (libjpeg-turbo's own advice for untrusted input, as
+ * djpeg -maxscan): a file of a few kilobytes can otherwise hold tens of thousands of tiny scans,
+ * each of which costs a pass over the whole image. Real encoders write about ten. */
+#define JPEG_MAX_SCANS 1000
 
 static int is_png(const uint8_t *d, size_t n)
 {
@@ -180,6 +186,7 @@ done:
 
 typedef struct jpeg_ctx {
     struct jpeg_error_mgr pub;
+    struct jpeg_progress_mgr progress;
     jmp_buf jb;
     char msg[JMSG_LENGTH_MAX];
 } jpeg_ctx;
@@ -198,6 +205,16 @@ static void jpeg_on_message(j_common_ptr cinfo, int level)
 {
     if (level < 0)
         jpeg_on_error(cinfo);
+}
+
+static void jpeg_on_progress(j_common_ptr cinfo)
+{
+    j_decompress_ptr d = (j_decompress_ptr)cinfo;
+    if (d->input_scan_number > JPEG_MAX_SCANS) {
+        jpeg_ctx *c = (jpeg_ctx *)cinfo->err;
+        snprintf(c->msg, sizeof c->msg, "more than %d scans (a scan bomb?)", JPEG_MAX_SCANS);
+        longjmp(c->jb, 1);
+    }
 }
 
 static int decode_jpeg(const uint8_t *data, size_t size, const char *name, uint64_t max_pixels,
@@ -220,6 +237,8 @@ static int decode_jpeg(const uint8_t *data, size_t size, const char *name, uint6
     jpeg_create_decompress(&cinfo);
     created = 1;
     cinfo.mem->max_memory_to_use = JPEG_MAX_MEMORY;
+    c.progress.progress_monitor = jpeg_on_progress;
+    cinfo.progress = &c.progress;
     jpeg_mem_src(&cinfo, data, (unsigned long)size);
     jpeg_read_header(&cinfo, TRUE);
     uint64_t pixels = (uint64_t)cinfo.image_width * cinfo.image_height;
