@@ -111,29 +111,41 @@ int cmd_load(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         char *end;
         switch (c) {
-        case O_ARCH: mp.arch = optarg; break;
+        case O_ARCH:
+            mp.arch = optarg;
+            break;
         case O_CLASSES:
             classes = strtol(optarg, &end, 10);
             if (end == optarg || *end || classes < 1 || classes > (1 << 20))
                 return cli_usage_error("--num-classes wants a number from 1 to %d", 1 << 20);
             break;
-        case O_STRICT: strict = 1; break;
-        case O_NO_STRICT: strict = 0; break;
-        case O_STRIP: strip = 1; break;
-        case O_JSON: json = 1; break;
+        case O_STRICT:
+            strict = 1;
+            break;
+        case O_NO_STRICT:
+            strict = 0;
+            break;
+        case O_STRIP:
+            strip = 1;
+            break;
+        case O_JSON:
+            json = 1;
+            break;
         case 'h':
-            printf("Usage: ptc load WEIGHTS [--arch resnet18|resnet18-cifar] [--num-classes N]\n"
-                   "                [--strict|--no-strict] [--strip-prefix] [--json]\n"
-                   "Loads a state dict into torchvision's resnet18(num_classes=N) as\n"
-                   "model.load_state_dict(torch.load(WEIGHTS, weights_only=True), strict) does,\n"
-                   "and prints what torch prints: <All keys matched successfully>, the missing\n"
-                   "and unexpected keys of a --no-strict load, or torch's error (exit status 1).\n"
-                   "N defaults to the rows of the checkpoint's fc.weight (or module.fc.weight),\n"
-                   "else 10. --strip-prefix removes DDP's \"module.\" from the keys first (torch's\n"
-                   "consume_prefix_in_state_dict_if_present). --json: one JSON object with ok,\n"
-                   "missing, unexpected, mismatched and message.\n");
+            printf(
+                "Usage: ptc load WEIGHTS [--arch resnet18|resnet18-cifar] [--num-classes N]\n"
+                "                [--strict|--no-strict] [--strip-prefix] [--json]\n"
+                "Loads a state dict into torchvision's resnet18(num_classes=N) as\n"
+                "model.load_state_dict(torch.load(WEIGHTS, weights_only=True), strict) does,\n"
+                "and prints what torch prints: <All keys matched successfully>, the missing\n"
+                "and unexpected keys of a --no-strict load, or torch's error (exit status 1).\n"
+                "N defaults to the rows of the checkpoint's fc.weight (or module.fc.weight),\n"
+                "else 10. --strip-prefix removes DDP's \"module.\" from the keys first (torch's\n"
+                "consume_prefix_in_state_dict_if_present). --json: one JSON object with ok,\n"
+                "missing, unexpected, mismatched and message.\n");
             return CLI_EXIT_OK;
-        default: return cli_usage_error("invalid option");
+        default:
+            return cli_usage_error("invalid option");
         }
     }
     if (optind + 1 != argc)
@@ -159,8 +171,7 @@ int cmd_load(int argc, char **argv)
         status = cli_report(rc, &err);
         if (rc == PTC_EINVAL) /* the file's fault (a list, a key that is not a str) */
             status = CLI_EXIT_REFUSED;
-    }
-    else if (json)
+    } else if (json)
         status = put_json(m, strict, rc == 0);
     else {
         put_text(ptc_model_load_text(m));

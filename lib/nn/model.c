@@ -19,7 +19,7 @@
 
 /* The most classes a head may have: fc.weight stays below 2^31 elements (backends index with
  * int). */
-#define MAX_CLASSES (1 << 20)
+#define MAX_CLASSES    (1 << 20)
 #define MAX_INPUT_SIDE (1 << 16)
 
 void ptc_model_params_default(ptc_model_params *p)
@@ -70,9 +70,8 @@ static int params_check(const ptc_model_params *p, ptc_error *err)
                         "ptc_model_new: unknown arch \"%s\" (resnet18, resnet18-cifar)",
                         p->arch ? p->arch : "(null)");
     if (p->num_classes < 1 || p->num_classes > MAX_CLASSES)
-        return ptc__err(err, PTC_EINVAL, "", -1,
-                        "ptc_model_new: num_classes %d is not in [1, %d]", p->num_classes,
-                        MAX_CLASSES);
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_model_new: num_classes %d is not in [1, %d]",
+                        p->num_classes, MAX_CLASSES);
     if (p->input_h < 32 || p->input_w < 32 || p->input_h > MAX_INPUT_SIDE ||
         p->input_w > MAX_INPUT_SIDE)
         return ptc__err(err, PTC_EINVAL, "", -1,
@@ -127,8 +126,8 @@ int ptc_model_new(ptc_model **out, const ptc_model_params *params, ptc_error *er
     snprintf(m->backend_name, sizeof m->backend_name, "%s", m->ops->name);
     m->params.backend = m->backend_name;
     snprintf(m->precision_name, sizeof m->precision_name, "%s",
-             p.precision && (strcmp(p.precision, "bf16") == 0 ||
-                             strcmp(p.precision, "bfloat16") == 0)
+             p.precision &&
+                     (strcmp(p.precision, "bf16") == 0 || strcmp(p.precision, "bfloat16") == 0)
                  ? "bf16"
                  : "f32");
     m->params.precision = m->precision_name;
@@ -166,8 +165,8 @@ int ptc_model_get_params(const ptc_model *m, ptc_model_params *p, ptc_error *err
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_model_get_params: m or p is NULL");
     if (p->size == 0 || p->size > sizeof *p)
         return ptc__err(err, PTC_EINVAL, "", -1,
-                        "ptc_model_get_params: params: size %zu is not this library's %zu",
-                        p->size, sizeof *p);
+                        "ptc_model_get_params: params: size %zu is not this library's %zu", p->size,
+                        sizeof *p);
     size_t size = p->size;
     ptc_model_params now = m->params;
     now.num_classes = ptc__model_classes(m->net);
@@ -176,12 +175,20 @@ int ptc_model_get_params(const ptc_model *m, ptc_model_params *p, ptc_error *err
     return 0;
 }
 
-int ptc_model_num_classes(const ptc_model *m) { return m ? ptc__model_classes(m->net) : 0; }
-const char *ptc_model_arch(const ptc_model *m) { return m ? ptc__arch_name(m->arch) : NULL; }
-const char *ptc_model_backend(const ptc_model *m) { return m ? m->ops->name : NULL; }
+int ptc_model_num_classes(const ptc_model *m)
+{
+    return m ? ptc__model_classes(m->net) : 0;
+}
+const char *ptc_model_arch(const ptc_model *m)
+{
+    return m ? ptc__arch_name(m->arch) : NULL;
+}
+const char *ptc_model_backend(const ptc_model *m)
+{
+    return m ? m->ops->name : NULL;
+}
 
-int ptc__model_check_input(const ptc_model *m, const char *fn, int n, int h, int w,
-                           ptc_error *err)
+int ptc__model_check_input(const ptc_model *m, const char *fn, int n, int h, int w, ptc_error *err)
 {
     return ptc__model_check_size(m->net, fn, n, h, w, err);
 }
@@ -200,7 +207,7 @@ float *ptc__model_scratch(ptc_model *m, size_t n, ptc_error *err)
     return m->scratch;
 }
 
-/* ---- loading ---------------------------------------------------------------------------------- */
+/* ---- loading --------------------------------------------------------------------------------- */
 
 int ptc_model_load(ptc_model *m, const ptc_value *state_dict, unsigned flags, ptc_error *err)
 {
@@ -212,10 +219,9 @@ int ptc_model_load(ptc_model *m, const ptc_value *state_dict, unsigned flags, pt
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_model_load: m or state_dict is NULL");
     if (flags & ~(unsigned)(PTC_LOAD_STRICT | PTC_LOAD_STRIP_PREFIX | PTC_LOAD_SKIP_MISMATCHED))
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_model_load: unknown flags 0x%x", flags);
-    return ptc__model_load_state_dict_ex(m->net, state_dict,
-                                         flags & PTC_LOAD_STRIP_PREFIX ? "module." : NULL,
-                                         !!(flags & PTC_LOAD_STRICT),
-                                         !!(flags & PTC_LOAD_SKIP_MISMATCHED), &m->load, err);
+    return ptc__model_load_state_dict_ex(
+        m->net, state_dict, flags & PTC_LOAD_STRIP_PREFIX ? "module." : NULL,
+        !!(flags & PTC_LOAD_STRICT), !!(flags & PTC_LOAD_SKIP_MISMATCHED), &m->load, err);
 }
 
 size_t ptc_model_load_nkeys(const ptc_model *m, ptc_load_keys kind)
@@ -225,8 +231,7 @@ size_t ptc_model_load_nkeys(const ptc_model *m, ptc_load_keys kind)
 
 const char *ptc_model_load_key(const ptc_model *m, ptc_load_keys kind, size_t i)
 {
-    return m && (unsigned)kind < 3 && i < m->load.keys[kind].n ? m->load.keys[kind].keys[i]
-                                                                 : NULL;
+    return m && (unsigned)kind < 3 && i < m->load.keys[kind].n ? m->load.keys[kind].keys[i] : NULL;
 }
 
 const char *ptc_model_load_text(const ptc_model *m)
@@ -234,7 +239,7 @@ const char *ptc_model_load_text(const ptc_model *m)
     return m && m->load.text ? m->load.text : "";
 }
 
-/* ---- forward and state dict -------------------------------------------------------------------- */
+/* ---- forward and state dict ------------------------------------------------------------------ */
 
 int ptc_model_forward(ptc_model *m, const float *x, int n, int h, int w, float *logits,
                       ptc_error *err)

@@ -19,17 +19,16 @@ struct ptc_model {
     ptc__arch arch;
     ptc__model *net;
     const ptc__backend_ops *ops;
-    ptc__be *be;          /* owned: closed by ptc_model_free */
+    ptc__be *be;           /* owned: closed by ptc_model_free */
     unsigned char *frozen; /* [ptc__model_nentries(net)]: 1 = requires_grad off (finetune.c) */
-    float *scratch;       /* host buffer for inputs or logits made by the library, grown on need */
-    size_t scratch_n;     /* floats in scratch */
+    float *scratch;        /* host buffer for inputs or logits made by the library, grown on need */
+    size_t scratch_n;      /* floats in scratch */
     ptc__load_report load; /* the latest ptc_model_load's keys (ptc_load_keys order) and text */
 };
 
 /* The checks every entry point makes of a caller's input size (h, w >= 32, n >= 1, sizes whose
  * activations fit): 0 or PTC_EINVAL naming fn. */
-int ptc__model_check_input(const ptc_model *m, const char *fn, int n, int h, int w,
-                           ptc_error *err);
+int ptc__model_check_input(const ptc_model *m, const char *fn, int n, int h, int w, ptc_error *err);
 /* A host scratch buffer of at least n floats, owned by the model (valid until the next call that
  * uses it); NULL and PTC_ENOMEM in err when it cannot grow. */
 float *ptc__model_scratch(ptc_model *m, size_t n, ptc_error *err);

@@ -11,9 +11,12 @@
  * CIFAR variant; the same names and shapes except conv1.weight, 64x3x3x3).
  *
  * The model holds its parameters, gradients and buffers in backend tensors; activations are made
- * per batch size on first use and kept (a training run sees at most two sizes: the batch and the
- * last, shorter one). Host arrays cross the boundary only as plain float32: images [n][3][32][32]
- * in (or made in the backend's memory: ptc__model_input), logits [n][classes] out, state dicts
+ * per input shape (n, h, w) on first use and kept, the least recently used of four replaced (a
+ * training run sees at most four: the batch and the last, shorter one, and evaluation's two);
+ * gradient tensors only once a training forward ran at that shape. Inputs are any h, w >= 32
+ * (the network ends with a global average pool, as torchvision's adaptive one to 1x1); ptc train
+ * uses 32x32. Host arrays cross the boundary only as plain float32: images [n][3][h][w] in (or
+ * made in the backend's memory at 32x32: ptc__model_input), logits [n][classes] out, state dicts
  * both ways.
  *
  * Numerics are PyTorch's (decision 5): see lib/backend/backend.h for each layer; cross-entropy is
@@ -121,7 +124,8 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
  * nn.Module.state_dict writes it). The tensors own copies of the current values. */
 int ptc__model_state_dict(ptc__model *m, ptc_doc *d, ptc_value **out, ptc_error *err);
 
-/* Forward of n images ([n][3][32][32] float32, normalised). train: batch statistics (and running
+/* Forward of n images ([n][3][32][32] float32, normalised; ptc__model_forward_hw below for other
+ * sizes). train: batch statistics (and running
  * statistics updated, num_batches_tracked incremented) and activations kept for backward; else
  * running statistics. logits: [n][num_classes] out, or NULL to leave them on the backend (a
  * training step whose loss ptc__model_loss computes there: the host does not wait). */

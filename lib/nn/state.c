@@ -354,6 +354,18 @@ static int cmp_unexpected(const void *a, const void *b)
     return x->order < y->order ? -1 : x->order > y->order;
 }
 
+/* The dtypes ptc__convert turns into float32 and int64. */
+static bool convertible(ptc_dtype dt)
+{
+    switch (dt) {
+    case PTC_FLOAT64: case PTC_FLOAT32: case PTC_FLOAT16: case PTC_BFLOAT16: case PTC_INT64:
+    case PTC_INT32: case PTC_INT16: case PTC_INT8: case PTC_UINT8: case PTC_BOOL:
+        return true;
+    default:
+        return false;
+    }
+}
+
 /* What the check found for one entry. */
 typedef struct entry_plan {
     const ptc_tensor *t; /* the tensor to copy, NULL when nothing is copied */
@@ -485,6 +497,15 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
                     rc = ptc__buf_append(&errs, ".", 1);
             }
             continue;
+        }
+        if (!convertible(ptc_tensor_dtype(t))) {
+            /* torch would copy_ (a complex tensor's real part, say); ptc refuses before it writes
+             * anything rather than after. */
+            rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                          "%s: a %s tensor: ptc loads real floating, integer and bool tensors "
+                          "only",
+                          e->name, ptc_dtype_name(ptc_tensor_dtype(t)));
+            goto done;
         }
         plan[i].t = t;
     }

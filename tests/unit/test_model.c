@@ -129,15 +129,33 @@ static void test_refusals(void)
         ptc_model_params_default(&p);
         p.backend = "ref";
         switch (i) {
-        case 0: p.size = 0; break;
-        case 1: p.size = sizeof p + 1; break;
-        case 2: p.arch = "resnet50"; break;
-        case 3: p.num_classes = 0; break;
-        case 4: p.input_h = 16; break;
-        case 5: p.std[1] = 0; break;
-        case 6: p.backend = "tpu"; break;
-        case 7: p.precision = "bf16"; break;
-        case 8: p.precision = "f8"; break;
+        case 0:
+            p.size = 0;
+            break;
+        case 1:
+            p.size = sizeof p + 1;
+            break;
+        case 2:
+            p.arch = "resnet50";
+            break;
+        case 3:
+            p.num_classes = 0;
+            break;
+        case 4:
+            p.input_h = 16;
+            break;
+        case 5:
+            p.std[1] = 0;
+            break;
+        case 6:
+            p.backend = "tpu";
+            break;
+        case 7:
+            p.precision = "bf16";
+            break;
+        case 8:
+            p.precision = "f8";
+            break;
         }
         m = (ptc_model *)&err;
         int rc = ptc_model_new(&m, &p, &err);
@@ -175,8 +193,8 @@ static void test_forward(void)
         fprintf(stderr, "  max difference %g, logits up to %g\n", maxd, most);
     }
     /* Several shapes (more than the sets kept) and then the first again: the same logits. */
-    static const int shapes[][3] = {{2, 32, 32}, {1, 64, 48}, {2, 33, 70}, {1, 96, 96},
-                                    {3, 32, 40}, {1, 40, 64}};
+    static const int shapes[][3] = {{2, 32, 32}, {1, 64, 48}, {2, 33, 70},
+                                    {1, 96, 96}, {3, 32, 40}, {1, 40, 64}};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) {
         int n = shapes[i][0], h = shapes[i][1], w = shapes[i][2];
         float *x = input(n, h, w), *l = malloc((size_t)n * 5 * sizeof *l);
@@ -214,9 +232,12 @@ static void test_forward(void)
     ptc_model_free(m);
 }
 
-/* ---- state dicts made with ptc_doc -------------------------------------------------------------- */
+/* ---- state dicts made with ptc_doc ----------------------------------------------------------- */
 
-static ptc_value *key(ptc_doc *d, const char *s) { return ptc_doc_str(d, s, (size_t)-1); }
+static ptc_value *key(ptc_doc *d, const char *s)
+{
+    return ptc_doc_str(d, s, (size_t)-1);
+}
 
 static ptc_value *zeros(ptc_doc *d, int ndim, const int64_t *shape)
 {
@@ -326,8 +347,9 @@ static void test_load(void)
     CHECK_STR(ptc_model_load_key(b, PTC_LOAD_UNEXPECTED, 0), "module.conv1.weight");
     /* no _metadata: num_batches_tracked keeps the model's own, as torch does */
     CHECK_INT(ptc_model_load_nkeys(b, PTC_LOAD_MISSING), 102);
-    CHECK(strncmp(err.message, "Error(s) in loading state_dict for ResNet:\n\tMissing key(s) in "
-                               "state_dict: \"conv1.weight\", \"bn1.weight\"",
+    CHECK(strncmp(err.message,
+                  "Error(s) in loading state_dict for ResNet:\n\tMissing key(s) in "
+                  "state_dict: \"conv1.weight\", \"bn1.weight\"",
                   90) == 0);
     CHECK_CODE(ptc_model_load(b, ddp, PTC_LOAD_STRICT | PTC_LOAD_STRIP_PREFIX, &err), 0, &err);
     check_text(b, "<All keys matched successfully>");
@@ -348,6 +370,21 @@ static void test_load(void)
     check_text(b, "Error(s) in loading state_dict for ResNet:\n\tWhile copying the parameter "
                   "named \"fc.bias\", expected torch.Tensor or Tensor-like object from checkpoint "
                   "but received <class 'int'>");
+
+    /* A dtype ptc does not convert (torch would copy a complex tensor's real part): refused
+     * before anything is written. */
+    CHECK_CODE(ptc_model_load(b, sd, PTC_LOAD_STRICT, &err), 0, &err);
+    ptc_value *cplx = variant(d, sd, 0, "fc.bias", 0);
+    int64_t bshape[1] = {10};
+    ptc_storage *cs = ptc_doc_storage(d, PTC_COMPLEX64, 80, NULL, 1, NULL);
+    memset(ptc_storage_mutable(cs), 0, 80);
+    CHECK(ptc_doc_set(d, cplx, key(d, "fc.bias"),
+                      ptc_doc_tensor(d, cs, PTC_COMPLEX64, 1, bshape, NULL, 0, 0)) == 0);
+    CHECK(ptc_doc_set(d, cplx, key(d, "conv1.weight"), zeros(d, 4, (int64_t[]){64, 3, 7, 7})) == 0);
+    CHECK_CODE(ptc_model_load(b, cplx, PTC_LOAD_STRICT, &err), PTC_EUNSUPPORTED, &err);
+    CHECK(strstr(err.message, "fc.bias: a complex64 tensor") != NULL);
+    CHECK_CODE(ptc_model_forward(b, x, 2, 32, 32, lb, &err), 0, &err);
+    CHECK(memcmp(lb, la, sizeof lb) == 0); /* conv1.weight was not zeroed */
 
     /* Copies: load from a file, close it, and the model still holds the values. */
     char path[] = "/tmp/ptc-test-model-XXXXXX";
