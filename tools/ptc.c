@@ -121,10 +121,10 @@ static int version(void)
                            : strcmp(m->kind, "image") == 0 ? "image codecs"
                                                            : "communicator";
         if (!m->found) {
-            printf("  %-5s %-12s not installed\n        %s\n", m->name, kind, m->why);
+            printf("  %-6s %-12s not installed\n        %s\n", m->name, kind, m->why);
             continue;
         }
-        printf("  %-5s %-12s %s\n", m->name, kind, m->path);
+        printf("  %-6s %-12s %s\n", m->name, kind, m->path);
         if (!m->loaded)
             printf("        cannot be loaded: %s\n", m->why);
         else
