@@ -26,7 +26,8 @@ against torchvision 0.21 + torch as the oracle. Every file is made here, at test
 6. Hostile images through `ptc predict`: truncated, corrupt, 65535x65535 and 0x10 headers, empty,
    not an image, a missing file, a record past the end: each refused with a message naming the
    input, exit status non-zero and below 128 (no crash), and the good inputs on the same command
-   line still classified. In a sanitizer build (ASan + UBSan) any report on stderr of any command
+   line still classified. 300 mutated PNG and JPEG files (random bytes changed, files cut) are
+   each decoded or refused with a reason, never a crash. In a sanitizer build (ASan + UBSan) any report on stderr of any command
    run here is a failure too.
 7. --labels FILE and --top K.
 
@@ -490,6 +491,35 @@ def check_hostile(weights, d, images):
             bad("%s (a good input beside the bad ones) was not classified" % os.path.basename(p))
 
 
+def check_mutations(d, images):
+    print("\n== 6b. mutated PNG and JPEG files (flipped bytes, cut files) through image_dump")
+    rng = np.random.default_rng(66)
+    counts = {"decoded": 0, "refused": 0}
+    for name in ("rgb-45x37.png", "palette-45x37.png", "interlaced-45x37.png", "baseline-45x37.jpg",
+                 "progressive-45x37.jpg", "cmyk-45x37.jpg"):
+        base = bytearray(open(images[name], "rb").read())
+        for i in range(50):
+            m = bytearray(base)
+            for _ in range(int(rng.integers(1, 6))):
+                m[int(rng.integers(0, len(m)))] = int(rng.integers(0, 256))
+            if i % 5 == 4:
+                m = m[:int(rng.integers(1, len(m)))]
+            p = os.path.join(d, "mut" + os.path.splitext(name)[1])
+            with open(p, "wb") as f:
+                f.write(m)
+            r = subprocess.run([DUMP, "decode", p, os.path.join(d, "mut.raw")], capture_output=True, text=True)
+            sanitizer_check("mutated %s #%d" % (name, i), r)
+            if r.returncode == 0:
+                counts["decoded"] += 1
+            elif r.returncode == 1 and r.stdout.startswith("error E") and "mut" in r.stdout:
+                counts["refused"] += 1
+            else:
+                bad("mutated %s #%d: exit status %d (expected 0 or a refusal): %s %s" % (
+                    name, i, r.returncode, r.stdout, r.stderr[-500:]))
+    ok("300 mutated files: %d decoded, %d refused with a reason naming the file, no crash" % (
+        counts["decoded"], counts["refused"]))
+
+
 def check_options(weights, d, images):
     print("\n== 7. --labels and --top, text output")
     lab = os.path.join(d, "labels.txt")
@@ -529,6 +559,7 @@ def main():
         check_train_record(d)
         check_other_models(d, images)
         check_hostile(weights, d, images)
+        check_mutations(d, images)
         check_options(weights, d, images)
     finally:
         shutil.rmtree(d, ignore_errors=True)
