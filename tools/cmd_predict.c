@@ -372,7 +372,25 @@ int cmd_predict(int argc, char **argv)
         goto done;
     }
     if ((rc = ptc_model_load(m, sd, PTC_LOAD_STRICT | PTC_LOAD_STRIP_PREFIX, &err)) < 0) {
-        status = cli_report(rc, &err);
+        const char *text = ptc_model_load_text(m);
+        if (!text[0]) { /* not a state dict at all */
+            status = cli_report(rc, &err);
+        } else { /* torch's text, its lines as torch prints them (escaped by the library) */
+            cli_error("%s does not load into %s(num_classes=%d):", weights, mp.arch,
+                      mp.num_classes);
+            for (const char *p = text; *p;) {
+                size_t n = strcspn(p, "\n");
+                if (*p == '\t') { /* torch's indentation */
+                    fputc('\t', stderr);
+                    p++;
+                    n--;
+                }
+                cli_escape_put(stderr, p, n, CLI_ESC_RAW_BACKSLASH);
+                fputc('\n', stderr);
+                p += n + (p[n] ? 1 : 0);
+            }
+            status = CLI_EXIT_REFUSED;
+        }
         if (rc == PTC_EINVAL)
             status = CLI_EXIT_REFUSED;
         goto done;

@@ -29,7 +29,7 @@ against torchvision 0.21 + torch as the oracle. Every file is made here, at test
    line still classified. 300 mutated PNG and JPEG files (random bytes changed, files cut) are
    each decoded or refused with a reason, never a crash. In a sanitizer build (ASan + UBSan) any report on stderr of any command
    run here is a failure too.
-7. --labels FILE and --top K.
+7. --labels FILE and --top K; --arch that does not fit the checkpoint: torch's error text.
 
 Exit status: 0 all checks passed, 1 a difference, 77 torch/torchvision missing, 99 cannot run.
 """
@@ -543,6 +543,13 @@ def check_options(weights, d, images):
         ok("a labels file with too few names: usage error: %s" % r.stderr.strip().splitlines()[0])
     else:
         bad("short labels file: status %d, %r" % (r.returncode, r.stderr))
+    r = subprocess.run([PTC, "predict", "--weights", weights, "--arch", "resnet18-cifar",
+                        images["rgb-32x32.png"]], capture_output=True, text=True)
+    want = "\tsize mismatch for conv1.weight: copying a param with shape torch.Size([64, 3, 7, 7])"
+    if r.returncode == 1 and want in r.stderr and not r.stdout:
+        ok("--arch resnet18-cifar on a resnet18 state dict: status 1, torch's text: %s" % want.strip())
+    else:
+        bad("--arch mismatch: status %d (expected 1), stderr %r (expected %r)" % (r.returncode, r.stderr, want))
 
 
 def main():
