@@ -247,24 +247,29 @@ static int taps_make(taps *t, int in, int out)
     return 0;
 }
 
-/* One pass over one dimension: n lines of in samples, sample k of line l at
- * src[l * lstride + k * kstride] (3 channels interleaved after that), into the same layout with
- * out samples per line. */
-static void pass(const float *src, float *dst, const taps *t, int nlines, size_t slstride,
-                 size_t dlstride, size_t kstride, size_t dkstride, int out)
+/* One pass over one dimension: nlines lines of samples, sample k of line l at
+ * l * slstride + k * kstride (3 channels interleaved after that) of s8 (the uint8 image, read as
+ * floats, which they are exactly: torchvision converts it to float32 first) or of sf, written
+ * with out samples per line at l * dlstride + i * dkstride of dst. Reading the bytes in place
+ * spares a float copy of the whole input (12 bytes a pixel: 3 GB for a 16000x16000 image). */
+static void pass(const uint8_t *s8, const float *sf, float *dst, const taps *t, int nlines,
+                 size_t slstride, size_t dlstride, size_t kstride, size_t dkstride, int out)
 {
     for (int l = 0; l < nlines; l++)
         for (int i = 0; i < out; i++) {
             const float *w = t->w + (size_t)i * t->maxsize;
-            const float *s = src + (size_t)l * slstride + (size_t)t->min[i] * kstride;
+            size_t base = (size_t)l * slstride + (size_t)t->min[i] * kstride;
             float *d = dst + (size_t)l * dlstride + (size_t)i * dkstride;
             for (int c = 0; c < 3; c++) {
                 /* output = t * w0; output += t * wj: ATen's kernel is compiled for the CPU's
                  * capability (AVX2 / AVX512, with FMA), where the compiler contracts each
                  * += into a fused multiply-add; fmaf gives the same roundings. */
-                float acc = s[c] * w[0];
-                for (int j = 1; j < t->size[i]; j++)
-                    acc = fmaf(s[(size_t)j * kstride + c], w[j], acc);
+                size_t k0 = base + (size_t)c;
+                float acc = (s8 ? (float)s8[k0] : sf[k0]) * w[0];
+                for (int j = 1; j < t->size[i]; j++) {
+                    size_t k = k0 + (size_t)j * kstride;
+                    acc = fmaf(s8 ? (float)s8[k] : sf[k], w[j], acc);
+                }
                 d[c] = acc;
             }
         }
@@ -288,27 +293,26 @@ int ptc__image_resize(const uint8_t *src, int h, int w, uint8_t *dst, int oh, in
         return 0;
     }
     taps tw = {0}, th = {0};
-    float *a = ptc__malloc((size_t)in_px * 3 * sizeof *a);
-    float *b = ptc__malloc((size_t)mid_px * 3 * sizeof *b);
-    float *c = ptc__malloc((size_t)out_px * 3 * sizeof *c);
+    /* the width pass's result [h][ow][3] and the height pass's [oh][ow][3], each only when that
+     * dimension changes */
+    float *b = w != ow ? ptc__malloc((size_t)mid_px * 3 * sizeof *b) : NULL;
+    float *c = h != oh ? ptc__malloc((size_t)out_px * 3 * sizeof *c) : NULL;
     int rc = 0;
-    if (!a || !b || !c || (w != ow && taps_make(&tw, w, ow) < 0) ||
-        (h != oh && taps_make(&th, h, oh) < 0)) {
+    if ((w != ow && (!b || taps_make(&tw, w, ow) < 0)) ||
+        (h != oh && (!c || taps_make(&th, h, oh) < 0))) {
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "resize: out of memory for %dx%d to %dx%d", h, w, oh,
                       ow);
         goto done;
     }
-    for (size_t i = 0; i < (size_t)in_px * 3; i++)
-        a[i] = (float)src[i];
     /* The width first (the contiguous dimension of a CHW tensor), then the height. */
-    const float *cur = a;
+    const float *cur = NULL;
     if (w != ow) {
-        pass(a, b, &tw, h, (size_t)w * 3, (size_t)ow * 3, 3, 3, ow);
+        pass(src, NULL, b, &tw, h, (size_t)w * 3, (size_t)ow * 3, 3, 3, ow);
         cur = b;
     }
     if (h != oh) {
         /* lines are columns: sample k of column l at l * 3 + k * ow * 3 */
-        pass(cur, c, &th, ow, 3, 3, (size_t)ow * 3, (size_t)ow * 3, oh);
+        pass(cur ? NULL : src, cur, c, &th, ow, 3, 3, (size_t)ow * 3, (size_t)ow * 3, oh);
         cur = c;
     }
     for (size_t i = 0; i < (size_t)out_px * 3; i++) {
@@ -318,7 +322,6 @@ int ptc__image_resize(const uint8_t *src, int h, int w, uint8_t *dst, int oh, in
 done:
     taps_free(&tw);
     taps_free(&th);
-    ptc__free(a);
     ptc__free(b);
     ptc__free(c);
     return rc;
