@@ -30,9 +30,12 @@
 #include <jpeglib.h>
 #include <png.h>
 
-/* How much libjpeg may allocate for its own tables and coefficient buffers (a progressive image
- * keeps all its coefficients: 2 bytes per pixel per component, 6 bytes per RGB pixel at 4:4:4). */
-#define JPEG_MAX_MEMORY ((long)2 << 30)
+/* How much libjpeg may allocate for its own tables and coefficient buffers: 1 GiB. A progressive
+ * image keeps all its coefficients, 2 bytes per pixel per component (6 bytes per pixel at 4:4:4,
+ * 3 at 4:2:0), and a file of a few hundred kilobytes can declare enough pixels to need gigabytes:
+ * past this, libjpeg stops with JERR_NO_BACKING_STORE, reported as the limit it is. Every
+ * baseline image and progressive ones up to 170 M pixels at 4:4:4 (340 M at 4:2:0) fit. */
+#define JPEG_MAX_MEMORY ((long)1 << 30)
 /* The most scans a progressive JPEG may have (libjpeg-turbo's own advice for untrusted input, as
  * djpeg -maxscan): a file of a few kilobytes can otherwise hold tens of thousands of tiny scans,
  * each of which costs a pass over the whole image. Real encoders write about ten. */
@@ -231,7 +234,15 @@ static int decode_jpeg(const uint8_t *data, size_t size, const char *name, uint6
     c.pub.error_exit = jpeg_on_error;
     c.pub.emit_message = jpeg_on_message;
     if (setjmp(c.jb)) {
-        rc = ptc__err(err, PTC_EFORMAT, "", -1, "%s: corrupt JPEG: %s", name, c.msg);
+        if (c.pub.msg_code == JERR_NO_BACKING_STORE)
+            rc = ptc__err(err, PTC_ELIMIT, "", -1,
+                          "%s: JPEG of %ux%u pixels: decoding it needs more than the %ld MiB of "
+                          "working memory a JPEG may use (a progressive file keeps every "
+                          "coefficient)",
+                          name, (unsigned)cinfo.image_width, (unsigned)cinfo.image_height,
+                          JPEG_MAX_MEMORY >> 20);
+        else
+            rc = ptc__err(err, PTC_EFORMAT, "", -1, "%s: corrupt JPEG: %s", name, c.msg);
         goto done;
     }
     jpeg_create_decompress(&cinfo);

@@ -38,7 +38,8 @@ typedef struct ptc__image_ops {
      *   PTC_EUNSUPPORTED  neither a PNG nor a JPEG signature; a colour space it cannot convert
      *   PTC_EFORMAT       a corrupt or truncated file (libpng's or libjpeg's message)
      *   PTC_ELIMIT        more than max_pixels pixels, or (PNG) more pixel data than the file's
-     *                     size can hold (deflate cannot expand more than 1032:1)
+     *                     size can hold (deflate cannot expand more than 1032:1), or (JPEG) more
+     *                     than 1 GiB of libjpeg's working memory (a huge progressive image)
      *   PTC_ENOMEM
      * On failure *rgb is NULL. Several threads may decode at once. */
     int (*decode)(const uint8_t *data, size_t size, const char *name, uint64_t max_pixels,

@@ -888,8 +888,10 @@ PTC_API int ptc_model_state_dict(ptc_model *m, ptc_doc *doc, ptc_value **root, p
  * or libjpeg's message), PTC_EUNSUPPORTED (neither PNG nor JPEG; a colour space that cannot be
  * converted; the codec module cannot be loaded), PTC_ELIMIT (a file over 1 GiB, an image over
  * 2^28 pixels, or a PNG declaring more pixels than its compressed size can hold: checked before
- * anything is allocated for the pixels), PTC_ENOMEM, PTC_EINVAL (an argument NULL). On failure
- * *rgb is NULL. */
+ * anything is allocated for the pixels; a JPEG whose decoding needs more than 1 GiB of libjpeg's
+ * working memory, as a huge progressive one does), PTC_ENOMEM, PTC_EINVAL (an argument NULL).
+ * On failure *rgb is NULL. Peak memory: the file, plus 3 bytes per pixel, plus (progressive
+ * JPEG) at most 1 GiB. */
 PTC_API int ptc_image_read(const char *path, uint8_t **rgb, int *h, int *w, ptc_error *err);
 /* The same from size bytes at data (the caller's, read during the call only); name is what
  * messages call the input (NULL: "(image)"). */

@@ -468,6 +468,10 @@ def check_hostile(weights, d, images):
     c = bytearray(jpg)
     c[i + 5:i + 9] = struct.pack(">HH", 20000, 20000)
     put("big.jpg", bytes(c), "JPEG of 20000x20000 pixels: more than the 268435456 pixels")
+    # a progressive JPEG of 13500x13500 (2 MB): libjpeg would keep 1.09 GB of coefficients
+    p = os.path.join(d, "progressive-big.jpg")
+    Image.new("RGB", (13500, 13500), (10, 200, 30)).save(p, progressive=True, subsampling=0, quality=50)
+    cases[p] = "working memory a JPEG may use"
     c = bytearray(jpg)
     c[i + 5:i + 9] = struct.pack(">HH", 0, 10)
     put("zero.jpg", bytes(c), "Empty JPEG image")
