@@ -45,6 +45,7 @@ int cmd_verify(int argc, char **argv);
 int cmd_load(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
+int cmd_predict(int argc, char **argv);
 
 /* ---- messages ---------------------------------------------------------------------------------
  * The program name that prefixes every message ("ptc" until a subcommand is chosen). The string is

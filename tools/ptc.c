@@ -33,6 +33,7 @@ static const struct command commands[] = {
     {"load", cmd_load, "check that a state dict loads into ResNet-18 as torch would load it"},
     {"train", cmd_train, "train torchvision's ResNet-18 as the PyTorch tutorial does"},
     {"eval", cmd_eval, "test accuracy and loss of a ResNet-18 state dict"},
+    {"predict", cmd_predict, "classify PNG/JPEG images and dataset records with a state dict"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 
@@ -116,12 +117,14 @@ static int version(void)
     printf("modules:\n");
     for (int i = 0; i < n && i < (int)(sizeof mods / sizeof *mods); i++) {
         const ptc_plugin_info *m = &mods[i];
-        const char *kind = strcmp(m->kind, "backend") == 0 ? "backend" : "communicator";
+        const char *kind = strcmp(m->kind, "backend") == 0 ? "backend"
+                           : strcmp(m->kind, "image") == 0 ? "image codecs"
+                                                           : "communicator";
         if (!m->found) {
-            printf("  %-5s %-12s not installed\n        %s\n", m->name, kind, m->why);
+            printf("  %-6s %-12s not installed\n        %s\n", m->name, kind, m->why);
             continue;
         }
-        printf("  %-5s %-12s %s\n", m->name, kind, m->path);
+        printf("  %-6s %-12s %s\n", m->name, kind, m->path);
         if (!m->loaded)
             printf("        cannot be loaded: %s\n", m->why);
         else

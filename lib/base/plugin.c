@@ -64,12 +64,17 @@ static const ptc__host g_host = {
 
 static const char *kind_name(ptc__plugin_kind kind)
 {
-    return kind == PTC__PLUGIN_BACKEND ? "backend" : kind == PTC__PLUGIN_COMM ? "comm" : "?";
+    return kind == PTC__PLUGIN_BACKEND ? "backend"
+           : kind == PTC__PLUGIN_COMM  ? "comm"
+           : kind == PTC__PLUGIN_IMAGE ? "image"
+                                       : "?";
 }
 
 static const char *kind_word(ptc__plugin_kind kind)
 {
-    return kind == PTC__PLUGIN_BACKEND ? "backend" : "communicator";
+    return kind == PTC__PLUGIN_BACKEND ? "backend"
+           : kind == PTC__PLUGIN_COMM  ? "communicator"
+                                       : "image codec module";
 }
 
 static char *esc(char *dst, size_t cap, const char *s)
@@ -228,6 +233,7 @@ static int load_file(ptc__plugin_kind kind, const char *name, const char *path,
                       ep,
                       d->kind == PTC__PLUGIN_BACKEND ? "backend"
                       : d->kind == PTC__PLUGIN_COMM  ? "communicator"
+                      : d->kind == PTC__PLUGIN_IMAGE ? "image codec module"
                                                      : "module of an unknown kind",
                       esc(em, sizeof em, d->name ? d->name : "(none)"), kind_word(kind),
                       esc(en, sizeof en, name));
@@ -304,7 +310,8 @@ int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err)
     } known[] = {{PTC__PLUGIN_BACKEND, "dnnl"},
                  {PTC__PLUGIN_BACKEND, "cuda"},
                  {PTC__PLUGIN_COMM, "mpi"},
-                 {PTC__PLUGIN_COMM, "nccl"}};
+                 {PTC__PLUGIN_COMM, "nccl"},
+                 {PTC__PLUGIN_IMAGE, "codecs"}};
     ptc__err_clear(err);
     int n = (int)(sizeof known / sizeof *known);
     if (!out)

@@ -9,6 +9,7 @@
  *   backend-cuda.so   a backend table (lib/backend/cuda.c, kernels/)  -> cudart, cuBLAS, cuDNN
  *   comm-mpi.so       a communicator  (lib/dist/mpi.c)                -> libmpi
  *   comm-nccl.so      a device communicator (lib/dist/nccl.c)         -> cudart, NCCL
+ *   image-codecs.so   PNG and JPEG decoding (lib/data/codecs.c)       -> libpng, libjpeg
  *
  * A module exports one symbol, PTC__PLUGIN_ENTRY, a function that takes libptc's host table and
  * returns the module's descriptor. The descriptor's abi must equal PTC__PLUGIN_ABI, or the module
@@ -41,7 +42,8 @@
 
 typedef enum ptc__plugin_kind {
     PTC__PLUGIN_BACKEND = 1, /* ops: const ptc__backend_ops * (lib/backend/backend.h) */
-    PTC__PLUGIN_COMM = 2     /* ops: const ptc__comm_plugin * (lib/dist/dist.h) */
+    PTC__PLUGIN_COMM = 2,    /* ops: const ptc__comm_plugin * (lib/dist/dist.h) */
+    PTC__PLUGIN_IMAGE = 3    /* ops: const ptc__image_ops * (lib/data/image.h) */
 } ptc__plugin_kind;
 
 /* What libptc hands a module. */
@@ -58,7 +60,8 @@ typedef struct ptc__host {
 typedef struct ptc__plugin {
     int abi;               /* PTC__PLUGIN_ABI */
     ptc__plugin_kind kind;
-    const char *name;      /* "dnnl", "cuda", "mpi", "nccl": the file is <kind>-<name>.so */
+    const char *name;      /* "dnnl", "cuda", "mpi", "nccl", "codecs": the file is
+                              <kind>-<name>.so */
     const char *summary;   /* one line for `ptc --version` */
     int experimental;      /* 1 until it has run where it is meant to run */
     const void *ops;       /* by kind, see ptc__plugin_kind */

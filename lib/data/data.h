@@ -154,7 +154,7 @@ typedef struct ptc__read_params {
 
 /* The readers ptc__dataset_new uses, one split at a time. On success *out owns its arrays (free
  * them with ptc__split_free); on failure *out is empty. The short forms read and hold the whole
- * split. ptc__idx_read_ex takes labels_path NULL to read images only (keep must then be 0). */
+ * split. ptc__idx_read_ex takes labels_path NULL to read images only (out->labels is then NULL). */
 int ptc__cifar10_read(ptc__split *out, const char *const *paths, int npaths, int64_t max_samples,
                       ptc_error *err);
 int ptc__cifar10_read_ex(ptc__split *out, const char *const *paths, int npaths,

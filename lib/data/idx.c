@@ -497,7 +497,7 @@ int ptc__idx_read(ptc__split *out, const char *images_path, const char *labels_p
 int ptc__idx_read_ex(ptc__split *out, const char *images_path, const char *labels_path,
                      const ptc__read_params *rp, ptc_error *err)
 {
-    if (!out || !images_path || !rp || rp->max_samples < 1 || (!labels_path && rp->keep != 0))
+    if (!out || !images_path || !rp || rp->max_samples < 1)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc__idx_read: invalid argument");
     memset(out, 0, sizeof *out);
     idx_file im = {.fd = -1}, lb = {.fd = -1};

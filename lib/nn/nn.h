@@ -69,6 +69,16 @@ typedef struct ptc__entry {
 } ptc__entry;
 
 int ptc__model_new(ptc__model **out, const ptc__model_params *p, ptc_error *err);
+/* What ptc train records of how it presented its images: ptc__model_state_dict writes it, once
+ * set, into the state dict's _metadata["ptc.preprocess"] (whose layout lib/ptc/ptc.h gives, at
+ * ptc_model_params_from_state_dict). dataset: "cifar10" or "fashion-mnist" (28x28 grey images
+ * padded by 2 pixels and replicated to 3 channels); mean, std: its Normalize; the input is 32x32.
+ * ptc__model_preprocess gives it back: 1 when set, 0 when not. */
+void ptc__model_set_preprocess(ptc__model *m, const char *dataset, const double mean[3],
+                               const double std[3]);
+int ptc__model_preprocess(const ptc__model *m, const char **dataset, double mean[3],
+                          double std[3]);
+
 void ptc__model_free(ptc__model *m); /* accepts NULL */
 
 size_t ptc__model_nentries(const ptc__model *m);

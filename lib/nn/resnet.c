@@ -97,7 +97,28 @@ struct ptc__model {
     ptc__bn_sync bn_sync; /* synchronised batchnorm when set */
     void *bn_sync_ctx;
     ptc__syncbn_scratch syncbn;
+    char pre_dataset[32]; /* ptc__model_set_preprocess; "" when not set */
+    double pre_mean[3], pre_std[3];
 };
+
+void ptc__model_set_preprocess(ptc__model *m, const char *dataset, const double mean[3],
+                               const double std[3])
+{
+    snprintf(m->pre_dataset, sizeof m->pre_dataset, "%s", dataset);
+    memcpy(m->pre_mean, mean, sizeof m->pre_mean);
+    memcpy(m->pre_std, std, sizeof m->pre_std);
+}
+
+int ptc__model_preprocess(const ptc__model *m, const char **dataset, double mean[3],
+                          double std[3])
+{
+    if (!m->pre_dataset[0])
+        return 0;
+    *dataset = m->pre_dataset;
+    memcpy(mean, m->pre_mean, sizeof m->pre_mean);
+    memcpy(std, m->pre_std, sizeof m->pre_std);
+    return 1;
+}
 
 int ptc__arch_from_name(const char *name)
 {

@@ -630,6 +630,43 @@ static int meta(void *ctx, const char *name, int version)
     return ptc_doc_set(c->d, c->md, ptc_doc_str(c->d, name, (size_t)-1), v);
 }
 
+/* dict[key] = [v0, v1, ...]: floats, or ints when integral is set. */
+static int numbers(ptc_doc *d, ptc_value *dict, const char *key, const double *v, int n,
+                   int integral)
+{
+    ptc_value *l = ptc_doc_seq(d, PTC_VALUE_LIST);
+    for (int i = 0; l && i < n; i++)
+        if (ptc_doc_push(d, l, integral ? ptc_doc_int(d, (int64_t)v[i]) : ptc_doc_float(d, v[i])) <
+            0)
+            return -1;
+    return l ? ptc_doc_set(d, dict, ptc_doc_str(d, key, (size_t)-1), l) : -1;
+}
+
+/* _metadata["ptc.preprocess"] (nn.h, ptc__model_set_preprocess): plain str, float, int, list and
+ * dict, which torch.load(weights_only=True) accepts and load_state_dict never looks at (it reads
+ * _metadata by module name, and no module is named "ptc.preprocess"). */
+static int preprocess_metadata(ptc__model *m, ptc_doc *d, ptc_value *md)
+{
+    const char *dataset;
+    double mean[3], std[3];
+    if (!ptc__model_preprocess(m, &dataset, mean, std))
+        return 0;
+    static const double input[2] = {32, 32}, source[2] = {28, 28};
+    ptc_value *r = ptc_doc_dict(d, 0);
+    if (!r || ptc_doc_set(d, r, ptc_doc_str(d, "dataset", (size_t)-1),
+                          ptc_doc_str(d, dataset, (size_t)-1)) < 0 ||
+        numbers(d, r, "mean", mean, 3, 0) < 0 || numbers(d, r, "std", std, 3, 0) < 0 ||
+        numbers(d, r, "input_size", input, 2, 1) < 0)
+        return -1;
+    if (strcmp(dataset, "fashion-mnist") == 0 &&
+        (numbers(d, r, "source_size", source, 2, 1) < 0 ||
+         ptc_doc_set(d, r, ptc_doc_str(d, "pad", (size_t)-1), ptc_doc_int(d, 2)) < 0 ||
+         ptc_doc_set(d, r, ptc_doc_str(d, "channels", (size_t)-1),
+                     ptc_doc_str(d, "grey replicated to RGB", (size_t)-1)) < 0))
+        return -1;
+    return ptc_doc_set(d, md, ptc_doc_str(d, "ptc.preprocess", (size_t)-1), r);
+}
+
 int ptc__model_state_dict(ptc__model *m, ptc_doc *d, ptc_value **out, ptc_error *err)
 {
     ptc_value *sd = ptc_doc_dict(d, 1);
@@ -654,7 +691,7 @@ int ptc__model_state_dict(ptc__model *m, ptc_doc *d, ptc_value **out, ptc_error 
     }
     ptc_value *md = ptc_doc_dict(d, 1), *attrs = ptc_doc_dict(d, 0);
     meta_ctx mc = {d, md};
-    if (!md || !attrs || resnet_modules(meta, &mc) < 0 ||
+    if (!md || !attrs || resnet_modules(meta, &mc) < 0 || preprocess_metadata(m, d, md) < 0 ||
         ptc_doc_set(d, attrs, ptc_doc_str(d, "_metadata", (size_t)-1), md) < 0 ||
         ptc_doc_set_attrs(d, sd, attrs) < 0)
         goto doc_fail;

@@ -744,25 +744,27 @@ PTC_API void ptc_comm_close(ptc_comm *c); /* accepts NULL */
 
 /* ---- modules -----------------------------------------------------------------------------------
  *
- * The backends dnnl and cuda and the communicators mpi and nccl live in loadable modules
- * (backend-dnnl.so, backend-cuda.so, comm-mpi.so, comm-nccl.so) that libptc loads only when a
- * caller asks for one by name (a backend or communicator of ptc_train, ptc_evaluate,
- * ptc_comm_open), so that programs which only read checkpoints never load oneDNN, MPI or CUDA.
+ * The backends dnnl and cuda, the communicators mpi and nccl and the PNG/JPEG decoders live in
+ * loadable modules (backend-dnnl.so, backend-cuda.so, comm-mpi.so, comm-nccl.so, image-codecs.so)
+ * that libptc loads only when a caller asks for one (a backend or communicator of ptc_train,
+ * ptc_evaluate, ptc_comm_open; ptc_image_read for the decoders), so that programs which only read
+ * checkpoints never load oneDNN, MPI, CUDA, libpng or libjpeg.
  * They are searched in the directories of PTC_PLUGIN_PATH (':'-separated) when it is set, and
  * otherwise in the directory libptc was loaded from, its ptc/ subdirectory, and the directory
  * they are installed in ($(pkglibdir), e.g. /usr/local/lib/ptc).
  *
  * ptc_plugins_list fills out[0..max) with every known module, loading those it finds and asking
  * each whether it can run on this machine (the one function here that loads every module), and
- * returns how many modules are known (4; out may be NULL to ask), or a negative PTC_E* code:
+ * returns how many modules are known (5; out may be NULL to ask), or a negative PTC_E* code:
  * PTC_EINVAL when max is negative. A module that is missing or cannot be loaded is not an error:
  * its entry says why. out belongs to the caller; its strings are copies (path, summary, why) or
  * static (kind, name). Any thread (the module table is locked); the modules it loads stay loaded.
  * The search path is read when a module is first loaded (PTC_PLUGIN_PATH: the one place libptc
- * reads the environment for modules). */
+ * reads the environment for modules).
+ * kind is "backend", "comm" or "image". */
 typedef struct ptc_plugin_info {
-    const char *kind;  /* "backend" or "comm" (static) */
-    const char *name;  /* "dnnl", "cuda", "mpi", "nccl" (static) */
+    const char *kind;  /* "backend", "comm" or "image" (static) */
+    const char *name;  /* "dnnl", "cuda", "mpi", "nccl", "codecs" (static) */
     int found;         /* its file exists in the search path */
     int loaded;        /* it loaded and its ABI is this libptc's */
     int can_run;       /* its probe passed: it can run on this machine */
@@ -1035,10 +1037,14 @@ PTC_API int ptc_model_forward(ptc_model *m, const float *x, int n, int h, int w,
                               ptc_error *err);
 /* Interleaved 8-bit RGB images [n][h][w][3] resized to the params' input_h x input_w as
  * torchvision's Resize does on a uint8 tensor (bilinear, antialias; not resized when already that
- * size), normalised with the params' mean and std, then the forward: classes receives the k best
- * classes of each image, best first ([n][k]), probs (may be NULL) their softmax probabilities.
- * Errors: PTC_EINVAL (NULL m, rgb or classes, n < 1, h or w < 1, k < 1 or k > num_classes);
- * PTC_ENOMEM; a backend's error. */
+ * size; ptc_image_resize says exactly how), normalised with the params' mean and std as ToTensor +
+ * Normalize do (v / 255, minus mean, divided by std, in float32), then the forward: classes
+ * receives the k best classes of each image, best first ([n][k]; ties: the lower class first),
+ * probs (may be NULL) their softmax probabilities ([n][k], computed in double from the float32
+ * logits). rgb, classes and probs are the caller's, used during the call only; the images go
+ * through the network 32 at a time, so memory does not grow with n. Errors: PTC_EINVAL (NULL m,
+ * rgb or classes, n < 1, h or w < 1, k < 1 or k > num_classes); PTC_ELIMIT (images of more than
+ * 2^28 pixels); PTC_ENOMEM; a backend's error. */
 PTC_API int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, int w, int k,
                                int *classes, float *probs, ptc_error *err);
 
@@ -1108,6 +1114,72 @@ PTC_API int ptc_model_train_step(ptc_model *m, ptc_sgd *opt, const float *x, con
  * as it; the tensors hold copies of the current values. Errors: PTC_EINVAL (NULL m, doc or root);
  * PTC_ENOMEM; a backend's error. */
 PTC_API int ptc_model_state_dict(ptc_model *m, ptc_doc *doc, ptc_value **root, ptc_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Images, for ptc_model_classify. An image here is interleaved 8-bit RGB, [h][w][3], rows top to
+ * bottom. PNG and JPEG decoding is what torchvision.io.decode_image(mode=ImageReadMode.RGB) of
+ * torchvision 0.21 gives: grey replicated to three channels, palettes expanded, alpha dropped
+ * (not composited), 16-bit samples reduced to their high byte (torchvision's ToDtype(uint8,
+ * scale=True) of its uint16 output), JPEG through libjpeg-turbo's defaults (islow IDCT), CMYK as
+ * torchvision converts it; no gamma, colour profile or EXIF orientation applied. The decoders
+ * (libpng, libjpeg-turbo) live in the module image-codecs.so ("modules" above), loaded by the
+ * first decode; without it the decoding functions fail with PTC_ENOTFOUND (not installed) or
+ * PTC_EUNSUPPORTED (cannot be loaded), and nothing else here needs it.
+ * Every function below may be called from several threads at once.
+ */
+
+/* Decodes the PNG or JPEG file at path (told apart by content, not by name) into a new image:
+ * *rgb (free it with ptc_image_free; it lives until then), *h, *w. Errors, each message naming
+ * the file and the reason: PTC_ENOTFOUND (no such file; or the codec module is not installed),
+ * PTC_EIO (cannot be read, not a regular file), PTC_EFORMAT (empty, truncated or corrupt: libpng's
+ * or libjpeg's message), PTC_EUNSUPPORTED (neither PNG nor JPEG; a colour space that cannot be
+ * converted; the codec module cannot be loaded), PTC_ELIMIT (a file over 1 GiB, an image over
+ * 2^28 pixels, or a PNG declaring more pixels than its compressed size can hold: checked before
+ * anything is allocated for the pixels; a JPEG whose decoding needs more than 1 GiB of libjpeg's
+ * working memory, as a huge progressive one does), PTC_ENOMEM, PTC_EINVAL (an argument NULL).
+ * On failure *rgb is NULL. Peak memory: the file, plus 3 bytes per pixel, plus (progressive
+ * JPEG) at most 1 GiB. */
+PTC_API int ptc_image_read(const char *path, uint8_t **rgb, int *h, int *w, ptc_error *err);
+/* The same from size bytes at data (the caller's, read during the call only); name is what
+ * messages call the input (NULL: "(image)"). */
+PTC_API int ptc_image_decode(const void *data, size_t size, const char *name, uint8_t **rgb,
+                             int *h, int *w, ptc_error *err);
+/* Frees an image of ptc_image_read / ptc_image_decode; NULL does nothing. */
+PTC_API void ptc_image_free(uint8_t *rgb);
+
+/* Resizes src ([h][w][3]) into dst ([oh][ow][3], the caller's) as torchvision 0.21's
+ * Resize((oh, ow)) (bilinear, antialias=True) does to a uint8 image tensor on a CPU that is not
+ * AVX2-only (where torchvision resamples in float32 and rounds half to even; on an AVX2-only CPU
+ * it takes ATen's fixed-point uint8 path, which can differ by one level). The same size copies.
+ * Errors: PTC_EINVAL (NULL image, a size < 1), PTC_ELIMIT (more than 2^28 pixels), PTC_ENOMEM. */
+PTC_API int ptc_image_resize(const uint8_t *src, int h, int w, uint8_t *dst, int oh, int ow,
+                             ptc_error *err);
+
+/* Record index (from 0) of a dataset file as a 32x32 RGB image, into rgb ([32][32][3], the
+ * caller's): a CIFAR-10 binary file (3073-byte records: label, R, G, B planes) or an IDX images
+ * file, plain or gzip (told apart by content: the IDX magic 0x00000803 or gzip's), whose 28x28
+ * grey image is zero-padded by 2 pixels on each side and replicated to three channels exactly as
+ * ptc train presents it. *label (may be NULL) receives a CIFAR-10 record's label, -1 for IDX.
+ * Only the records up to index are read. Errors: PTC_ERANGE (no such record: the message says
+ * how many the file has), PTC_EINVAL (index < 0, NULL path or rgb), and the dataset readers'
+ * (PTC_ENOTFOUND, PTC_EIO, PTC_EFORMAT, PTC_ELIMIT, PTC_ENOMEM), each naming the file. */
+PTC_API int ptc_image_record(const char *path, int64_t index, uint8_t *rgb, int *label,
+                             ptc_error *err);
+
+/* The preprocessing a state dict records, and the model it fits. ptc train records, in the state
+ * dict's _metadata (which torch's load_state_dict ignores), the entry "ptc.preprocess": a dict
+ * {"dataset": "cifar10" | "fashion-mnist", "mean": [3 floats], "std": [3 floats],
+ * "input_size": [32, 32]} (for fashion-mnist also "source_size": [28, 28], "pad": 2 and
+ * "channels": "grey replicated to RGB", what ptc_image_record does). This fills p from root (a
+ * state dict, or a training checkpoint holding one under "model_state_dict"): num_classes from
+ * fc.weight's rows, arch from conv1.weight's shape (7x7: "resnet18", 3x3: "resnet18-cifar"),
+ * mean, std, input_h and input_w from the record when there is one (the rest of p is left as it
+ * is). *dataset (may be NULL) receives the recorded dataset name, borrowed from root (it lives as
+ * long as root), or NULL when nothing is recorded. Errors: PTC_EINVAL (p or root NULL, p->size
+ * invalid), PTC_ENOTFOUND (no fc.weight or conv1.weight), PTC_EFORMAT (either is not a tensor of
+ * the shape ResNet-18 gives it; a record whose values are not numbers of the right count). */
+PTC_API int ptc_model_params_from_state_dict(ptc_model_params *p, const ptc_value *root,
+                                             const char **dataset, ptc_error *err);
 
 #ifdef __cplusplus
 }

@@ -899,6 +899,12 @@ static int setup_model(run *r, int host_input, ptc_error *err)
     ptc__model_params mp = {.arch = r->rc.arch, .num_classes = r->data->classes, .ops = r->ops,
                             .be = r->be, .seed = p->seed};
     int rc = ptc__model_new(&r->model, &mp, err);
+    if (rc == 0) /* recorded in the state dicts it saves (nn.h), for ptc predict */
+        ptc__model_set_preprocess(r->model,
+                                  r->data->format == PTC__DATA_SOURCE ? "source"
+                                  : r->data->format == PTC__DATA_IDX  ? "fashion-mnist"
+                                                                      : "cifar10",
+                                  r->data->norm_mean, r->data->norm_std);
     if (rc == 0 && !host_input)
         rc = upload_splits(r, false, err);
     if (rc == 0 && p->init)
