@@ -364,8 +364,10 @@ int cmd_predict(int argc, char **argv)
             goto done;
         }
         cx.names = (const char *const *)lb.names;
-    } else if (mp.num_classes == 10) {
-        cx.names = strcmp(names_of, "fashion-mnist") == 0 ? fashion_names : cifar10_names;
+    } else if (mp.num_classes == 10 && strcmp(names_of, "fashion-mnist") == 0) {
+        cx.names = fashion_names;
+    } else if (mp.num_classes == 10 && strcmp(names_of, "cifar10") == 0) {
+        cx.names = cifar10_names; /* a caller's own images ("source") have no names built in */
     }
     if ((rc = ptc_model_new(&m, &mp, &err)) < 0) {
         status = rc == PTC_EINVAL ? cli_usage_error("%s", err.message) : cli_report(rc, &err);
