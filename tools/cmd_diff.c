@@ -546,94 +546,14 @@ static int dtype_class(ptc_dtype dt)
     }
 }
 
-static uint64_t le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static double half_to_double(uint16_t h)
-{
-    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    double v;
-    if (e == 31)
-        v = m ? NAN : INFINITY;
-    else if (e == 0)
-        v = ldexp(m, -24);
-    else
-        v = ldexp(m + 1024, e - 25);
-    return s ? -v : v;
-}
-
-/* float8 formats without infinities: e4m3fn (bias 7, NaN = S.1111.111) and the "fnuz" forms
- * (bias 8 and 16, one NaN 0x80, no negative zero). */
-static double f8_to_double(uint8_t b, int ebits, int bias, int fnuz)
-{
-    int mbits = 7 - ebits, s = b >> 7, e = (b >> mbits) & ((1 << ebits) - 1);
-    int m = b & ((1 << mbits) - 1);
-    if (fnuz && b == 0x80)
-        return NAN;
-    if (!fnuz && e == (1 << ebits) - 1 && m == (1 << mbits) - 1)
-        return NAN;
-    double v = e == 0 ? ldexp(m, 1 - bias - mbits) : ldexp(m + (1 << mbits), e - bias - mbits);
-    return s ? -v : v;
-}
-
-/* Component c (0 real, 1 imaginary) of the element at p, as a double. */
+/* Component c (0 real, 1 imaginary) of the element at p, as a double (NaN for a dtype without
+ * numeric value, which is compared byte for byte and never decoded). */
 static double load(ptc_dtype dt, const uint8_t *p, int c)
 {
-    float f;
-    double d;
-    uint32_t u32;
-    uint64_t u64;
-    switch (dt) {
-    case PTC_FLOAT64:
-    case PTC_COMPLEX128:
-        u64 = le(p + 8 * c, 8);
-        memcpy(&d, &u64, 8);
-        return d;
-    case PTC_FLOAT32:
-    case PTC_COMPLEX64:
-        u32 = (uint32_t)le(p + 4 * c, 4);
-        memcpy(&f, &u32, 4);
-        return f;
-    case PTC_FLOAT16:
-    case PTC_COMPLEX32:
-        return half_to_double((uint16_t)le(p + 2 * c, 2));
-    case PTC_BFLOAT16:
-        u32 = (uint32_t)le(p, 2) << 16;
-        memcpy(&f, &u32, 4);
-        return f;
-    case PTC_FLOAT8_E5M2:
-        return half_to_double((uint16_t)(p[0] << 8));
-    case PTC_FLOAT8_E4M3FN:
-        return f8_to_double(p[0], 4, 7, 0);
-    case PTC_FLOAT8_E4M3FNUZ:
-        return f8_to_double(p[0], 4, 8, 1);
-    case PTC_FLOAT8_E5M2FNUZ:
-        return f8_to_double(p[0], 5, 16, 1);
-    case PTC_INT64:
-        return (double)(int64_t)le(p, 8);
-    case PTC_INT32:
-        return (double)(int32_t)(uint32_t)le(p, 4);
-    case PTC_INT16:
-        return (double)(int16_t)(uint16_t)le(p, 2);
-    case PTC_INT8:
-        return (double)(int8_t)p[0];
-    case PTC_UINT8:
-    case PTC_BOOL:
-        return p[0];
-    case PTC_UINT16:
-        return (double)le(p, 2);
-    case PTC_UINT32:
-        return (double)le(p, 4);
-    case PTC_UINT64:
-        return (double)le(p, 8);
-    default:
+    double re, im;
+    if (ptc_dtype_element_f64(dt, p, &re, &im) < 0)
         return NAN;
-    }
+    return c ? im : re;
 }
 
 /* ---- comparing tensors ---------------------------------------------------------------------- */
@@ -813,7 +733,7 @@ static void report_line(const char *status, const node *n, const cli_buf *detail
 /* A JSON string for text from a file: as it is when valid UTF-8, else its escaped form. */
 static json_t *json_text(const char *s, size_t len)
 {
-    if (cli_utf8_valid(s, len))
+    if (ptc_utf8_valid(s, len))
         return json_stringn(s, len);
     cli_buf b = {0};
     cli_buf_escape(&b, s, len, 0);

@@ -199,72 +199,23 @@ enum { R_ESCAPE = 1 };
 
 static void render(cli_buf *b, const ptc_value *v, int depth, unsigned flags);
 
-/* Decimal digits of a two's-complement little-endian integer of any length. */
-static void render_bigint(cli_buf *b, const uint8_t *bytes, size_t len)
+/* Decimal, any length up to BIGINT_MAX_BYTES ("?" for what is not an int). */
+static void render_int(cli_buf *b, const ptc_value *v)
 {
-    if (len == 0) {
-        cli_buf_puts(b, "0");
+    char small[64];
+    size_t len = ptc_value_int_text(v, BIGINT_MAX_BYTES, small, sizeof small);
+    if (len < sizeof small) {
+        cli_buf_putn(b, small, len);
         return;
     }
-    if (len > BIGINT_MAX_BYTES) {
-        cli_buf_printf(b, "<int of %zu bytes>", len);
-        return;
-    }
-    uint8_t *mag = malloc(len);
-    uint32_t *chunk = malloc((len / 3 + 2) * sizeof *chunk); /* base 1e9, least significant first */
-    if (!mag || !chunk) {
-        free(mag);
-        free(chunk);
+    char *big = malloc(len + 1);
+    if (!big) {
         b->oom = 1;
         return;
     }
-    int neg = (bytes[len - 1] & 0x80) != 0;
-    unsigned carry = 1;
-    for (size_t i = 0; i < len; i++) {
-        if (neg) { /* magnitude = ~x + 1 */
-            unsigned s = (uint8_t)~bytes[i] + carry;
-            mag[i] = (uint8_t)s;
-            carry = s >> 8;
-        } else {
-            mag[i] = bytes[i];
-        }
-    }
-    size_t top = len, nchunk = 0;
-    while (top > 0 && mag[top - 1] == 0)
-        top--;
-    while (top > 0) {
-        uint64_t rem = 0;
-        for (size_t i = top; i-- > 0;) {
-            uint64_t cur = (rem << 8) | mag[i];
-            mag[i] = (uint8_t)(cur / 1000000000u);
-            rem = cur % 1000000000u;
-        }
-        chunk[nchunk++] = (uint32_t)rem;
-        while (top > 0 && mag[top - 1] == 0)
-            top--;
-    }
-    if (nchunk == 0) {
-        cli_buf_puts(b, "0");
-    } else {
-        cli_buf_printf(b, "%s%u", neg ? "-" : "", (unsigned)chunk[nchunk - 1]);
-        for (size_t i = nchunk - 1; i-- > 0;)
-            cli_buf_printf(b, "%09u", (unsigned)chunk[i]);
-    }
-    free(mag);
-    free(chunk);
-}
-
-static void render_int(cli_buf *b, const ptc_value *v)
-{
-    int64_t x;
-    const uint8_t *bytes;
-    size_t len;
-    if (ptc_value_int(v, &x) == 0)
-        cli_buf_printf(b, "%" PRId64, x);
-    else if (ptc_value_int_bytes(v, &bytes, &len) == 0)
-        render_bigint(b, bytes, len);
-    else
-        cli_buf_puts(b, "?");
+    ptc_value_int_text(v, BIGINT_MAX_BYTES, big, len + 1);
+    cli_buf_putn(b, big, len);
+    free(big);
 }
 
 static void render_double(cli_buf *b, double x)
@@ -543,7 +494,7 @@ static json_t *json_text(const char *s, size_t len)
 {
     if (!s)
         return json_null();
-    if (cli_utf8_valid(s, len))
+    if (ptc_utf8_valid(s, len))
         return json_stringn(s, len);
     cli_buf b = {0};
     cli_buf_escape(&b, s, len, 0);

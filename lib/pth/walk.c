@@ -9,7 +9,6 @@
  */
 #include "pth/pth.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -113,77 +112,6 @@ void ptc_walk_free(ptc_walk *w)
     ptc__free(w);
 }
 
-/* Decimal rendering of a two's-complement little-endian integer of any length. */
-static int big_decimal(ptc__buf *b, const uint8_t *bytes, size_t n)
-{
-    uint8_t mag[256];
-    char digits[700];
-    size_t nd = 0;
-    if (n > sizeof mag)
-        return ptc__buf_printf(b, "<int of %zu bytes>", n);
-    bool neg = n && (bytes[n - 1] & 0x80);
-    unsigned carry = 1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned v = neg ? (unsigned)(uint8_t)~bytes[i] + carry : bytes[i];
-        mag[i] = (uint8_t)v;
-        carry = neg ? v >> 8 : 0;
-    }
-    size_t len = n;
-    while (len && mag[len - 1] == 0)
-        len--;
-    while (len) {
-        unsigned rem = 0;
-        for (size_t i = len; i-- > 0;) {
-            unsigned cur = (rem << 8) | mag[i];
-            mag[i] = (uint8_t)(cur / 10);
-            rem = cur % 10;
-        }
-        digits[nd++] = (char)('0' + rem);
-        while (len && mag[len - 1] == 0)
-            len--;
-    }
-    if (nd == 0)
-        digits[nd++] = '0';
-    if (neg && ptc__buf_append(b, "-", 1) < 0)
-        return PTC_ENOMEM;
-    for (size_t i = nd; i-- > 0;)
-        if (ptc__buf_append(b, &digits[i], 1) < 0)
-            return PTC_ENOMEM;
-    return 0;
-}
-
-/* Python's repr of a float: the shortest form that reads back, with ".0" for integral values. */
-static int float_repr(ptc__buf *b, double f)
-{
-    if (isnan(f))
-        return ptc__buf_printf(b, "nan");
-    if (isinf(f))
-        return ptc__buf_printf(b, f < 0 ? "-inf" : "inf");
-    char tmp[40];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, f);
-        if (strtod(tmp, NULL) == f)
-            break;
-    }
-    return ptc__buf_printf(b, "%s%s", tmp, strpbrk(tmp, ".en") ? "" : ".0");
-}
-
-static int key_text(ptc__buf *b, const ptc_value *k)
-{
-    switch (k->kind) {
-    case PTC_VALUE_STR: return ptc__buf_append(b, k->u.s.p, k->u.s.n);
-    case PTC_VALUE_INT:
-        if (k->u.i.fits)
-            return ptc__buf_printf(b, "%lld", (long long)k->u.i.v);
-        return big_decimal(b, k->u.i.bytes, k->u.i.nbytes);
-    case PTC_VALUE_BOOL: return ptc__buf_printf(b, "%s", k->u.b ? "True" : "False");
-    case PTC_VALUE_NONE: return ptc__buf_printf(b, "None");
-    case PTC_VALUE_FLOAT: return float_repr(b, k->u.f);
-    case PTC_VALUE_DTYPE: return ptc__buf_printf(b, "torch.%s", ptc_dtype_name(k->u.dt));
-    default: return ptc__buf_printf(b, "<%s>", ptc_value_kind_name((ptc_value_kind)k->kind));
-    }
-}
-
 static int push_frame(ptc_walk *w, const ptc_value *v, size_t pathlen)
 {
     if (w->n == w->cap) {
@@ -255,7 +183,7 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
         w->path.len = f->pathlen;
         int rc = f->pathlen ? ptc__buf_append(&w->path, ".", 1) : 0;
         if (rc == 0)
-            rc = v->kind == PTC_VALUE_DICT ? key_text(&w->path, v->u.dict.keys[i])
+            rc = v->kind == PTC_VALUE_DICT ? ptc__key_text_append(&w->path, v->u.dict.keys[i])
                                            : ptc__buf_printf(&w->path, "%zu", i);
         if (rc < 0)
             return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");

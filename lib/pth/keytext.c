@@ -1,0 +1,132 @@
+/*
+ * keytext.c - the text of dict keys and ints as ptc shows them: the path segments ptc_walk
+ * builds, the ints `ptc inspect` prints, and the same for embedders (ptc_key_text,
+ * ptc_value_int_text). One implementation, so that a path a command prints and a path the walk
+ * reports can never differ.
+ */
+#include "pth/pth.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* snprintf's contract for a piece of text that is already made: copies what fits into dst,
+ * NUL-terminates, returns n. */
+static size_t put(char *dst, size_t size, const void *s, size_t n)
+{
+    if (dst && size) {
+        size_t k = n < size - 1 ? n : size - 1;
+        if (k)
+            memcpy(dst, s, k);
+        dst[k] = '\0';
+    }
+    return n;
+}
+
+static size_t putf(char *dst, size_t size, const char *fmt, ...) PTC_PRINTF(3, 4);
+
+static size_t putf(char *dst, size_t size, const char *fmt, ...)
+{
+    char tmp[64];
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    return put(dst, size, tmp, n < 0 ? 0 : (size_t)n);
+}
+
+/* Decimal digits of a two's-complement little-endian integer of n bytes (n <= PTC_INT_TEXT_MAX):
+ * divided by 10^9 repeatedly, each remainder 9 digits, least significant first. */
+static size_t big_decimal(const uint8_t *bytes, size_t n, char *dst, size_t size)
+{
+    uint8_t mag[PTC_INT_TEXT_MAX];
+    uint32_t chunk[PTC_INT_TEXT_MAX / 3 + 2];
+    char text[PTC_INT_TEXT_MAX * 5 / 2 + 16]; /* 2.41 digits per byte, a sign and a NUL */
+    size_t nchunk = 0;
+    int neg = n && (bytes[n - 1] & 0x80);
+    unsigned carry = 1;
+    for (size_t i = 0; i < n; i++) {
+        unsigned v = neg ? (unsigned)(uint8_t)~bytes[i] + carry : bytes[i]; /* |x| = ~x + 1 */
+        mag[i] = (uint8_t)v;
+        carry = neg ? v >> 8 : 0;
+    }
+    size_t top = n;
+    while (top && mag[top - 1] == 0)
+        top--;
+    while (top) {
+        uint64_t rem = 0;
+        for (size_t i = top; i-- > 0;) {
+            uint64_t cur = (rem << 8) | mag[i];
+            mag[i] = (uint8_t)(cur / 1000000000u);
+            rem = cur % 1000000000u;
+        }
+        chunk[nchunk++] = (uint32_t)rem;
+        while (top && mag[top - 1] == 0)
+            top--;
+    }
+    if (nchunk == 0)
+        return put(dst, size, "0", 1);
+    int o = snprintf(text, sizeof text, "%s%u", neg ? "-" : "", (unsigned)chunk[nchunk - 1]);
+    for (size_t i = nchunk - 1; i-- > 0;)
+        o += snprintf(text + o, sizeof text - (size_t)o, "%09u", (unsigned)chunk[i]);
+    return put(dst, size, text, (size_t)o);
+}
+
+size_t ptc_value_int_text(const ptc_value *v, size_t max_bytes, char *dst, size_t size)
+{
+    if (!v || v->kind != PTC_VALUE_INT)
+        return put(dst, size, "?", 1);
+    if (v->u.i.fits)
+        return putf(dst, size, "%lld", (long long)v->u.i.v);
+    if (max_bytes == 0 || max_bytes > PTC_INT_TEXT_MAX)
+        max_bytes = PTC_INT_TEXT_MAX;
+    if (v->u.i.nbytes > max_bytes)
+        return putf(dst, size, "<int of %zu bytes>", (size_t)v->u.i.nbytes);
+    return big_decimal(v->u.i.bytes, v->u.i.nbytes, dst, size);
+}
+
+/* Python's repr of a float: the shortest %g that reads back, ".0" added to integral values. */
+static size_t float_repr(double f, char *dst, size_t size)
+{
+    if (isnan(f))
+        return put(dst, size, "nan", 3);
+    if (isinf(f))
+        return f < 0 ? put(dst, size, "-inf", 4) : put(dst, size, "inf", 3);
+    char tmp[40];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(tmp, sizeof tmp, "%.*g", prec, f);
+        if (strtod(tmp, NULL) == f)
+            break;
+    }
+    return putf(dst, size, "%s%s", tmp, strpbrk(tmp, ".en") ? "" : ".0");
+}
+
+size_t ptc_key_text(const ptc_value *key, char *dst, size_t size)
+{
+    if (!key)
+        return put(dst, size, "?", 1);
+    switch (key->kind) {
+    case PTC_VALUE_STR: return put(dst, size, key->u.s.p, key->u.s.n);
+    case PTC_VALUE_INT: return ptc_value_int_text(key, PTC_KEY_INT_MAX, dst, size);
+    case PTC_VALUE_BOOL: return key->u.b ? put(dst, size, "True", 4) : put(dst, size, "False", 5);
+    case PTC_VALUE_NONE: return put(dst, size, "None", 4);
+    case PTC_VALUE_FLOAT: return float_repr(key->u.f, dst, size);
+    case PTC_VALUE_DTYPE: {
+        const char *name = ptc_dtype_name(key->u.dt);
+        return putf(dst, size, "torch.%s", name ? name : "?");
+    }
+    default: return putf(dst, size, "<%s>", ptc_value_kind_name((ptc_value_kind)key->kind));
+    }
+}
+
+int ptc__key_text_append(ptc__buf *b, const ptc_value *key)
+{
+    size_t n = ptc_key_text(key, NULL, 0);
+    if (ptc__buf_reserve(b, n + 1) < 0)
+        return PTC_ENOMEM;
+    ptc_key_text(key, (char *)b->data + b->len, n + 1);
+    b->len += n;
+    return 0;
+}
