@@ -16,7 +16,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -383,75 +382,6 @@ void cli_format_bytes(char *dst, size_t dstsz, uint64_t n)
         u++;
     }
     snprintf(dst, dstsz, "%.1f %s", v, units[u]);
-}
-
-void cli_format_double(char *dst, size_t dstsz, double x)
-{
-    char e[40];
-    if (isnan(x)) {
-        snprintf(dst, dstsz, "nan");
-        return;
-    }
-    if (isinf(x)) {
-        snprintf(dst, dstsz, "%s", x > 0 ? "inf" : "-inf");
-        return;
-    }
-    /* The fewest significant digits that read back exactly, in "d.ddde+XX" form. */
-    for (int prec = 0; prec <= 17; prec++) {
-        snprintf(e, sizeof e, "%.*e", prec, x);
-        if (strtod(e, NULL) == x)
-            break;
-    }
-    /* Split into sign, digits and decimal exponent, then lay out as Python's repr does: fixed
-     * notation for exponents -4..15, scientific otherwise. */
-    const char *p = e;
-    int neg = *p == '-';
-    if (neg)
-        p++;
-    char digits[24];
-    size_t nd = 0;
-    for (; *p && *p != 'e'; p++)
-        if (*p >= '0' && *p <= '9' && nd < sizeof digits - 1)
-            digits[nd++] = *p;
-    while (nd > 1 && digits[nd - 1] == '0')
-        nd--;
-    digits[nd] = '\0';
-    int exp10 = *p == 'e' ? (int)strtol(p + 1, NULL, 10) : 0;
-
-    char out[64];
-    size_t o = 0;
-    if (neg)
-        out[o++] = '-';
-    if (exp10 >= -4 && exp10 < 16) {
-        if (exp10 < 0) {
-            out[o++] = '0';
-            out[o++] = '.';
-            for (int i = -1; i > exp10; i--)
-                out[o++] = '0';
-            for (size_t i = 0; i < nd; i++)
-                out[o++] = digits[i];
-        } else {
-            size_t nint = (size_t)exp10 + 1;
-            for (size_t i = 0; i < nint; i++)
-                out[o++] = i < nd ? digits[i] : '0';
-            out[o++] = '.';
-            if (nd > nint)
-                for (size_t i = nint; i < nd; i++)
-                    out[o++] = digits[i];
-            else
-                out[o++] = '0';
-        }
-        out[o] = '\0';
-    } else {
-        out[o++] = digits[0];
-        if (nd > 1) {
-            out[o++] = '.';
-            for (size_t i = 1; i < nd; i++)
-                out[o++] = digits[i];
-        }
-        snprintf(out + o, sizeof out - o, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
-    }
-    snprintf(dst, dstsz, "%s", out);
 }
 
 uint64_t cli_add_sat(uint64_t a, uint64_t b)

@@ -124,9 +124,7 @@ void cli_buf_free(cli_buf *b);
 /* ---- numbers ----------------------------------------------------------------------------------
  * "40 B", "1.5 KiB", "44.7 MiB" (binary units, one decimal). */
 void cli_format_bytes(char *dst, size_t dstsz, uint64_t n);
-/* The shortest text that reads back as the same double, spelled as Python's repr does: "0.1",
- * "5.0", "1e-05", "nan", "inf", "-inf". */
-void cli_format_double(char *dst, size_t dstsz, double x);
+/* (A double as Python's repr spells it: ptc_float_text.) */
 /* Saturating addition, for totals over counts a file controls. */
 uint64_t cli_add_sat(uint64_t a, uint64_t b);
 

@@ -221,7 +221,7 @@ static void render_int(cli_buf *b, const ptc_value *v)
 static void render_double(cli_buf *b, double x)
 {
     char s[40];
-    cli_format_double(s, sizeof s, x);
+    ptc_float_text(x, s, sizeof s);
     cli_buf_puts(b, s);
 }
 
@@ -229,8 +229,8 @@ static void render_double(cli_buf *b, double x)
 static void render_complex(cli_buf *b, double re, double im)
 {
     char r[40], i[40];
-    cli_format_double(r, sizeof r, re);
-    cli_format_double(i, sizeof i, im);
+    ptc_float_text(re, r, sizeof r);
+    ptc_float_text(im, i, sizeof i);
     /* Python drops ".0" from the parts of a complex. */
     size_t rl = strlen(r), il = strlen(i);
     if (rl > 2 && strcmp(r + rl - 2, ".0") == 0)
@@ -844,104 +844,53 @@ static int is_container(ptc_value_kind k)
     return k == PTC_VALUE_DICT || k == PTC_VALUE_LIST || k == PTC_VALUE_TUPLE;
 }
 
-typedef struct frame {
-    const ptc_value *v; /* the dict, list or tuple being listed */
-    size_t i, n;        /* next item, item count */
-    size_t path_len;    /* length of v's path in the path buffer */
-    int is_root;        /* items of the root get no leading '.' */
-} frame;
-
-/* Appends the path segment for a dict key: strings as written, ints in decimal, anything else as
- * its one-line rendering (raw: the whole path is escaped when printed). */
-static void append_key(cli_buf *path, const ptc_value *key)
-{
-    const char *s;
-    size_t len;
-    if (!key)
-        cli_buf_puts(path, "?");
-    else if (ptc_value_kind_of(key) == PTC_VALUE_STR && ptc_value_str(key, &s, &len) == 0)
-        cli_buf_putn(path, s, len);
-    else
-        render(path, key, 0, 0);
-}
-
-/* Lists every non-tensor leaf of the tree under root, depth-first in container order, with the
- * path rules of ptc_walk_next. Iterative: the stack lives on the heap and grows with the tree's
- * depth, which the library bounds at load time; the visit budget bounds the work. */
+/* Lists every non-tensor leaf of the tree under root (and every dict's attributes), depth-first in
+ * container order, as ptc_walk_next_value visits the tree: its paths are ptc_walk's. Each value
+ * below the root is charged one node (render_charge), each line its bytes; the listing stops after
+ * MAX_VALUE_VISITS values. */
 static void walk_values(value_sink *out, const ptc_value *root)
 {
-    cli_buf path = {0};
-    frame *stack = NULL;
-    size_t nstack = 0, cap = 0;
-    size_t visits = 0;
-    const ptc_value *v = root;
-    int is_root = 1;
+    ptc_walk *w = NULL;
+    const ptc_value *v;
+    const char *p;
+    size_t len, depth, visits = 0;
+    int rc;
 
-    if (!v)
+    if (!root)
         return;
-    for (;;) {
-        /* Visit v, whose path is in the buffer. */
-        ptc_value_kind k = ptc_value_kind_of(v);
-        size_t n = is_container(k) ? ptc_value_len(v) : 0;
-        if (k == PTC_VALUE_DICT) {
-            const ptc_value *attrs = ptc_dict_attrs(v);
-            if (attrs)
-                emit_attrs(out, &path, attrs);
-        }
-        if (is_container(k) && n > 0) {
-            if (nstack == cap) {
-                size_t ncap = cap ? cap * 2 : 32;
-                frame *ns = realloc(stack, ncap * sizeof *ns);
-                if (!ns) {
-                    out->oom = 1;
-                    break;
-                }
-                stack = ns;
-                cap = ncap;
-            }
-            stack[nstack++] = (frame){v, 0, n, path.len, is_root};
-        } else if (k != PTC_VALUE_TENSOR) {
-            emit_leaf(out, &path, v); /* scalars, sets, sizes, and empty containers */
-        }
-        if (out->oom || path.oom)
-            break;
-
-        /* Find the next item: the first unlisted item of the innermost unfinished container. */
-        v = NULL;
-        while (nstack > 0 && !v) {
-            frame *f = &stack[nstack - 1];
-            if (f->i == f->n) {
-                nstack--;
-                continue;
-            }
-            size_t i = f->i++;
-            cli_buf_truncate(&path, f->path_len);
-            if (!f->is_root)
-                cli_buf_puts(&path, ".");
-            if (ptc_value_kind_of(f->v) == PTC_VALUE_DICT) {
-                append_key(&path, ptc_dict_key(f->v, i));
-                v = ptc_dict_value(f->v, i);
-            } else {
-                cli_buf_printf(&path, "%zu", i);
-                v = ptc_value_item(f->v, i);
-            }
-            if (v && !render_path_ok(path.len, nstack)) {
-                v = NULL;
+    if (ptc_walk_new(&w, root, NULL) < 0) {
+        out->oom = 1;
+        return;
+    }
+    while ((rc = ptc_walk_next_value(w, &v, &p, &len, &depth)) > 0) {
+        if (depth > 0) {
+            if (!render_charge())
+                break;
+            if (++visits > MAX_VALUE_VISITS) {
+                out->truncated = 1;
                 break;
             }
         }
-        if (!v || !render_charge())
+        /* emit_* read the path through a cli_buf: a borrowed view of the walk's */
+        const cli_buf path = {(char *)p, len, len + 1, 0};
+        ptc_value_kind k = ptc_value_kind_of(v);
+        if (k == PTC_VALUE_DICT && ptc_dict_attrs(v))
+            emit_attrs(out, &path, ptc_dict_attrs(v));
+        if (!(is_container(k) && ptc_value_len(v) > 0) && k != PTC_VALUE_TENSOR)
+            emit_leaf(out, &path, v); /* scalars, sets, sizes, and empty containers */
+        if (out->oom)
             break;
-        if (++visits > MAX_VALUE_VISITS) {
-            out->truncated = 1;
-            break;
-        }
-        is_root = 0;
     }
-    if (path.oom)
-        out->oom = 1;
-    free(stack);
-    cli_buf_free(&path);
+    if (rc < 0 && !render_failed) {
+        /* a path past PTC_PATH_MAX, refused as the tensor listing refuses it; or out of memory */
+        if (rc == PTC_ELIMIT) {
+            render_err = *ptc_walk_error(w);
+            render_failed = 1;
+        } else {
+            out->oom = 1;
+        }
+    }
+    ptc_walk_free(w);
 }
 
 /* ---- tensors -------------------------------------------------------------------------------- */
@@ -1204,7 +1153,6 @@ typedef struct jframe {
     const ptc_value *v;
     size_t i, n;
     size_t tlen, vlen; /* lengths of v's tensor path and value path */
-    int is_root;
     shared *sh; /* v's entry when it is shared, else NULL */
     size_t rows0, count0;
     uint64_t ntensors0, numel0, nbytes0;
@@ -1297,7 +1245,7 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
     jframe *st = NULL;
     size_t nst = 0, cap = 0, visits = 0;
     int scan = out->mode == JW_SCAN;
-    int is_root = 1, values = in->opt->values;
+    int values = in->opt->values;
     int rc = 0;
 
     if (scan)
@@ -1344,7 +1292,7 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
                     }
                 }
                 st[nst++] = (jframe){v,           0,           ptc_value_len(v), tpath.len,
-                                     vpath.len,   is_root,     sh,               in->ntrows,
+                                     vpath.len,   sh,          in->ntrows,
                                      out->count,  in->tot_tensors, in->tot_numel, in->tot_bytes};
             } else if (values && !out->truncated) {
                 emit_leaf(out, &vpath, v); /* scalars, sets, sizes, and empty containers */
@@ -1381,11 +1329,11 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
             if (f->tlen)
                 cli_buf_puts(&tpath, ".");
             cli_buf_truncate(&vpath, f->vlen);
-            if (!f->is_root)
+            if (f->vlen)
                 cli_buf_puts(&vpath, ".");
             if (dict) {
                 cli_key_text(&tpath, ptc_dict_key(f->v, i));
-                append_key(&vpath, ptc_dict_key(f->v, i));
+                cli_key_text(&vpath, ptc_dict_key(f->v, i));
             } else {
                 cli_buf_printf(&tpath, "%zu", i);
                 cli_buf_printf(&vpath, "%zu", i);
@@ -1398,7 +1346,6 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
             break;
         if (v && ++visits > MAX_VALUE_VISITS)
             out->truncated = 1;
-        is_root = 0;
     }
     if (rc == 0 && render_failed)
         rc = PTC_ELIMIT;

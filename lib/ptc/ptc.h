@@ -740,8 +740,8 @@ PTC_API int ptc_utf8_valid(const void *s, size_t n);
 
 /* The path segment ptc_walk_next writes for a dict key: a str as it is (raw bytes, possibly with
  * NULs and control bytes: escape the whole path before showing it), an int in decimal (past
- * PTC_KEY_INT_MAX bytes "<int of N bytes>"), True/False/None, a float as Python's repr writes it
- * ("0.5", "1.0", "1e-05", "nan", "-inf"), torch.<dtype> ("torch.?" for an unknown one), and
+ * PTC_KEY_INT_MAX bytes "<int of N bytes>"), True/False/None, a float as ptc_float_text writes it
+ * ("0.5", "100.0", "1e-05", "nan", "-inf"), torch.<dtype> ("torch.?" for an unknown one), and
  * "<kind>" (ptc_value_kind_name) for anything else; key NULL gives "?". Output as ptc_escape's:
  * snprintf's rules into dst, the full length returned; one call with size 0 costs no copy of a
  * str. Never fails. */
@@ -755,6 +755,29 @@ PTC_API size_t ptc_key_text(const ptc_value *key, char *dst, size_t size);
  * 2,470 bytes). Uses no heap. Never fails. */
 #define PTC_INT_TEXT_MAX 1024
 PTC_API size_t ptc_value_int_text(const ptc_value *v, size_t max_bytes, char *dst, size_t size);
+
+/* A double as Python's repr writes it: the fewest significant digits that read back exactly, in
+ * fixed notation for decimal exponents -4..15 ("0.1", "100.0", "-0.0") and in scientific
+ * notation otherwise ("1e-05", "1.5e+16"); "nan", "inf", "-inf". Output as ptc_escape's
+ * (snprintf's rules, the full length returned; at most 24 bytes). Never fails. */
+PTC_API size_t ptc_float_text(double x, char *dst, size_t size);
+
+/* ---- walking every value ----------------------------------------------------------------------
+ * ptc_walk_next_value, the other way to step a walk made by ptc_walk_new: every value, not only
+ * tensors, depth-first in container order and each container before its items: the root first
+ * (path "", depth 0), then the items of each dict, list and tuple (their values; keys are path
+ * segments, ptc_key_text's, joined by '.' as ptc_walk_next joins them), a value reached twice
+ * reported twice. Sets, objects and dict attributes (ptc_dict_attrs) are reported but not entered.
+ * Returns 1 with *value (and, where the pointers are not NULL, *path, *len and *depth: the path,
+ * NUL-terminated but possibly holding NUL bytes of a str key, valid until the next call; its
+ * length; how many containers enclose the value), 0 at the end, or a negative code with
+ * ptc_walk_error saying why: PTC_EINVAL (w or value NULL, or a walk ptc_walk_next started: a
+ * walk is stepped one way only), PTC_ELIMIT (a path past PTC_PATH_MAX, or the budget), PTC_ENOMEM.
+ * A budget set with ptc_walk_set_budget is charged one node and the path's length in bytes for
+ * every value reported (what `ptc diff` charges for its listing); a caller that charges by its
+ * own rules walks without one. One walk must not be stepped from two threads at once. */
+PTC_API int ptc_walk_next_value(ptc_walk *w, const ptc_value **value, const char **path,
+                                size_t *len, size_t *depth);
 
 /* ---- tensor elements as numbers ----------------------------------------------------------------
  * ptc_dtype_element_f64: the element at elem (its bytes little-endian, as ptc_tensor_read lays

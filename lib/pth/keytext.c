@@ -87,20 +87,72 @@ size_t ptc_value_int_text(const ptc_value *v, size_t max_bytes, char *dst, size_
     return big_decimal(v->u.i.bytes, v->u.i.nbytes, dst, size);
 }
 
-/* Python's repr of a float: the shortest %g that reads back, ".0" added to integral values. */
-static size_t float_repr(double f, char *dst, size_t size)
+/* Python's repr: the fewest significant digits that read back exactly, laid out in fixed notation
+ * for decimal exponents -4..15 and in scientific notation otherwise ("0.1", "100.0", "1e-05",
+ * "1e+16"). */
+size_t ptc_float_text(double x, char *dst, size_t size)
 {
-    if (isnan(f))
+    char e[40];
+    if (isnan(x))
         return put(dst, size, "nan", 3);
-    if (isinf(f))
-        return f < 0 ? put(dst, size, "-inf", 4) : put(dst, size, "inf", 3);
-    char tmp[40];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, f);
-        if (strtod(tmp, NULL) == f)
+    if (isinf(x))
+        return x > 0 ? put(dst, size, "inf", 3) : put(dst, size, "-inf", 4);
+    /* The fewest significant digits that read back exactly, in "d.ddde+XX" form. */
+    for (int prec = 0; prec <= 17; prec++) {
+        snprintf(e, sizeof e, "%.*e", prec, x);
+        if (strtod(e, NULL) == x)
             break;
     }
-    return putf(dst, size, "%s%s", tmp, strpbrk(tmp, ".en") ? "" : ".0");
+    /* Split into sign, digits and decimal exponent, then lay out as Python's repr does: fixed
+     * notation for exponents -4..15, scientific otherwise. */
+    const char *p = e;
+    int neg = *p == '-';
+    if (neg)
+        p++;
+    char digits[24];
+    size_t nd = 0;
+    for (; *p && *p != 'e'; p++)
+        if (*p >= '0' && *p <= '9' && nd < sizeof digits - 1)
+            digits[nd++] = *p;
+    while (nd > 1 && digits[nd - 1] == '0')
+        nd--;
+    digits[nd] = '\0';
+    int exp10 = *p == 'e' ? (int)strtol(p + 1, NULL, 10) : 0;
+
+    char out[64];
+    size_t o = 0;
+    if (neg)
+        out[o++] = '-';
+    if (exp10 >= -4 && exp10 < 16) {
+        if (exp10 < 0) {
+            out[o++] = '0';
+            out[o++] = '.';
+            for (int i = -1; i > exp10; i--)
+                out[o++] = '0';
+            for (size_t i = 0; i < nd; i++)
+                out[o++] = digits[i];
+        } else {
+            size_t nint = (size_t)exp10 + 1;
+            for (size_t i = 0; i < nint; i++)
+                out[o++] = i < nd ? digits[i] : '0';
+            out[o++] = '.';
+            if (nd > nint)
+                for (size_t i = nint; i < nd; i++)
+                    out[o++] = digits[i];
+            else
+                out[o++] = '0';
+        }
+        out[o] = '\0';
+    } else {
+        out[o++] = digits[0];
+        if (nd > 1) {
+            out[o++] = '.';
+            for (size_t i = 1; i < nd; i++)
+                out[o++] = digits[i];
+        }
+        snprintf(out + o, sizeof out - o, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
+    }
+    return put(dst, size, out, strlen(out));
 }
 
 size_t ptc_key_text(const ptc_value *key, char *dst, size_t size)
@@ -112,7 +164,7 @@ size_t ptc_key_text(const ptc_value *key, char *dst, size_t size)
     case PTC_VALUE_INT: return ptc_value_int_text(key, PTC_KEY_INT_MAX, dst, size);
     case PTC_VALUE_BOOL: return key->u.b ? put(dst, size, "True", 4) : put(dst, size, "False", 5);
     case PTC_VALUE_NONE: return put(dst, size, "None", 4);
-    case PTC_VALUE_FLOAT: return float_repr(key->u.f, dst, size);
+    case PTC_VALUE_FLOAT: return ptc_float_text(key->u.f, dst, size);
     case PTC_VALUE_DTYPE: {
         const char *name = ptc_dtype_name(key->u.dt);
         return putf(dst, size, "torch.%s", name ? name : "?");

@@ -72,6 +72,7 @@ struct ptc_walk {
     ptc_budget *budget;
     ptc_error err;
     bool started;
+    bool values; /* started by ptc_walk_next_value: every value, not only tensors */
     walk_frame *st;
     size_t n, cap;
     ptc__buf path;
@@ -153,6 +154,9 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
 {
     if (!w)
         return PTC_EINVAL;
+    if (w->started && w->values)
+        return ptc__err(&w->err, PTC_EINVAL, "", -1,
+                        "ptc_walk_next on a walk ptc_walk_next_value started");
     if (!w->started) {
         w->started = true;
         if (w->root && ptc_budget_charge(w->budget, 1, 0, &w->err) < 0)
@@ -196,6 +200,70 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
         }
         if (push_frame(w, c, w->path.len) < 0)
             return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
+    }
+    return 0;
+}
+
+/* ptc_walk_next_value's report of v at the path in w->path, depth levels deep: charged as one
+ * node and the path's bytes, and pushed when its items are to be visited. */
+static int report_value(ptc_walk *w, const ptc_value *v, size_t depth, const ptc_value **value,
+                        const char **path, size_t *len, size_t *depth_out)
+{
+    if (ptc_budget_charge(w->budget, 1, w->path.len, &w->err) < 0)
+        return w->err.code;
+    if (ptc__buf_reserve(&w->path, 1) < 0)
+        return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
+    w->path.data[w->path.len] = '\0';
+    if (descend(v) && ptc_value_len(v) > 0 && push_frame(w, v, w->path.len) < 0)
+        return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
+    *value = v;
+    if (path)
+        *path = (const char *)w->path.data;
+    if (len)
+        *len = w->path.len;
+    if (depth_out)
+        *depth_out = depth;
+    return 1;
+}
+
+int ptc_walk_next_value(ptc_walk *w, const ptc_value **value, const char **path, size_t *len,
+                        size_t *depth)
+{
+    if (!w)
+        return PTC_EINVAL;
+    if (!value)
+        return ptc__err(&w->err, PTC_EINVAL, "", -1, "ptc_walk_next_value: missing argument");
+    if (w->started && !w->values)
+        return ptc__err(&w->err, PTC_EINVAL, "", -1,
+                        "ptc_walk_next_value on a walk ptc_walk_next started");
+    if (!w->started) {
+        w->started = w->values = true;
+        if (!w->root)
+            return 0;
+        w->path.len = 0;
+        return report_value(w, w->root, 0, value, path, len, depth);
+    }
+    while (w->n > 0) {
+        walk_frame *f = &w->st[w->n - 1];
+        const ptc_value *v = f->v;
+        if (f->next >= ptc_value_len(v)) {
+            w->n--;
+            continue;
+        }
+        size_t i = f->next++;
+        const ptc_value *c = v->kind == PTC_VALUE_DICT ? v->u.dict.vals[i] : v->u.seq.items[i];
+        if (!c)
+            continue;
+        w->path.len = f->pathlen;
+        int rc = f->pathlen ? ptc__buf_append(&w->path, ".", 1) : 0;
+        if (rc == 0)
+            rc = v->kind == PTC_VALUE_DICT ? ptc__key_text_append(&w->path, v->u.dict.keys[i])
+                                           : ptc__buf_printf(&w->path, "%zu", i);
+        if (rc < 0)
+            return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
+        if (w->path.len > PTC_PATH_MAX)
+            return path_too_long(w, w->n);
+        return report_value(w, c, w->n, value, path, len, depth);
     }
     return 0;
 }

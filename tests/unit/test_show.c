@@ -1,7 +1,8 @@
 /*
  * test_show.c - the library calls behind what ptc's commands show (issue 15, section 4):
  * ptc_escape, ptc_json_escape_hidden, ptc_utf8_valid, ptc_key_text, ptc_value_int_text,
- * ptc_dtype_element_f64, ptc_tensor_read_f64, ptc_state_dict_rename and ptc_report_json. Each
+ * ptc_float_text, ptc_walk_next_value, ptc_dtype_element_f64, ptc_tensor_read_f64,
+ * ptc_state_dict_rename and ptc_report_json. Each
  * expected text is written out here by hand (the rename cases from torch 2.6's
  * consume_prefix_in_state_dict_if_present, run once and copied); `ptc verify --json` itself is
  * compared with ptc_report_json by tests/fixtures/check_report_json.sh.
@@ -172,6 +173,140 @@ static void test_key_text(void)
     CHECK_INT(ptc_value_int_text(ptc_doc_str(d, "7", 1), 0, out, sizeof out), 1);
     CHECK_STR(out, "?");
     CHECK_INT(ptc_value_int_text(NULL, 0, out, sizeof out), 1);
+    ptc_doc_free(d);
+}
+
+/* ptc_float_text against Python's repr (the expected texts are repr's). */
+static void test_float_text(void)
+{
+    static const struct {
+        double x;
+        const char *repr;
+    } cases[] = {
+        {0.1, "0.1"},         {100.0, "100.0"},       {1e15, "1000000000000000.0"},
+        {1e16, "1e+16"},      {1.5e16, "1.5e+16"},    {1e-05, "1e-05"},
+        {0.0001, "0.0001"},   {-0.0, "-0.0"},         {5.0, "5.0"},
+        {1e22, "1e+22"},      {123.456, "123.456"},   {2.5e-308, "2.5e-308"},
+        {1.7976931348623157e308, "1.7976931348623157e+308"},
+        {-1234567890123456.8, "-1234567890123456.8"}, {NAN, "nan"},
+        {INFINITY, "inf"},    {-INFINITY, "-inf"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[32];
+        size_t n = ptc_float_text(cases[i].x, out, sizeof out);
+        CHECK_STR(out, cases[i].repr);
+        CHECK_INT(n, strlen(cases[i].repr));
+        CHECK(n <= 24);
+    }
+    char small[4];
+    CHECK_INT(ptc_float_text(100.0, small, sizeof small), 5);
+    CHECK_STR(small, "100");
+}
+
+/* The tree {"a": {"b": t, "": [1, {}]}, 100.0: t, "c": set()} made in d. */
+static ptc_value *walk_tree(ptc_doc *d)
+{
+    static const float one = 1.0f;
+    const int64_t shape[1] = {1};
+    ptc_storage *s = ptc_doc_storage(d, PTC_FLOAT32, sizeof one, &one, 1, NULL);
+    ptc_value *t = ptc_doc_tensor(d, s, PTC_FLOAT32, 1, shape, NULL, 0, 0);
+    ptc_value *root = ptc_doc_dict(d, 0), *a = ptc_doc_dict(d, 0), *l = ptc_doc_seq(d, PTC_VALUE_LIST);
+    ptc_doc_push(d, l, ptc_doc_int(d, 1));
+    ptc_doc_push(d, l, ptc_doc_dict(d, 0));
+    ptc_doc_set(d, a, ptc_doc_str(d, "b", 1), t);
+    ptc_doc_set(d, a, ptc_doc_str(d, "", 0), l);
+    ptc_doc_set(d, root, ptc_doc_str(d, "a", 1), a);
+    ptc_doc_set(d, root, ptc_doc_float(d, 100.0), t);
+    ptc_doc_set(d, root, ptc_doc_str(d, "c", 1), ptc_doc_seq(d, PTC_VALUE_SET));
+    return root;
+}
+
+static void test_walk_values(void)
+{
+    ptc_doc *d = NULL;
+    ptc_error err;
+    CHECK_CODE(ptc_doc_new(&d, &err), 0, &err);
+    if (!d)
+        return;
+    ptc_value *root = walk_tree(d);
+    ptc_walk *w = NULL;
+    CHECK_CODE(ptc_walk_new(&w, root, &err), 0, &err);
+    char seen[512] = "";
+    const ptc_value *v;
+    const char *path;
+    size_t len, depth, o = 0;
+    int rc;
+    while ((rc = ptc_walk_next_value(w, &v, &path, &len, &depth)) > 0) {
+        CHECK_INT(len, strlen(path));
+        o += (size_t)snprintf(seen + o, sizeof seen - o, "%s[%s@%zu]", o ? " " : "", path, depth);
+        o += (size_t)snprintf(seen + o, sizeof seen - o, "%s",
+                              ptc_value_kind_name(ptc_value_kind_of(v)));
+    }
+    CHECK_INT(rc, 0);
+    /* pre-order, root first; '' keys joined as ptc_walk_next joins them ("a." then "a..0") */
+    CHECK_STR(seen, "[@0]dict [a@1]dict [a.b@2]tensor [a.@2]list [a..0@3]int [a..1@3]dict "
+                    "[100.0@1]tensor [c@1]set");
+    CHECK_INT(ptc_walk_next_value(w, &v, &path, &len, &depth), 0); /* stays at the end */
+    /* stepped one way only */
+    const ptc_tensor *t;
+    CHECK_CODE(ptc_walk_next(w, &path, &t), PTC_EINVAL, ptc_walk_error(w));
+    ptc_walk_free(w);
+
+    /* the tensors ptc_walk_next reports carry the same paths */
+    CHECK_CODE(ptc_walk_new(&w, root, &err), 0, &err);
+    char tensors[128] = "";
+    o = 0;
+    while (ptc_walk_next(w, &path, &t) > 0)
+        o += (size_t)snprintf(tensors + o, sizeof tensors - o, "%s%s", o ? " " : "", path);
+    CHECK_STR(tensors, "a.b 100.0");
+    CHECK_CODE(ptc_walk_next_value(w, &v, NULL, NULL, NULL), PTC_EINVAL, ptc_walk_error(w));
+    ptc_walk_free(w);
+
+    /* budget exhaustion through the value walk: one node and the path's bytes per value */
+    ptc_budget b = {.max_nodes = 3, .max_bytes = 1000};
+    CHECK_CODE(ptc_walk_new(&w, root, &err), 0, &err);
+    ptc_walk_set_budget(w, &b);
+    int n = 0;
+    while ((rc = ptc_walk_next_value(w, &v, NULL, NULL, NULL)) > 0)
+        n++;
+    CHECK_INT(n, 3);
+    CHECK_INT(rc, PTC_ELIMIT);
+    CHECK(strstr(ptc_walk_error(w)->message, "work budget exceeded") != NULL);
+    CHECK_INT(b.nodes, 3);
+    CHECK_INT(b.bytes, 0 + 1 + 3); /* "", "a", "a.b" */
+    ptc_walk_free(w);
+    b = (ptc_budget){.max_nodes = 100, .max_bytes = 6, .bytes_explicit = 1};
+    CHECK_CODE(ptc_walk_new(&w, root, &err), 0, &err);
+    ptc_walk_set_budget(w, &b);
+    n = 0;
+    while ((rc = ptc_walk_next_value(w, &v, NULL, NULL, NULL)) > 0)
+        n++;
+    CHECK_INT(n, 4); /* "", "a", "a.b", "a." are 6 bytes; "a..0" is over */
+    CHECK_INT(rc, PTC_ELIMIT);
+    CHECK(strstr(ptc_walk_error(w)->message, "--budget") != NULL);
+    ptc_walk_free(w);
+
+    /* a path past PTC_PATH_MAX is refused before it is reported */
+    char *longkey = malloc(PTC_PATH_MAX + 1);
+    if (longkey) {
+        memset(longkey, 'k', PTC_PATH_MAX + 1);
+        ptc_value *deep = ptc_doc_dict(d, 0);
+        ptc_doc_set(d, deep, ptc_doc_str(d, longkey, PTC_PATH_MAX + 1), ptc_doc_int(d, 1));
+        CHECK_CODE(ptc_walk_new(&w, deep, &err), 0, &err);
+        CHECK_INT(ptc_walk_next_value(w, &v, NULL, NULL, NULL), 1);
+        CHECK_CODE(ptc_walk_next_value(w, &v, NULL, NULL, NULL), PTC_ELIMIT, ptc_walk_error(w));
+        CHECK(strstr(ptc_walk_error(w)->message, "at depth 1") != NULL);
+        ptc_walk_free(w);
+        free(longkey);
+    }
+    /* NULL arguments, an empty walk */
+    CHECK_INT(ptc_walk_next_value(NULL, &v, NULL, NULL, NULL), PTC_EINVAL);
+    CHECK_CODE(ptc_walk_new(&w, NULL, &err), 0, &err);
+    CHECK_CODE(ptc_walk_next_value(w, NULL, NULL, NULL, NULL), PTC_EINVAL, ptc_walk_error(w));
+    ptc_walk_free(w);
+    CHECK_CODE(ptc_walk_new(&w, NULL, &err), 0, &err);
+    CHECK_INT(ptc_walk_next_value(w, &v, NULL, NULL, NULL), 0);
+    ptc_walk_free(w);
     ptc_doc_free(d);
 }
 
@@ -414,6 +549,8 @@ int main(void)
     test_json_hidden();
     test_utf8_valid();
     test_key_text();
+    test_float_text();
+    test_walk_values();
     test_element();
     test_read_f64();
     test_rename();
