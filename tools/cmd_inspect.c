@@ -66,7 +66,7 @@ typedef struct shared {
     uint32_t refs;               /* times the tree reaches it; 2 or more: shared */
     int listed;                  /* LISTED_*: once listed, later meetings are {"$ref"} entries */
     int has_tensors, has_values; /* its listing added tensor rows, value entries */
-    char *tpath, *vpath;         /* its first path: ptc_walk's rules, the value listing's */
+    char *tpath;                 /* its first path (ptc_walk's, for tensors and values alike) */
     uint64_t ntensors, numel, nbytes; /* what its subtree adds to the totals */
 } shared;
 
@@ -1020,7 +1020,6 @@ static void shared_free(shared_map *m)
 {
     for (size_t i = 0; i < m->cap; i++) {
         free(m->e[i].tpath);
-        free(m->e[i].vpath);
     }
     free(m->e);
     *m = (shared_map){0};
@@ -1152,7 +1151,7 @@ static json_t *json_tensor(inspect *in, const char *path, const ptc_tensor *t);
 typedef struct jframe {
     const ptc_value *v;
     size_t i, n;
-    size_t tlen, vlen; /* lengths of v's tensor path and value path */
+    size_t tlen; /* length of v's path */
     shared *sh; /* v's entry when it is shared, else NULL */
     size_t rows0, count0;
     uint64_t ntensors0, numel0, nbytes0;
@@ -1160,8 +1159,7 @@ typedef struct jframe {
 
 /* A shared container met again: its {"$ref"} entries, and (JW_SCAN) its subtree's totals. One met
  * again inside its own listing (a cycle) has no entries yet: it adds nothing. */
-static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_buf *tpath,
-                    const cli_buf *vpath)
+static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_buf *tpath)
 {
     if (sh->listed != LISTED_DONE)
         return 0;
@@ -1171,7 +1169,7 @@ static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_bu
     case JW_SCAN:
         /* The paths the {"$ref"} entries will write. */
         if ((sh->has_tensors && !render_charge_bytes(tpath->len + strlen(sh->tpath))) ||
-            (value_ref && !render_charge_bytes(vpath->len + strlen(sh->vpath))))
+            (value_ref && !render_charge_bytes(tpath->len + strlen(sh->tpath))))
             return PTC_ELIMIT;
         add_totals(in, sh->ntensors, sh->numel, sh->nbytes);
         in->ntrows += sh->has_tensors != 0;
@@ -1194,8 +1192,8 @@ static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_bu
         if (!value_ref)
             return 0;
         e = json_object();
-        if (!e || json_put(e, "path", json_text(cli_buf_str(vpath), vpath->len)) < 0 ||
-            json_put(e, "$ref", json_cstr(sh->vpath)) < 0) {
+        if (!e || json_put(e, "path", json_text(cli_buf_str(tpath), tpath->len)) < 0 ||
+            json_put(e, "$ref", json_cstr(sh->tpath)) < 0) {
             json_decref(e);
             return PTC_ENOMEM;
         }
@@ -1241,7 +1239,7 @@ static int emit_tensor(inspect *in, value_sink *out, const cli_buf *tpath, const
 static int walk_json(inspect *in, value_sink *out, ptc_error *err)
 {
     const ptc_value *v = ptc_ckpt_root(in->c);
-    cli_buf tpath = {0}, vpath = {0};
+    cli_buf tpath = {0};
     jframe *st = NULL;
     size_t nst = 0, cap = 0, visits = 0;
     int scan = out->mode == JW_SCAN;
@@ -1261,14 +1259,14 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
         if (sh && sh->refs < 2)
             sh = NULL;
         if (sh && sh->listed) {
-            rc = emit_ref(in, out, sh, &tpath, &vpath);
+            rc = emit_ref(in, out, sh, &tpath);
         } else if (k == PTC_VALUE_TENSOR) {
             const ptc_tensor *t = ptc_value_tensor(v);
             if (t)
                 rc = emit_tensor(in, out, &tpath, t);
         } else {
             if (k == PTC_VALUE_DICT && values && !out->truncated && ptc_dict_attrs(v))
-                emit_attrs(out, &vpath, ptc_dict_attrs(v));
+                emit_attrs(out, &tpath, ptc_dict_attrs(v));
             if (is_listed_container(v)) {
                 if (nst == cap) {
                     size_t ncap = cap ? cap * 2 : 32;
@@ -1284,21 +1282,20 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
                     sh->listed = LISTED_OPEN;
                     if (scan) {
                         sh->tpath = copy_str(cli_buf_str(&tpath));
-                        sh->vpath = copy_str(cli_buf_str(&vpath));
-                        if (!sh->tpath || !sh->vpath) {
+                        if (!sh->tpath) {
                             rc = PTC_ENOMEM;
                             break;
                         }
                     }
                 }
                 st[nst++] = (jframe){v,           0,           ptc_value_len(v), tpath.len,
-                                     vpath.len,   sh,          in->ntrows,
+                                     sh,          in->ntrows,
                                      out->count,  in->tot_tensors, in->tot_numel, in->tot_bytes};
             } else if (values && !out->truncated) {
-                emit_leaf(out, &vpath, v); /* scalars, sets, sizes, and empty containers */
+                emit_leaf(out, &tpath, v); /* scalars, sets, sizes, and empty containers */
             }
         }
-        if (rc == 0 && (out->oom || tpath.oom || vpath.oom))
+        if (rc == 0 && (out->oom || tpath.oom))
             rc = PTC_ENOMEM;
         if (rc < 0 || render_failed)
             break;
@@ -1328,17 +1325,12 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
             cli_buf_truncate(&tpath, f->tlen);
             if (f->tlen)
                 cli_buf_puts(&tpath, ".");
-            cli_buf_truncate(&vpath, f->vlen);
-            if (f->vlen)
-                cli_buf_puts(&vpath, ".");
             if (dict) {
                 cli_key_text(&tpath, ptc_dict_key(f->v, i));
-                cli_key_text(&vpath, ptc_dict_key(f->v, i));
             } else {
                 cli_buf_printf(&tpath, "%zu", i);
-                cli_buf_printf(&vpath, "%zu", i);
             }
-            if (!render_path_ok(tpath.len > vpath.len ? tpath.len : vpath.len, nst))
+            if (!render_path_ok(tpath.len, nst))
                 break;
             v = c;
         }
@@ -1353,7 +1345,6 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
         *err = render_err;
     free(st);
     cli_buf_free(&tpath);
-    cli_buf_free(&vpath);
     return rc;
 }
 

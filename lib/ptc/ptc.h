@@ -767,7 +767,8 @@ PTC_API size_t ptc_float_text(double x, char *dst, size_t size);
  * tensors, depth-first in container order and each container before its items: the root first
  * (path "", depth 0), then the items of each dict, list and tuple (their values; keys are path
  * segments, ptc_key_text's, joined by '.' as ptc_walk_next joins them), a value reached twice
- * reported twice. Sets, objects and dict attributes (ptc_dict_attrs) are reported but not entered.
+ * reported twice. Sets and objects are reported but not entered; dict attributes (ptc_dict_attrs)
+ * are not walked (a caller reads them off each dict it is given).
  * Returns 1 with *value (and, where the pointers are not NULL, *path, *len and *depth: the path,
  * NUL-terminated but possibly holding NUL bytes of a str key, valid until the next call; its
  * length; how many containers enclose the value), 0 at the end, or a negative code with
