@@ -87,6 +87,61 @@ size_t ptc_value_int_text(const ptc_value *v, size_t max_bytes, char *dst, size_
     return big_decimal(v->u.i.bytes, v->u.i.nbytes, dst, size);
 }
 
+/* Replaces the "[-]d.ddde[+-]XX" text in e by the decimal one unit of its last digit away from
+ * it, up (toward larger magnitude when up matches the sign) or down; false when that would leave
+ * the form (a mantissa of 0). */
+static bool other_neighbour(char e[40], bool up)
+{
+    char *m = e[0] == '-' ? e + 1 : e, *end = strchr(m, 'e');
+    if (!end)
+        return false;
+    if (e[0] == '-')
+        up = !up; /* the magnitude moves the other way */
+    int exp10 = (int)strtol(end + 1, NULL, 10);
+    char digits[24];
+    size_t nd = 0;
+    for (char *q = m; q < end; q++)
+        if (*q >= '0' && *q <= '9' && nd < sizeof digits)
+            digits[nd++] = *q;
+    size_t i = nd;
+    if (up) {
+        while (i > 0 && digits[i - 1] == '9')
+            digits[--i] = '0';
+        if (i == 0) { /* 9.99 -> 10.0: 1.00 one decade up */
+            digits[0] = '1';
+            exp10++;
+        } else {
+            digits[i - 1]++;
+        }
+    } else {
+        while (i > 0 && digits[i - 1] == '0')
+            digits[--i] = '9';
+        if (i == 0)
+            return false;
+        digits[i - 1]--;
+        if (digits[0] == '0') { /* 1.00 -> 0.99: 9.9 one decade down, one digit fewer */
+            if (nd < 2)
+                return false;
+            memmove(digits, digits + 1, nd - 1);
+            digits[nd - 1] = '9';
+            exp10--;
+        }
+    }
+    char out[40];
+    size_t o = 0;
+    if (e[0] == '-')
+        out[o++] = '-';
+    out[o++] = digits[0];
+    if (nd > 1) {
+        out[o++] = '.';
+        memcpy(out + o, digits + 1, nd - 1);
+        o += nd - 1;
+    }
+    snprintf(out + o, sizeof out - o, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
+    memcpy(e, out, strlen(out) + 1);
+    return true;
+}
+
 /* Python's repr: the fewest significant digits that read back exactly, laid out in fixed notation
  * for decimal exponents -4..15 and in scientific notation otherwise ("0.1", "100.0", "1e-05",
  * "1e+16"). */
@@ -97,10 +152,15 @@ size_t ptc_float_text(double x, char *dst, size_t size)
         return put(dst, size, "nan", 3);
     if (isinf(x))
         return x > 0 ? put(dst, size, "inf", 3) : put(dst, size, "-inf", 4);
-    /* The fewest significant digits that read back exactly, in "d.ddde+XX" form. */
+    /* The fewest significant digits that read back exactly, in "d.ddde+XX" form. At each count
+     * the two decimals around x are candidates: the nearest (what %e rounds to) and, when that
+     * one reads back as another double, its neighbour on x's other side. Next to a power of two
+     * the doubles below are twice as dense as those above, so the nearest can miss where the
+     * other reads back: 2^-24 is "5.960464477539063e-08" (repr), not 17 digits. */
     for (int prec = 0; prec <= 17; prec++) {
         snprintf(e, sizeof e, "%.*e", prec, x);
-        if (strtod(e, NULL) == x)
+        double back = strtod(e, NULL);
+        if (back == x || (prec < 17 && other_neighbour(e, back < x) && strtod(e, NULL) == x))
             break;
     }
     /* Split into sign, digits and decimal exponent, then lay out as Python's repr does: fixed

@@ -13,6 +13,8 @@
 #                     storages, module. prefixes, TorchScript, safetensors): read as torch 2.6
 #                     reads them; fetched once into ~/.cache/ptc-wild (about 184 MB), and a
 #                     registry that cannot be reached fails the tier
+#   check_read_f64.py ptc_tensor_read_f64 and ptc_float_text on every numeric dtype (every bit
+#                     pattern of the 8- and 16-bit floats) equal torch's float64 and repr
 #   check_corpus_torch.py  live torch 2.6 on every hostile-corpus file against `ptc verify`'s
 #                     prediction, and ptc's allowlist against torch's own list of safe globals
 #
@@ -55,7 +57,7 @@ case $ver in
 esac
 echo "interop: torch $ver under $("$py" -c 'import sys; print("Python", sys.version.split()[0])')"
 
-scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_zip64_local check_variants check_wild"}
+scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_zip64_local check_variants check_wild check_read_f64"}
 failed= passed=
 for s in $scripts; do
     echo

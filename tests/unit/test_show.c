@@ -190,6 +190,11 @@ static void test_float_text(void)
         {1.7976931348623157e308, "1.7976931348623157e+308"},
         {-1234567890123456.8, "-1234567890123456.8"}, {NAN, "nan"},
         {INFINITY, "inf"},    {-INFINITY, "-inf"},
+        /* next to a power of two the nearest 16-digit decimal does not read back, its other
+         * neighbour does: repr gives 16 digits, not 17 */
+        {5.9604644775390625e-08, "5.960464477539063e-08"},   /* 2^-24 */
+        {-6.1897001964269014e+26, "-6.189700196426902e+26"}, /* a bfloat16 */
+        {-3.1554436208840472e-30, "-3.1554436208840472e-30"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char out[32];
