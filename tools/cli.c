@@ -491,13 +491,17 @@ int cli_path_check(size_t len, size_t depth, ptc_error *err)
         err->code = PTC_ELIMIT;
         err->offset = -1;
         err->member[0] = '\0';
-        char where[64] = "";
+        /* ptc_walk_next's words where the depth is known (its capped path does not know the
+         * length reached), the length otherwise */
+        char where[64];
         if (depth)
-            snprintf(where, sizeof where, " at depth %zu", depth);
+            snprintf(where, sizeof where, "at depth %zu", depth);
+        else
+            snprintf(where, sizeof where, "%zu bytes", len);
         snprintf(err->message, sizeof err->message,
-                 "path longer than %zu bytes (%zu bytes%s): the file's dict keys make paths far "
+                 "path longer than %zu bytes (%s): the file's dict keys make paths far "
                  "longer than any checkpoint's; ptc refuses them",
-                 (size_t)PTC_PATH_MAX, len, where);
+                 (size_t)PTC_PATH_MAX, where);
     }
     return PTC_ELIMIT;
 }

@@ -42,6 +42,7 @@ int cmd_inspect(int argc, char **argv);
 int cmd_convert(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_load(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 

@@ -192,6 +192,16 @@ enum {
         {"precision", required_argument, NULL, O_PRECISION},                                      \
         {"tf32", no_argument, NULL, O_TF32}, {"deterministic", no_argument, NULL, O_DETERMINISTIC}
 
+/* What the environment tunes in train and eval: the library reads no environment for it
+ * (lib/base/env.h), so the command passes it on. PTC_DNNL_WINOGRAD=1 lets the dnnl backend use
+ * Winograd convolutions; CUDA_VISIBLE_DEVICES maps the GPU to NVML's numbering for the readings. */
+static void env_params(ptc_train_params *p)
+{
+    const char *wg = getenv("PTC_DNNL_WINOGRAD");
+    p->dnnl_winograd = wg && strcmp(wg, "1") == 0;
+    p->visible_devices = getenv("CUDA_VISIBLE_DEVICES");
+}
+
 /* The options that choose where and how the numbers are computed, shared by train and eval.
  * Returns 1 when c is not one of them, else 0 or a usage error's exit status in *status. */
 static int device_option(int c, const char *arg, ptc_train_params *p, int *status)
@@ -324,6 +334,7 @@ int cmd_train(int argc, char **argv)
     };
     ptc_train_params p;
     ptc_train_params_default(&p);
+    env_params(&p);
     const char *dataset = NULL, *dir = NULL;
     ui u = {.mode = CLI_PROGRESS_AUTO};
     int c;
@@ -475,6 +486,7 @@ int cmd_eval(int argc, char **argv)
     int64_t batch = 256, v;
     ptc_train_params p;
     ptc_train_params_default(&p);
+    env_params(&p);
     cli_getopt_reset();
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         int bad = 0;

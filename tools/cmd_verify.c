@@ -253,6 +253,7 @@ int cmd_verify(int argc, char **argv)
         {NULL, 0, NULL, 0},
     };
     struct verify v = {.policy_name = "default", .first_json = 1};
+    ptc_verify_params_default(&v.params);
     ptc_policy_base base = PTC_POLICY_DEFAULT;
     const char **allow = NULL;
     size_t nallow = 0;

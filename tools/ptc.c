@@ -30,6 +30,7 @@ static const struct command commands[] = {
     {"verify", cmd_verify, "give a verdict on untrusted checkpoints: ok, unsafe or malformed"},
     {"convert", cmd_convert, "rewrite a checkpoint: safetensors, key prefixes, subsets, dtype"},
     {"diff", cmd_diff, "compare two checkpoints tensor by tensor and value by value"},
+    {"load", cmd_load, "check that a state dict loads into ResNet-18 as torch would load it"},
     {"train", cmd_train, "train torchvision's ResNet-18 as the PyTorch tutorial does"},
     {"eval", cmd_eval, "test accuracy and loss of a ResNet-18 state dict"},
 };

@@ -5,7 +5,7 @@
  * a positional read callback. The zip reader parses the container itself, strictly, and then asks
  * minizip to read the same bytes and confirms that both readers see the same members at the same
  * offsets: where two readers could disagree about which bytes are a record, ptc rejects the file
- * (see reference threat-model.md, property P6).
+ * (property P6 of docs/security.md; the format in docs/internals/zip.md).
  *
  * What ptc__zip_open guarantees when it succeeds (everything else is PTC_EFORMAT unless noted):
  *   - the file starts with a local header at offset 0 and ends with the end-of-central-directory
@@ -95,15 +95,20 @@ void ptc__zip_release(ptc__zip *z, const ptc__zip_entry *e, void *owned);
 int ptc__zip_check_crc(ptc__zip *z, const ptc__zip_entry *e, ptc_error *err);
 
 /* ---- zip writer ----------------------------------------------------------------------------
- * Writes a checkpoint container byte for byte as torch 2.6 does (reference pth-format.md sections
- * 2.1 to 2.3 and 10.2): every record stored, named "<prefix>/<record>", its data aligned to 64
- * bytes by an 'FB' extra field in the local header (zip64 extra first when the size or the header
- * offset needs it, counted in the padding), local CRC and sizes zero with flags 0x0808 (0x0800 for
- * an empty record), a data descriptor after non-empty data (16 bytes, 24 with a local zip64 extra),
- * the central directory with the real values, then a zip64 end record, its locator and the end
- * record (always, as torch does). Records are written in the order they are added; the caller adds
- * them in torch's order. The file is written atomically (ptc__afile). */
+ * Writes a checkpoint container byte for byte as torch 2.6 does (docs/internals/zip.md): every
+ * record stored, named "<prefix>/<record>", its data aligned to 64 bytes by an 'FB' extra field
+ * in the local header (zip64 extra first when the size or the header offset needs it, counted in
+ * the padding), local CRC and sizes zero with flags 0x0808 (0x0800 for an empty record), a data
+ * descriptor after non-empty data (16 bytes, 24 with a local zip64 extra), the central directory
+ * with the real values, then a zip64 end record, its locator and the end record (always, as torch
+ * does). Records are written in the order they are added; the caller adds them in torch's order.
+ * The file is written atomically (ptc__afile). */
 typedef struct ptc__zipw ptc__zipw;
+
+/* The most records the writer lists: as many 46-byte central entries as the 4 GiB central
+ * directory it writes can hold (names make it fewer; that is checked as it grows). More is
+ * PTC_ELIMIT. */
+#define PTC__ZIPW_MAX_RECORDS ((size_t)0xFFFFFFFFu / 46u)
 
 int ptc__zipw_open(ptc__zipw **out, const char *path, const char *prefix, ptc_error *err);
 /* One whole record. */

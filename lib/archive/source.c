@@ -67,28 +67,42 @@ static int source_new(ptc__source **out, source_kind kind, ptc_error *err)
 
 /* Reads a whole descriptor into owned memory: used when mapping fails or the path is not a
  * regular file (its size is then unknown, so the buffer grows until end of file). */
+/* The most bytes read_whole reads: as much as one record ptc inflates under the default
+ * limits (max_inflated_bytes). A file that cannot be mapped (a pipe, a FIFO that never ends)
+ * stops here with PTC_ELIMIT rather than at the allocator. */
+#define SOURCE_READ_MAX ((size_t)16 << 30)
+
 static int read_whole(int fd, const char *path, uint64_t hint, uint8_t **out, uint64_t *len,
                       ptc_error *err)
 {
     /* One byte more than the expected size lets the final read see end of file without growing. */
-    size_t cap = hint > 0 && hint < SIZE_MAX ? (size_t)hint + 1 : 64u * 1024u;
+    if (hint > SOURCE_READ_MAX)
+        return ptc__err(err, PTC_ELIMIT, "", -1,
+                        "%s cannot be mapped and is larger than the %zu bytes ptc reads whole",
+                        path, SOURCE_READ_MAX);
+    size_t cap = hint > 0 ? (size_t)hint + 1 : 64u * 1024u;
     size_t n = 0;
     uint8_t *buf = ptc__malloc(cap);
     if (!buf)
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory reading %s", path);
     for (;;) {
         if (n == cap) {
-            if (cap > SIZE_MAX / 2) {
+            if (n > SOURCE_READ_MAX) {
                 ptc__free(buf);
-                return ptc__err(err, PTC_ENOMEM, "", -1, "%s is too large to read", path);
+                return ptc__err(err, PTC_ELIMIT, "", -1,
+                                "%s cannot be mapped and is larger than the %zu bytes ptc reads "
+                                "whole",
+                                path, SOURCE_READ_MAX);
             }
-            uint8_t *bigger = ptc__realloc(buf, cap * 2);
+            /* One byte past the cap tells a file of exactly SOURCE_READ_MAX bytes from more. */
+            size_t ncap = cap > SOURCE_READ_MAX / 2 ? SOURCE_READ_MAX + 1 : cap * 2;
+            uint8_t *bigger = ptc__realloc(buf, ncap);
             if (!bigger) {
                 ptc__free(buf);
                 return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory reading %s", path);
             }
             buf = bigger;
-            cap *= 2;
+            cap = ncap;
         }
         ssize_t r = read(fd, buf + n, cap - n);
         if (r < 0) {

@@ -6,8 +6,7 @@
  * minizip and rejects the file when minizip sees anything else: two independent parsers agreeing
  * is the check that our own parser has no blind spot an attacker could use.
  *
- * On-disk format (all integers little-endian; the layout torch 2.6 writes, reference pth-format.md
- * section 2.3):
+ * On-disk format (all integers little-endian; the layout torch 2.6 writes, docs/internals/zip.md):
  *
  *   [local record]*  central directory  [zip64 end record  zip64 locator]  end record [comment]
  *
@@ -57,6 +56,9 @@
  * stream that fails or runs long is not an error to it. Overlaps, gaps, descriptors, duplicate
  * names and the local copies of the central fields it never looks at.
  *
+ * This file parses the container and answers lookups; zip_minizip.c holds the cross-check with
+ * minizip and zip_data.c the reading of record bytes (zip_int.h lists what they share).
+ *
  * Invariants of an open ptc__zip (the rules themselves are listed in archive.h):
  *   - entries[] is in central-directory order, names[] holds every name NUL-terminated, and
  *     by_name[] holds every entry sorted by its ASCII-case-folded record name, so a lookup is a
@@ -70,87 +72,16 @@
  * allocation hooks), minizip's small per-archive and per-record buffers through the C library,
  * because minizip 1.1 offers no allocation hooks. Those are fixed sizes, never sized by the file.
  */
-#define ZLIB_CONST
-#include "archive/archive.h"
+#include "archive/zip_int.h"
 
+#include <stdio.h>
 #include <string.h>
-
-#include <minizip/unzip.h>
-#include <zlib.h>
-
-/* ---- format constants ------------------------------------------------------------------------ */
-
-#define SIG_LOCAL 0x04034b50u
-#define SIG_CENTRAL 0x02014b50u
-#define SIG_DESCRIPTOR 0x08074b50u
-#define SIG_END 0x06054b50u
-#define SIG_END64 0x06064b50u
-#define SIG_LOCATOR64 0x07064b50u
-
-#define LOCAL_LEN 30u
-#define CENTRAL_LEN 46u
-#define END_LEN 22u
-#define END64_LEN 56u
-#define END64_RECORD_SIZE 44u /* the record size field counts the bytes after itself */
-#define LOCATOR64_LEN 20u
-#define MAX_COMMENT 65535u
-
-#define EXTRA_ZIP64 0x0001u
-#define U32_SENTINEL 0xFFFFFFFFu
-#define U16_SENTINEL 0xFFFFu
-
-#define FLAG_ENCRYPTED 0x0001u
-#define FLAG_DESCRIPTOR 0x0008u
-#define FLAG_PATCH 0x0020u
-#define FLAG_STRONG_ENCRYPTION 0x0040u
-#define FLAG_UTF8 0x0800u
-#define FLAG_CD_ENCRYPTED 0x2000u
-
-#define METHOD_STORED 0u
-#define METHOD_DEFLATED 8u
-
-/* Streaming buffers for callback sources and for CRC checks that keep no output. */
-#define IO_CHUNK (64u * 1024u)
-/* zlib counts input and output in uInt; larger spans are fed in pieces of this size. */
-#define ZLIB_SPAN (1u << 30)
-/* A local header with the longest name and extra field the 16-bit lengths allow. */
-#define LOCAL_MAX (LOCAL_LEN + 2u * 65535u)
-
-struct ptc__zip {
-    ptc__source *src;
-    const uint8_t *map;       /* the whole file when addressable, else NULL */
-    uint64_t size;            /* of the file */
-    ptc__budget *budget;      /* may be NULL */
-    ptc_limits limits;
-    uint64_t cd_offset;       /* first byte of the central directory */
-    uint64_t cd_size;
-    uint64_t comment_offset;  /* the archive comment */
-    uint64_t comment_len;
-    size_t n;                 /* entries */
-    ptc__zip_entry *entries;  /* [n], central-directory order */
-    char *names;              /* names_len bytes: every name, NUL-terminated */
-    uint64_t names_len;
-    char *prefix;             /* without the trailing '/' */
-    size_t prefix_len;
-    const ptc__zip_entry **by_name; /* [n], sorted by case-folded record name */
-};
-
-/* What the open needs to remember about each central entry beyond ptc__zip_entry, only while it
- * checks the local headers and compares with minizip. */
-typedef struct central_aux {
-    uint64_t pos;      /* file offset of the central entry */
-    uint8_t sentinels; /* SENT_* bits: 32-bit fields that held 0xFFFFFFFF */
-} central_aux;
-
-#define SENT_SIZE 1u
-#define SENT_COMP_SIZE 2u
-#define SENT_OFFSET 4u
 
 /* ---- memory charged to the budget ------------------------------------------------------------ */
 
 /* Allocates n bytes (n sized by the file) after charging them to the budget; NULL with *rc and
  * err set when the budget or the allocator refuses. */
-static void *take(ptc__zip *z, uint64_t n, int *rc, ptc_error *err)
+void *ptc__zip_take(ptc__zip *z, uint64_t n, int *rc, ptc_error *err)
 {
     *rc = ptc__budget_take(z->budget, n, err, "", -1);
     if (*rc < 0)
@@ -164,28 +95,12 @@ static void *take(ptc__zip *z, uint64_t n, int *rc, ptc_error *err)
     return p;
 }
 
-static void give(ptc__zip *z, void *p, uint64_t n)
+void ptc__zip_give(ptc__zip *z, void *p, uint64_t n)
 {
     if (!p)
         return;
     ptc__free(p);
     ptc__budget_give(z->budget, n);
-}
-
-/* zlib's allocation hooks, so that inflate's state goes through the replaceable allocator. */
-static voidpf zlib_alloc(voidpf opaque, uInt items, uInt size)
-{
-    (void)opaque;
-    size_t total;
-    if (__builtin_mul_overflow((size_t)items, (size_t)size, &total))
-        return Z_NULL;
-    return ptc__malloc(total);
-}
-
-static void zlib_free(voidpf opaque, voidpf p)
-{
-    (void)opaque;
-    ptc__free(p);
 }
 
 /* ---- errors ---------------------------------------------------------------------------------- */
@@ -211,9 +126,7 @@ static int vrec_err(ptc_error *err, bool stricter, int code, const ptc__zip_entr
     return ERR_IF(stricter, code, member, -1, "%s", msg);
 }
 
-static int rec_err(ptc_error *err, int code, const ptc__zip_entry *e, const char *fmt, ...)
-    PTC_PRINTF(4, 5);
-static int rec_err(ptc_error *err, int code, const ptc__zip_entry *e, const char *fmt, ...)
+int ptc__zip_rec_err(ptc_error *err, int code, const ptc__zip_entry *e, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -222,10 +135,8 @@ static int rec_err(ptc_error *err, int code, const ptc__zip_entry *e, const char
     return code;
 }
 
-static int rec_stricter(ptc_error *err, bool stricter, int code, const ptc__zip_entry *e,
-                        const char *fmt, ...) PTC_PRINTF(5, 6);
-static int rec_stricter(ptc_error *err, bool stricter, int code, const ptc__zip_entry *e,
-                        const char *fmt, ...)
+int ptc__zip_rec_stricter(ptc_error *err, bool stricter, int code, const ptc__zip_entry *e,
+                          const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -277,7 +188,7 @@ static bool fold_prefix(const char *s, const char *prefix)
 }
 
 /* Records whose bytes torch 2.6 interprets (a damaged one can make it fail in any way). */
-static bool torch_parses(const ptc__zip_entry *e)
+bool ptc__zip_torch_parses(const ptc__zip_entry *e)
 {
     return fold_cmp(e->record, "data.pkl") == 0 || fold_cmp(e->record, "version") == 0 ||
            fold_cmp(e->record, ".data/version") == 0 || fold_cmp(e->record, "byteorder") == 0;
@@ -285,9 +196,9 @@ static bool torch_parses(const ptc__zip_entry *e)
 
 /* Records torch 2.6 may read at all: those, the serialization id, and the storages (which of them
  * the pickle names is not known here). miniz refuses an unreadable one only when it is read. */
-static bool torch_reads(const ptc__zip_entry *e)
+bool ptc__zip_torch_reads(const ptc__zip_entry *e)
 {
-    return torch_parses(e) || fold_cmp(e->record, ".data/serialization_id") == 0 ||
+    return ptc__zip_torch_parses(e) || fold_cmp(e->record, ".data/serialization_id") == 0 ||
            fold_prefix(e->record, "data/");
 }
 
@@ -338,7 +249,7 @@ static int read_end(ptc__zip *z, ptc_error *err)
     uint8_t *owned = NULL;
     const uint8_t *win;
     int rc;
-    if (!z->map && !(owned = take(z, win_len, &rc, err)))
+    if (!z->map && !(owned = ptc__zip_take(z, win_len, &rc, err)))
         return rc;
     if ((rc = view(z, win_off, (size_t)win_len, owned, &win, err)) < 0)
         goto done;
@@ -538,7 +449,7 @@ static int read_end(ptc__zip *z, ptc_error *err)
     z->comment_len = comment;
     rc = 0;
 done:
-    give(z, owned, win_len);
+    ptc__zip_give(z, owned, win_len);
     return rc;
 }
 
@@ -703,7 +614,7 @@ static int check_name(ptc__zip *z, const uint8_t *s, size_t n, uint16_t flags, s
                             "<prefix>/<record>");
         size_t plen = (size_t)(slash - s);
         int rc;
-        if (!(z->prefix = take(z, plen + 1, &rc, err)))
+        if (!(z->prefix = ptc__zip_take(z, plen + 1, &rc, err)))
             return rc;
         memcpy(z->prefix, s, plen);
         z->prefix[plen] = '\0';
@@ -781,7 +692,7 @@ static int read_central(ptc__zip *z, const uint8_t *cd, central_aux *aux, ptc_er
 
         /* miniz takes disk 1 for the only disk too. */
         if (disk != 0)
-            return rec_stricter(err, disk == 1, PTC_EFORMAT, e,
+            return ptc__zip_rec_stricter(err, disk == 1, PTC_EFORMAT, e,
                                 "central entry at 0x%llx starts on disk %u", (unsigned long long)at,
                                 disk);
         /* The zip64 field holds a u64 for each 32-bit field that is 0xFFFFFFFF, in this order,
@@ -793,15 +704,15 @@ static int read_central(ptc__zip *z, const uint8_t *cd, central_aux *aux, ptc_er
         extra_fields x;
         const char *why = parse_extra(name + nlen, xlen, &x);
         if (why)
-            return rec_stricter(err, need == 0 || x.zip64, PTC_EFORMAT, e,
+            return ptc__zip_rec_stricter(err, need == 0 || x.zip64, PTC_EFORMAT, e,
                                 "central entry at 0x%llx: %s", (unsigned long long)at, why);
         if (need > 0 && !x.zip64)
-            return rec_err(err, PTC_EFORMAT, e,
+            return ptc__zip_rec_err(err, PTC_EFORMAT, e,
                            "central entry at 0x%llx has a 0xFFFFFFFF size or offset but no "
                            "zip64 extra field",
                            (unsigned long long)at);
         if (x.zip64 && x.zip64_len != 8u * need)
-            return rec_stricter(err, x.zip64_len > 8u * need, PTC_EFORMAT, e,
+            return ptc__zip_rec_stricter(err, x.zip64_len > 8u * need, PTC_EFORMAT, e,
                                 "central entry at 0x%llx: zip64 extra field of %u bytes, but its "
                                 "0xFFFFFFFF fields call for %u",
                                 (unsigned long long)at, x.zip64_len, 8u * need);
@@ -825,20 +736,20 @@ static int read_central(ptc__zip *z, const uint8_t *cd, central_aux *aux, ptc_er
 
         /* miniz refuses an encrypted central directory when it opens the archive, and an
          * encrypted, patch or otherwise compressed record when torch reads it. */
-        bool unread = !torch_reads(e);
+        bool unread = !ptc__zip_torch_reads(e);
         if (flags & (FLAG_ENCRYPTED | FLAG_STRONG_ENCRYPTION | FLAG_CD_ENCRYPTED))
-            return rec_stricter(err, unread && !(flags & FLAG_CD_ENCRYPTED), PTC_EFORMAT, e,
-                                "encrypted record (flags 0x%04x)", flags);
+            return ptc__zip_rec_stricter(err, unread && !(flags & FLAG_CD_ENCRYPTED), PTC_EFORMAT,
+                                         e, "encrypted record (flags 0x%04x)", flags);
         if (flags & FLAG_PATCH)
-            return rec_stricter(err, unread, PTC_EFORMAT, e, "patch data record (flags 0x%04x)",
-                                flags);
+            return ptc__zip_rec_stricter(err, unread, PTC_EFORMAT, e,
+                                         "patch data record (flags 0x%04x)", flags);
         if (method != METHOD_STORED && method != METHOD_DEFLATED)
-            return rec_stricter(err, unread, PTC_EFORMAT, e,
+            return ptc__zip_rec_stricter(err, unread, PTC_EFORMAT, e,
                                 "compression method %u is not supported (only 0 stored and 8 "
                                 "deflated)",
                                 method);
         if (method == METHOD_STORED && e->comp_size != e->size)
-            return rec_err(err, PTC_EFORMAT, e,
+            return ptc__zip_rec_err(err, PTC_EFORMAT, e,
                            "stored record with %llu bytes in the file but a size of %llu",
                            (unsigned long long)e->comp_size, (unsigned long long)e->size);
         /* Limits are ptc's own; miniz refuses only a size without compressed bytes. */
@@ -846,24 +757,24 @@ static int read_central(ptc__zip *z, const uint8_t *cd, central_aux *aux, ptc_er
         if (method == METHOD_DEFLATED) {
             uint64_t cap;
             if (e->size > z->limits.max_inflated_bytes)
-                return rec_stricter(err, mz_sizes_ok, PTC_ELIMIT, e,
+                return ptc__zip_rec_stricter(err, mz_sizes_ok, PTC_ELIMIT, e,
                                     "inflates to %llu bytes, more than the limit of %llu",
                                     (unsigned long long)e->size,
                                     (unsigned long long)z->limits.max_inflated_bytes);
             if (ptc__mul_u64_ok(e->comp_size, z->limits.max_inflate_ratio, &cap) && e->size > cap)
-                return rec_stricter(err, mz_sizes_ok, PTC_ELIMIT, e,
+                return ptc__zip_rec_stricter(err, mz_sizes_ok, PTC_ELIMIT, e,
                                     "inflates %llu bytes to %llu, beyond the ratio limit of %u",
                                     (unsigned long long)e->comp_size, (unsigned long long)e->size,
                                     z->limits.max_inflate_ratio);
         }
         /* miniz reads nothing of a directory entry. */
         if (nlen > 0 && name[nlen - 1] == '/' && (e->size != 0 || e->comp_size != 0))
-            return rec_stricter(err, mz_sizes_ok, PTC_EFORMAT, e,
+            return ptc__zip_rec_stricter(err, mz_sizes_ok, PTC_EFORMAT, e,
                                 "directory entry holds %llu bytes",
                                 (unsigned long long)e->comp_size);
         /* miniz only needs the local header and the data inside the file. */
         if (e->header_offset >= z->cd_offset || e->comp_size > z->cd_offset)
-            return rec_stricter(err, in_file(z, e->header_offset, LOCAL_LEN, e->comp_size),
+            return ptc__zip_rec_stricter(err, in_file(z, e->header_offset, LOCAL_LEN, e->comp_size),
                                 PTC_EFORMAT, e,
                                 "local header at 0x%llx with %llu bytes of data does not lie "
                                 "before the central directory at 0x%llx",
@@ -885,22 +796,23 @@ static int index_names(ptc__zip *z, ptc_error *err)
 {
     uint64_t tmp_len = (uint64_t)z->n * sizeof *z->by_name;
     int rc;
-    const ptc__zip_entry **tmp = take(z, tmp_len, &rc, err);
+    const ptc__zip_entry **tmp = ptc__zip_take(z, tmp_len, &rc, err);
     if (!tmp)
         return rc;
     for (size_t i = 0; i < z->n; i++)
         z->by_name[i] = &z->entries[i];
     sort_entries(z->by_name, tmp, z->n, cmp_by_name);
-    give(z, tmp, tmp_len);
+    ptc__zip_give(z, tmp, tmp_len);
     for (size_t i = 1; i < z->n; i++) {
         const ptc__zip_entry *a = z->by_name[i - 1], *b = z->by_name[i];
         if (fold_cmp(a->record, b->record) != 0)
             continue;
         if (strcmp(a->name, b->name) == 0)
-            return rec_stricter(err, true, PTC_EFORMAT, b, "the archive holds this name twice");
+            return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, b,
+                                         "the archive holds this name twice");
         char other[96];
         ptc__escape(other, sizeof other, a->record, strlen(a->record), true);
-        return rec_stricter(err, true, PTC_EFORMAT, b,
+        return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, b,
                             "name differs only in letter case from \"%s\"", other);
     }
     return 0;
@@ -924,33 +836,33 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
 {
     uint64_t at = e->header_offset;
     const uint8_t *h;
-    bool unread = !torch_reads(e);
+    bool unread = !ptc__zip_torch_reads(e);
     if (z->cd_offset < LOCAL_LEN || at > z->cd_offset - LOCAL_LEN)
-        return rec_stricter(err, unread, PTC_EFORMAT, e,
+        return ptc__zip_rec_stricter(err, unread, PTC_EFORMAT, e,
                             "local header at 0x%llx runs into the central directory",
                             (unsigned long long)at);
     int rc = view(z, at, LOCAL_LEN, scratch, &h, err);
     if (rc < 0)
         return rc;
     if (ptc__le32(h) != SIG_LOCAL)
-        return rec_stricter(err, unread, PTC_EFORMAT, e,
+        return ptc__zip_rec_stricter(err, unread, PTC_EFORMAT, e,
                             "no local header at 0x%llx (signature 0x%08x)", (unsigned long long)at,
                             ptc__le32(h));
     uint16_t flags = ptc__le16(h + 6), method = ptc__le16(h + 8);
     uint32_t crc = ptc__le32(h + 14), csize = ptc__le32(h + 18), usize = ptc__le32(h + 22);
     uint16_t nlen = ptc__le16(h + 26), xlen = ptc__le16(h + 28);
     if (flags != e->flags)
-        return rec_stricter(err, true, PTC_EFORMAT, e,
+        return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
                             "local header flags 0x%04x differ from the central directory's "
                             "0x%04x",
                             flags, e->flags);
     if (method != e->method)
-        return rec_stricter(err, true, PTC_EFORMAT, e,
+        return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
                             "local header method %u differs from the central directory's %u",
                             method, e->method);
     uint64_t data;
     if (!ptc__add_u64_ok(at, (uint64_t)LOCAL_LEN + nlen + xlen, &data) || data > z->cd_offset)
-        return rec_stricter(
+        return ptc__zip_rec_stricter(
             err, unread || in_file(z, at, LOCAL_LEN + nlen + xlen, e->comp_size), PTC_EFORMAT, e,
             "local header at 0x%llx runs into the central directory", (unsigned long long)at);
     const uint8_t *var;
@@ -962,7 +874,7 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
         /* The local name passed no rule, so it is shown with every non-ASCII byte escaped. */
         char shown[96];
         ptc__escape(shown, sizeof shown, var, nlen, false);
-        return rec_stricter(err, true, PTC_EFORMAT, e,
+        return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
                             "local header at 0x%llx names \"%s\", the central directory another "
                             "name",
                             (unsigned long long)at, shown);
@@ -970,16 +882,17 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
     extra_fields x;
     const char *why = parse_extra(var + nlen, xlen, &x);
     if (why)
-        return rec_stricter(err, true, PTC_EFORMAT, e, "local header at 0x%llx: %s",
+        return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e, "local header at 0x%llx: %s",
                             (unsigned long long)at, why);
     bool local_zip64 = x.zip64 != NULL;
     e->local_extra_len = xlen;
 
     uint64_t data_end;
     if (!ptc__add_u64_ok(data, e->comp_size, &data_end) || data_end > z->cd_offset)
-        return rec_stricter(err, unread || in_file(z, data, e->comp_size, 0), PTC_EFORMAT, e,
-                            "%llu bytes of data at 0x%llx run into the central directory",
-                            (unsigned long long)e->comp_size, (unsigned long long)data);
+        return ptc__zip_rec_stricter(err, unread || in_file(z, data, e->comp_size, 0),
+                                     PTC_EFORMAT, e,
+                                     "%llu bytes of data at 0x%llx run into the central directory",
+                                     (unsigned long long)e->comp_size, (unsigned long long)data);
     e->data_offset = data;
 
     if (!(flags & FLAG_DESCRIPTOR)) {
@@ -994,7 +907,7 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
         uint64_t lu = usize, lc = csize, ku = usize, kc = csize;
         if (lz_u || lz_c) {
             if (!local_zip64 || x.zip64_len < 16)
-                return rec_stricter(err, true, PTC_EFORMAT, e,
+                return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
                                     "local header at 0x%llx has a 0xFFFFFFFF size but no zip64 "
                                     "sizes",
                                     (unsigned long long)at);
@@ -1005,7 +918,7 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
         }
         bool cz = (sent & (SENT_SIZE | SENT_COMP_SIZE)) != 0;
         if (crc != e->crc32 || lu != e->size || lc != e->comp_size)
-            return rec_stricter(err, true, PTC_EFORMAT, e,
+            return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
                                 "local header at 0x%llx (crc 0x%08x, %llu/%llu bytes%s) disagrees "
                                 "with the central directory (crc 0x%08x, %llu/%llu bytes%s)",
                                 (unsigned long long)at, crc, (unsigned long long)lc,
@@ -1013,7 +926,7 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
                                 e->crc32, (unsigned long long)e->comp_size,
                                 (unsigned long long)e->size, cz ? " with zip64 sizes" : "");
         if (ku != lu || kc != lc)
-            return rec_stricter(err, true, PTC_EFORMAT, e,
+            return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
                                 "local header at 0x%llx reads as %llu/%llu bytes or as %llu/%llu: "
                                 "one size is 0xFFFFFFFF, the other not, and readers take the "
                                 "zip64 field differently",
@@ -1029,7 +942,7 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
      * from the descriptor or the central directory. Its presence only widens the descriptor. */
     if (!deferred_ok(crc, e->crc32, false) || !deferred_ok(csize, e->comp_size, local_zip64) ||
         !deferred_ok(usize, e->size, local_zip64))
-        return rec_stricter(err, true, PTC_EFORMAT, e,
+        return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
                             "local header at 0x%llx (crc 0x%08x, %u/%u bytes, with a data "
                             "descriptor) disagrees with the central directory (crc 0x%08x, "
                             "%llu/%llu bytes)",
@@ -1056,7 +969,7 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
             return 0;
         }
     }
-    return rec_stricter(err, true, PTC_EFORMAT, e,
+    return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
                         "no data descriptor at 0x%llx that matches the central directory (crc "
                         "0x%08x, %llu/%llu bytes)",
                         (unsigned long long)data_end, e->crc32, (unsigned long long)e->comp_size,
@@ -1071,10 +984,10 @@ static int read_locals(ptc__zip *z, const central_aux *aux, ptc_error *err)
     uint8_t *scratch = NULL;
     uint64_t order_len = (uint64_t)z->n * sizeof *order;
     int rc;
-    if (!(order = take(z, order_len, &rc, err)))
+    if (!(order = ptc__zip_take(z, order_len, &rc, err)))
         return rc;
-    if (!(tmp = take(z, order_len, &rc, err)) ||
-        (!z->map && !(scratch = take(z, LOCAL_MAX, &rc, err))))
+    if (!(tmp = ptc__zip_take(z, order_len, &rc, err)) ||
+        (!z->map && !(scratch = ptc__zip_take(z, LOCAL_MAX, &rc, err))))
         goto done;
     for (size_t i = 0; i < z->n; i++)
         order[i] = &z->entries[i];
@@ -1084,14 +997,14 @@ static int read_locals(ptc__zip *z, const central_aux *aux, ptc_error *err)
     for (size_t i = 0; i < z->n; i++) {
         ptc__zip_entry *e = &z->entries[order[i] - z->entries];
         if (e->header_offset < expect) {
-            rc = rec_stricter(err, true, PTC_EFORMAT, e,
+            rc = ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
                               "local record at 0x%llx overlaps the record before it, which ends "
                               "at 0x%llx",
                               (unsigned long long)e->header_offset, (unsigned long long)expect);
             goto done;
         }
         if (e->header_offset > expect) {
-            rc = rec_stricter(err, true, PTC_EFORMAT, e,
+            rc = ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
                               "%llu unaccounted bytes at 0x%llx before this record's local "
                               "header",
                               (unsigned long long)(e->header_offset - expect),
@@ -1111,365 +1024,9 @@ static int read_locals(ptc__zip *z, const central_aux *aux, ptc_error *err)
     }
     rc = 0;
 done:
-    give(z, scratch, LOCAL_MAX);
-    give(z, tmp, order_len);
-    give(z, order, order_len);
-    return rc;
-}
-
-/* ---- the second opinion: minizip ------------------------------------------------------------- */
-
-/* minizip reads through these callbacks; a callback source is served from a window so that
- * minizip's many small reads do not each become a call to the caller's function. */
-typedef struct mz_io {
-    ptc__zip *z;
-    uint64_t pos;
-    uint8_t *win;     /* IO_CHUNK bytes, callback sources only */
-    uint64_t win_off;
-    size_t win_len;
-    int failed;       /* a source read failed; its detail is in io_err */
-    ptc_error io_err;
-} mz_io;
-
-static voidpf ZCALLBACK mz_open(voidpf opaque, const void *filename, int mode)
-{
-    (void)filename;
-    (void)mode;
-    return opaque;
-}
-
-static uLong ZCALLBACK mz_read(voidpf opaque, voidpf stream, void *buf, uLong size)
-{
-    (void)stream;
-    mz_io *io = opaque;
-    ptc__zip *z = io->z;
-    if (io->failed || io->pos >= z->size)
-        return 0;
-    uint64_t n = z->size - io->pos < size ? z->size - io->pos : size;
-    if (z->map && n == 1) {
-        /* minizip 1.1 reads headers one byte at a time; this is most calls. */
-        *(uint8_t *)buf = z->map[io->pos];
-    } else if (z->map) {
-        memcpy(buf, z->map + io->pos, (size_t)n);
-    } else if (io->pos >= io->win_off && io->pos - io->win_off + n <= io->win_len) {
-        memcpy(buf, io->win + (io->pos - io->win_off), (size_t)n);
-    } else if (n >= IO_CHUNK) {
-        if (ptc__source_read(z->src, io->pos, buf, (size_t)n, &io->io_err) < 0) {
-            io->failed = 1;
-            return 0;
-        }
-    } else {
-        uint64_t fill = z->size - io->pos < IO_CHUNK ? z->size - io->pos : IO_CHUNK;
-        io->win_len = 0;
-        if (ptc__source_read(z->src, io->pos, io->win, (size_t)fill, &io->io_err) < 0) {
-            io->failed = 1;
-            return 0;
-        }
-        io->win_off = io->pos;
-        io->win_len = (size_t)fill;
-        memcpy(buf, io->win, (size_t)n);
-    }
-    io->pos += n;
-    return (uLong)n;
-}
-
-static uLong ZCALLBACK mz_write(voidpf opaque, voidpf stream, const void *buf, uLong size)
-{
-    (void)opaque;
-    (void)stream;
-    (void)buf;
-    (void)size;
-    return 0;
-}
-
-static ZPOS64_T ZCALLBACK mz_tell(voidpf opaque, voidpf stream)
-{
-    (void)stream;
-    return ((mz_io *)opaque)->pos;
-}
-
-static long ZCALLBACK mz_seek(voidpf opaque, voidpf stream, ZPOS64_T offset, int origin)
-{
-    (void)stream;
-    mz_io *io = opaque;
-    /* minizip moves backwards with SEEK_CUR by passing a negative offset cast to unsigned, so
-     * the position is computed modulo 2^64 on purpose. */
-    switch (origin) {
-    case ZLIB_FILEFUNC_SEEK_SET: io->pos = offset; return 0;
-    case ZLIB_FILEFUNC_SEEK_CUR: io->pos += offset; return 0;
-    case ZLIB_FILEFUNC_SEEK_END: io->pos = io->z->size + offset; return 0;
-    default: return -1;
-    }
-}
-
-static int ZCALLBACK mz_close(voidpf opaque, voidpf stream)
-{
-    (void)opaque;
-    (void)stream;
-    return 0;
-}
-
-static int ZCALLBACK mz_error(voidpf opaque, voidpf stream)
-{
-    (void)stream;
-    return ((mz_io *)opaque)->failed;
-}
-
-static int disagree(ptc_error *err, const ptc__zip_entry *e, const char *what)
-{
-    if (e)
-        return rec_err(err, PTC_EFORMAT, e, "ptc and minizip disagree: %s", what);
-    return ptc__err(err, PTC_EFORMAT, "", -1, "ptc and minizip disagree: %s", what);
-}
-
-/* A value minizip read for a 32-bit central field. minizip 1.1 as Debian ships it does not apply
- * zip64 extra fields on LP64 hosts (it compares the field with (unsigned long)-1, not with
- * 0xFFFFFFFF), so for a field that held the sentinel it reports the sentinel itself; newer
- * minizip reports the real value. Either is agreement; any other value is not. */
-static bool mz_same(uint64_t theirs, uint64_t ours, bool sentinel)
-{
-    return theirs == ours || (sentinel && theirs == U32_SENTINEL);
-}
-
-/* Opens the archive with minizip and requires the same entries, in the same order, with the same
- * names, sizes, methods, flags, CRCs, central positions and data offsets. Where a local header
- * lies beyond 4 GiB, a minizip that ignores zip64 fields cannot find it (see mz_same), and where
- * it kept a size's sentinel it refuses a plain local size; for those entries the data offset is
- * compared only when minizip does accept the header. */
-static int cross_check(ptc__zip *z, const central_aux *aux, ptc_error *err)
-{
-    mz_io io;
-    memset(&io, 0, sizeof io);
-    io.z = z;
-    const uint64_t name_cap = 65536u;
-    int rc;
-    char *name = take(z, name_cap, &rc, err);
-    if (!name)
-        return rc;
-    if (!z->map && !(io.win = take(z, IO_CHUNK, &rc, err))) {
-        give(z, name, name_cap);
-        return rc;
-    }
-    zlib_filefunc64_def fns = {mz_open, mz_read, mz_write, mz_tell, mz_seek,
-                               mz_close, mz_error, &io};
-    unzFile uf = unzOpen2_64("", &fns);
-    if (!uf) {
-        rc = disagree(err, NULL, "minizip cannot open the archive");
-        goto done;
-    }
-    unz_global_info64 gi;
-    if (unzGetGlobalInfo64(uf, &gi) != UNZ_OK || gi.number_entry != z->n) {
-        rc = disagree(err, NULL, "minizip counts a different number of entries");
-        goto done;
-    }
-    int mrc = unzGoToFirstFile(uf);
-    for (size_t i = 0; i < z->n; i++) {
-        const ptc__zip_entry *e = &z->entries[i];
-        if (mrc != UNZ_OK) {
-            rc = disagree(err, e, "minizip cannot read this central directory entry");
-            goto done;
-        }
-        unz_file_info64 info;
-        if (unzGetCurrentFileInfo64(uf, &info, name, (uLong)name_cap, NULL, 0, NULL, 0) !=
-            UNZ_OK) {
-            rc = disagree(err, e, "minizip cannot read this central directory entry");
-            goto done;
-        }
-        size_t nlen = strlen(e->name);
-        if (info.size_filename != nlen || memcmp(name, e->name, nlen) != 0) {
-            rc = disagree(err, e, "minizip reads another name here");
-            goto done;
-        }
-        unsigned sent = aux[i].sentinels;
-        if (!mz_same(info.compressed_size, e->comp_size, sent & SENT_COMP_SIZE) ||
-            !mz_same(info.uncompressed_size, e->size, sent & SENT_SIZE) ||
-            info.compression_method != e->method || info.flag != e->flags ||
-            info.crc != e->crc32) {
-            rc = disagree(err, e, "minizip reads other sizes, method, flags or CRC");
-            goto done;
-        }
-        if (unzGetOffset64(uf) != aux[i].pos) {
-            rc = disagree(err, e, "minizip finds this entry elsewhere in the central directory");
-            goto done;
-        }
-        /* A minizip that kept a size's sentinel (see mz_same) compares the local size with the
-         * sentinel when there is no descriptor, and so rejects plain local sizes beside zip64
-         * central ones, which read_local found equal by value. */
-        bool mz_kept = !(e->flags & FLAG_DESCRIPTOR) &&
-                       (((sent & SENT_COMP_SIZE) && info.compressed_size == U32_SENTINEL) ||
-                        ((sent & SENT_SIZE) && info.uncompressed_size == U32_SENTINEL));
-        int method = 0, level = 0;
-        /* Opening in raw mode reads the local header (as minizip checks it) without inflating. */
-        if (unzOpenCurrentFile2(uf, &method, &level, 1) != UNZ_OK) {
-            if ((sent & SENT_OFFSET) || mz_kept) {
-                mrc = unzGoToNextFile(uf);
-                continue;
-            }
-            rc = disagree(err, e, "minizip rejects the local header");
-            goto done;
-        }
-        ZPOS64_T data = unzGetCurrentFileZStreamPos64(uf);
-        unzCloseCurrentFile(uf);
-        if (data != e->data_offset) {
-            rc = disagree(err, e, "minizip finds the data at another offset");
-            goto done;
-        }
-        mrc = unzGoToNextFile(uf);
-    }
-    if (mrc == UNZ_OK) {
-        rc = disagree(err, NULL, "minizip reads more entries");
-        goto done;
-    }
-    rc = 0;
-done:
-    if (uf)
-        unzClose(uf);
-    /* A failing read callback is an I/O error, not a disagreement; report it as such. */
-    if (rc < 0 && io.failed && err)
-        *err = io.io_err;
-    if (rc < 0 && io.failed)
-        rc = io.io_err.code ? io.io_err.code : PTC_EIO;
-    give(z, io.win, IO_CHUNK);
-    give(z, name, name_cap);
-    return rc;
-}
-
-/* ---- record bytes ---------------------------------------------------------------------------- */
-
-/* Inflates e's raw deflate data. With dst (e->size bytes) the output lands there; without it the
- * output only feeds the CRC. Fails unless the stream ends exactly at e->size bytes of output and
- * exactly at the end of its compressed bytes, and unless the CRC-32 matches. miniz (as torch
- * calls it) stops at the declared size, ignores what follows the stream, checks no CRC, and
- * reports no error for a stream that breaks off or is corrupt (torch then uses what came out); it
- * refuses only a stream that ends short of the declared size, in a record it reads. */
-static int inflate_record(ptc__zip *z, const ptc__zip_entry *e, uint8_t *dst, ptc_error *err)
-{
-    uint8_t *in = NULL, *out = NULL, probe[1];
-    z_stream s;
-    memset(&s, 0, sizeof s);
-    s.zalloc = zlib_alloc;
-    s.zfree = zlib_free;
-    bool live = false;
-    int rc;
-    if (!z->map && !(in = take(z, IO_CHUNK, &rc, err)))
-        goto done;
-    if (!dst && !(out = take(z, IO_CHUNK, &rc, err)))
-        goto done;
-    int zrc = inflateInit2(&s, -MAX_WBITS);
-    if (zrc != Z_OK) {
-        rc = rec_err(err, zrc == Z_MEM_ERROR ? PTC_ENOMEM : PTC_EFORMAT, e,
-                     "cannot start inflating (zlib error %d)", zrc);
-        goto done;
-    }
-    live = true;
-
-    uint64_t in_pos = e->data_offset, in_left = e->comp_size, total = 0;
-    uLong crc = crc32(0L, Z_NULL, 0);
-    for (;;) {
-        if (s.avail_in == 0 && in_left > 0) {
-            uint64_t span = z->map ? ZLIB_SPAN : IO_CHUNK;
-            size_t n = (size_t)(in_left < span ? in_left : span);
-            if (z->map) {
-                s.next_in = z->map + in_pos;
-            } else {
-                if ((rc = ptc__source_read(z->src, in_pos, in, n, err)) < 0)
-                    goto done;
-                s.next_in = in;
-            }
-            s.avail_in = (uInt)n;
-            in_pos += n;
-            in_left -= n;
-        }
-        if (s.avail_out == 0) {
-            /* Once the declared size is reached, one more byte of room tells whether the stream
-             * would produce more. */
-            uint64_t room = e->size - total;
-            if (room == 0) {
-                s.next_out = probe;
-                s.avail_out = 1;
-            } else {
-                uint64_t span = dst ? ZLIB_SPAN : IO_CHUNK;
-                s.next_out = dst ? dst + total : out;
-                s.avail_out = (uInt)(room < span ? room : span);
-            }
-        }
-        uint8_t *start = s.next_out;
-        uInt before = s.avail_out;
-        zrc = inflate(&s, Z_NO_FLUSH);
-        size_t made = before - s.avail_out;
-        if (made > 0) {
-            if (start == probe) {
-                rc = rec_stricter(err, true, PTC_EFORMAT, e,
-                                  "inflates to more than the declared %llu bytes",
-                                  (unsigned long long)e->size);
-                goto done;
-            }
-            crc = ptc__crc32((uint32_t)crc, start, made);
-            total += made;
-        }
-        if (zrc == Z_STREAM_END)
-            break;
-        if (zrc == Z_OK)
-            continue;
-        if (zrc == Z_MEM_ERROR)
-            rc = rec_err(err, PTC_ENOMEM, e, "out of memory inflating");
-        else if (zrc == Z_BUF_ERROR && s.avail_in == 0 && in_left == 0)
-            rc = rec_stricter(err, !torch_parses(e), PTC_EFORMAT, e,
-                              "deflate stream is cut short after %llu of %llu bytes",
-                              (unsigned long long)total, (unsigned long long)e->size);
-        else
-            rc = rec_stricter(err, !torch_parses(e), PTC_EFORMAT, e, "corrupt deflate data: %s",
-                              s.msg ? s.msg : "zlib error");
-        goto done;
-    }
-    if (total != e->size) {
-        rc = rec_stricter(err, !torch_reads(e), PTC_EFORMAT, e,
-                          "inflates to %llu bytes, but the declared size is %llu",
-                          (unsigned long long)total, (unsigned long long)e->size);
-        goto done;
-    }
-    if (s.avail_in > 0 || in_left > 0) {
-        rc = rec_stricter(err, true, PTC_EFORMAT, e,
-                          "%llu bytes follow the end of the deflate stream",
-                          (unsigned long long)(s.avail_in + in_left));
-        goto done;
-    }
-    if ((uint32_t)crc != e->crc32) {
-        rc = rec_stricter(err, true, PTC_ECRC, e,
-                          "CRC-32 of the data is 0x%08x, the archive says 0x%08x", (uint32_t)crc,
-                          e->crc32);
-        goto done;
-    }
-    rc = 0;
-done:
-    if (live)
-        inflateEnd(&s);
-    give(z, out, IO_CHUNK);
-    give(z, in, IO_CHUNK);
-    return rc;
-}
-
-/* The CRC-32 of a stored record, read in place or in chunks. */
-static int crc_stored(ptc__zip *z, const ptc__zip_entry *e, uint32_t *out, ptc_error *err)
-{
-    uLong crc = crc32(0L, Z_NULL, 0);
-    if (z->map) {
-        *out = ptc__crc32((uint32_t)crc, z->map + e->data_offset, (size_t)e->comp_size);
-        return 0;
-    }
-    int rc;
-    uint8_t *buf = take(z, IO_CHUNK, &rc, err);
-    if (!buf)
-        return rc;
-    for (uint64_t done = 0; done < e->comp_size;) {
-        size_t n = (size_t)(e->comp_size - done < IO_CHUNK ? e->comp_size - done : IO_CHUNK);
-        if ((rc = ptc__source_read(z->src, e->data_offset + done, buf, n, err)) < 0)
-            break;
-        crc = ptc__crc32((uint32_t)crc, buf, n);
-        done += n;
-    }
-    give(z, buf, IO_CHUNK);
-    *out = (uint32_t)crc;
+    ptc__zip_give(z, scratch, LOCAL_MAX);
+    ptc__zip_give(z, tmp, order_len);
+    ptc__zip_give(z, order, order_len);
     return rc;
 }
 
@@ -1503,24 +1060,24 @@ int ptc__zip_open(ptc__zip **out, ptc__source *src, const ptc_limits *limits, pt
      * its name plus a NUL here, so names fit in cd_size - (CENTRAL_LEN - 1) * n bytes. */
     z->names_len = z->cd_size - (uint64_t)(CENTRAL_LEN - 1) * z->n;
     aux_len = (uint64_t)z->n * sizeof *aux;
-    if (!(z->entries = take(z, (uint64_t)z->n * sizeof *z->entries, &rc, err)) ||
-        !(z->names = take(z, z->names_len, &rc, err)) ||
-        !(z->by_name = take(z, (uint64_t)z->n * sizeof *z->by_name, &rc, err)) ||
-        !(aux = take(z, aux_len, &rc, err)))
+    if (!(z->entries = ptc__zip_take(z, (uint64_t)z->n * sizeof *z->entries, &rc, err)) ||
+        !(z->names = ptc__zip_take(z, z->names_len, &rc, err)) ||
+        !(z->by_name = ptc__zip_take(z, (uint64_t)z->n * sizeof *z->by_name, &rc, err)) ||
+        !(aux = ptc__zip_take(z, aux_len, &rc, err)))
         goto fail;
     memset(z->entries, 0, z->n * sizeof *z->entries);
-    if (!z->map && !(cd_owned = take(z, z->cd_size, &rc, err)))
+    if (!z->map && !(cd_owned = ptc__zip_take(z, z->cd_size, &rc, err)))
         goto fail;
     if ((rc = view(z, z->cd_offset, (size_t)z->cd_size, cd_owned, &cd, err)) < 0)
         goto fail;
     if ((rc = read_central(z, cd, aux, err)) < 0)
         goto fail;
-    give(z, cd_owned, z->cd_size);
+    ptc__zip_give(z, cd_owned, z->cd_size);
     cd_owned = NULL;
     if ((rc = index_names(z, err)) < 0 || (rc = read_locals(z, aux, err)) < 0 ||
-        (rc = cross_check(z, aux, err)) < 0)
+        (rc = ptc__zip_cross_check(z, aux, err)) < 0)
         goto fail;
-    give(z, aux, aux_len);
+    ptc__zip_give(z, aux, aux_len);
     aux = NULL;
     if (flags & PTC_OPEN_VERIFY_CRC) {
         for (size_t i = 0; i < z->n; i++)
@@ -1530,8 +1087,8 @@ int ptc__zip_open(ptc__zip **out, ptc__source *src, const ptc_limits *limits, pt
     *out = z;
     return 0;
 fail:
-    give(z, cd_owned, z->cd_size);
-    give(z, aux, aux_len);
+    ptc__zip_give(z, cd_owned, z->cd_size);
+    ptc__zip_give(z, aux, aux_len);
     ptc__zip_close(z);
     return rc;
 }
@@ -1540,10 +1097,10 @@ void ptc__zip_close(ptc__zip *z)
 {
     if (!z)
         return;
-    give(z, z->entries, (uint64_t)z->n * sizeof *z->entries);
-    give(z, z->names, z->names_len);
-    give(z, (void *)z->by_name, (uint64_t)z->n * sizeof *z->by_name);
-    give(z, z->prefix, (uint64_t)z->prefix_len + 1);
+    ptc__zip_give(z, z->entries, (uint64_t)z->n * sizeof *z->entries);
+    ptc__zip_give(z, z->names, z->names_len);
+    ptc__zip_give(z, (void *)z->by_name, (uint64_t)z->n * sizeof *z->by_name);
+    ptc__zip_give(z, z->prefix, (uint64_t)z->prefix_len + 1);
     ptc__free(z);
 }
 
@@ -1581,63 +1138,3 @@ const ptc__zip_entry *ptc__zip_find(const ptc__zip *z, const char *record)
     return NULL;
 }
 
-int ptc__zip_read(ptc__zip *z, const ptc__zip_entry *e, const uint8_t **data, void **owned,
-                  ptc_error *err)
-{
-    if (!z || !e || !data || !owned)
-        return ptc__err(err, PTC_EINVAL, "", -1, "ptc__zip_read: NULL argument");
-    *data = NULL;
-    *owned = NULL;
-    if (e->method == METHOD_STORED && z->map) {
-        *data = z->map + e->data_offset;
-        return 0;
-    }
-    uint8_t *buf = NULL;
-    int rc;
-    if (ptc__budget_take(z->budget, e->size, NULL, "", -1) < 0) /* torch has no such limit */
-        return rec_stricter(err, true, PTC_ELIMIT, e,
-                            "reading its %llu bytes would exceed the heap limit of %llu bytes",
-                            (unsigned long long)e->size, (unsigned long long)z->budget->limit);
-    /* ptc__malloc never allocates 0 bytes on purpose; an empty record still gets a buffer. */
-    if (e->size > SIZE_MAX - 1 || !(buf = ptc__malloc((size_t)e->size + 1))) {
-        ptc__budget_give(z->budget, e->size);
-        return rec_err(err, PTC_ENOMEM, e, "out of memory for %llu bytes",
-                       (unsigned long long)e->size);
-    }
-    if (e->method == METHOD_STORED)
-        rc = ptc__source_read(z->src, e->data_offset, buf, (size_t)e->size, err);
-    else
-        rc = inflate_record(z, e, buf, err);
-    if (rc < 0) {
-        ptc__free(buf);
-        ptc__budget_give(z->budget, e->size);
-        return rc;
-    }
-    *data = buf;
-    *owned = buf;
-    return 0;
-}
-
-void ptc__zip_release(ptc__zip *z, const ptc__zip_entry *e, void *owned)
-{
-    if (!z || !e || !owned)
-        return;
-    ptc__free(owned);
-    ptc__budget_give(z->budget, e->size);
-}
-
-int ptc__zip_check_crc(ptc__zip *z, const ptc__zip_entry *e, ptc_error *err)
-{
-    if (!z || !e)
-        return ptc__err(err, PTC_EINVAL, "", -1, "ptc__zip_check_crc: NULL argument");
-    if (e->method != METHOD_STORED)
-        return inflate_record(z, e, NULL, err);
-    uint32_t crc = 0;
-    int rc = crc_stored(z, e, &crc, err);
-    if (rc < 0)
-        return rc;
-    if (crc != e->crc32) /* torch builds miniz without CRC checks */
-        return rec_stricter(err, true, PTC_ECRC, e,
-                            "CRC-32 of the data is 0x%08x, the archive says 0x%08x", crc, e->crc32);
-    return 0;
-}

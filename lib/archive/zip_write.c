@@ -3,7 +3,7 @@
  *
  * torch 2.6 writes through miniz 3.0.2 in zip64 mode (MZ_ZIP_FLAG_WRITE_ZIP64), storing every
  * record and padding each local header so that the record's data starts on a 64-byte boundary
- * (reference pth-format.md sections 2.3 and 10.2). Matching it exactly, rather than writing any
+ * (docs/internals/zip.md). Matching it exactly, rather than writing any
  * valid zip, is what lets a rewritten checkpoint compare equal to torch's own file, and lets tools
  * that rely on torch's layout (mmap of aligned storages, getRecordOffset) treat our files the same.
  *
@@ -140,6 +140,7 @@ int ptc__zipw_open(ptc__zipw **out, const char *path, const char *prefix, ptc_er
     if (!w)
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory opening a zip writer");
     w->nprefix = strlen(prefix);
+    w->names.max = ZIPW_MAX32; /* the names live in the central directory, capped at 4 GiB */
     w->prefix = ptc__strdup(prefix);
     if (!w->prefix) {
         ptc__zipw_abort(w);
@@ -174,6 +175,10 @@ int ptc__zipw_begin(ptc__zipw *w, const char *record, uint64_t len, ptc_error *e
         return poison(w, ptc__err(err, PTC_ELIMIT, record, -1,
                                   "zip writer: central directory would reach 4 GiB"));
 
+    if (w->nrecs >= PTC__ZIPW_MAX_RECORDS)
+        return poison(w, ptc__err(err, PTC_ELIMIT, record, -1,
+                                  "zip writer: more than %zu records",
+                                  (size_t)PTC__ZIPW_MAX_RECORDS));
     if (w->nrecs == w->caprecs) {
         size_t cap = w->caprecs ? w->caprecs * 2 : 16;
         zipw_rec *r = cap <= SIZE_MAX / sizeof *r ? ptc__realloc(w->recs, cap * sizeof *r) : NULL;
@@ -189,9 +194,15 @@ int ptc__zipw_begin(ptc__zipw *w, const char *record, uint64_t len, ptc_error *e
     r->crc = 0;
     r->size = len;
     r->header_offset = off;
-    if (ptc__buf_append(&w->names, w->prefix, w->nprefix) < 0 ||
-        ptc__buf_append(&w->names, "/", 1) < 0 || ptc__buf_append(&w->names, record, nrecord) < 0)
-        return poison(w, ptc__err(err, PTC_ENOMEM, record, -1, "out of memory"));
+    int brc;
+    if ((brc = ptc__buf_append(&w->names, w->prefix, w->nprefix)) < 0 ||
+        (brc = ptc__buf_append(&w->names, "/", 1)) < 0 ||
+        (brc = ptc__buf_append(&w->names, record, nrecord)) < 0)
+        return poison(w, brc == PTC_ELIMIT
+                             ? ptc__err(err, PTC_ELIMIT, record, -1,
+                                        "zip writer: names would exceed %zu bytes",
+                                        (size_t)ZIPW_MAX32)
+                             : ptc__err(err, PTC_ENOMEM, record, -1, "out of memory"));
 
     /* zip64 extra, then the FB field; "start" is where the data would begin with P = 0. */
     uint8_t extra[4 + 24 + 4 + ZIPW_ALIGN];

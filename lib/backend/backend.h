@@ -74,6 +74,7 @@ typedef struct ptc__be_params {
     ptc__precision precision;
     int tf32;            /* device backends: allow TF32 tensor cores in float32 math */
     int deterministic;   /* only algorithms whose results do not depend on scheduling */
+    int winograd;        /* dnnl: 3x3 stride-1 convolutions may use Winograd F(4x4, 3x3) */
 } ptc__be_params;
 
 typedef struct ptc__conv_shape {

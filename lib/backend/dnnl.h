@@ -2,7 +2,8 @@
  * dnnl.h - what the oneDNN backend shows beyond the ops table: counters that let tests and
  * benchmarks see where layouts did not line up, and its one tuning switch.
  *
- * PTC_DNNL_WINOGRAD=1 in the environment when a dnnl instance is opened lets its 3x3 stride-1
+ * ptc__be_params.winograd (ptc_train_params.dnnl_winograd; `ptc train` sets it from
+ * PTC_DNNL_WINOGRAD=1 in its environment) when a dnnl instance is opened lets its 3x3 stride-1
  * convolutions use oneDNN's Winograd F(4x4, 3x3) kernels (forward and both backward passes), where
  * oneDNN has them. On the 2-core Zen 4 machine this makes the convolutions of a ResNet-18 training
  * step about 1.4x (torchvision stem) to 1.7x (CIFAR stem) faster; the results stay within the

@@ -2,8 +2,9 @@
  * alloc.c - the replaceable allocator, heap budgets, the arena that value trees live in, and the
  * growable byte buffer.
  *
- * The allocator pointer is the one piece of process-wide state in libptc; it is set once, before
- * any handle exists (ptc_set_allocator documents this), so it needs no lock.
+ * The allocator pointer is one of the three pieces of process-wide state in libptc (ptc.h lists
+ * them: the allocator, the module table of plugin.c, the temporary-name table of afile.c); it is
+ * set before any handle exists (ptc_set_allocator documents this), so it needs no lock.
  */
 #include "base/base.h"
 
@@ -174,17 +175,12 @@ int ptc__buf_reserve(ptc__buf *b, size_t extra)
 {
     if (b->cap - b->len >= extra)
         return 0;
-    size_t need;
-    if (__builtin_add_overflow(b->len, extra, &need))
-        return PTC_ENOMEM;
+    size_t need, max = b->max ? b->max : PTC__BUF_MAX_DEFAULT;
+    if (__builtin_add_overflow(b->len, extra, &need) || need > max)
+        return PTC_ELIMIT;
     size_t cap = b->cap ? b->cap : 64;
-    while (cap < need) {
-        if (cap > SIZE_MAX / 2) {
-            cap = need;
-            break;
-        }
-        cap *= 2;
-    }
+    while (cap < need)
+        cap = cap > max / 2 ? max : cap * 2;
     uint8_t *d = ptc__realloc(b->data, cap);
     if (!d)
         return PTC_ENOMEM;
@@ -227,5 +223,5 @@ void ptc__buf_free(ptc__buf *b)
 {
     ptc__free(b->data);
     b->data = NULL;
-    b->len = b->cap = 0;
+    b->len = b->cap = 0; /* max stays: the buffer may be used again */
 }

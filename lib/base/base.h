@@ -8,6 +8,13 @@
  *   - every size derived from a file is computed with the ptc__*_ok helpers, which report overflow
  *     instead of wrapping;
  *   - text that came from a file reaches a message only through ptc__escape.
+ *
+ * Cleanup (one idiom in lib/): a function that holds resources releases them at one label at its
+ * end. The resources start NULL (or -1), every release accepts that, and each failure sets rc and
+ * jumps: `goto fail` when only failure releases (success hands the resources to the caller and
+ * returns before the label), `goto out` when success passes through the label too. A label
+ * before it (`nomem:`) may set the error a run of failures shares. No early return once a
+ * resource is held, no do { } while (0) breaks, no "ok" flags carried down the function.
  */
 #ifndef PTC_BASE_BASE_H
 #define PTC_BASE_BASE_H
@@ -56,6 +63,16 @@ void ptc__err_clear(ptc_error *err);
 /* Adds context in front of an existing message ("model.pth: " + message); keeps the code. */
 void ptc__err_prefix(ptc_error *err, const char *fmt, ...) PTC_PRINTF(2, 3);
 void ptc__verr_prefix(ptc_error *err, const char *fmt, va_list ap) PTC_PRINTF(2, 0);
+
+/* ---- parameter structs ------------------------------------------------------------------------
+ * Every public parameter struct starts with size_t size (set by its *_default()). dst holds the
+ * library's defaults (dst_size bytes, a struct of this library); src is the caller's struct or
+ * NULL (the defaults stay). The first src->size bytes of src are copied over dst and dst->size
+ * becomes dst_size, so a smaller struct from a caller built against an older ptc.h keeps the
+ * defaults of the fields added since. PTC_EINVAL, naming the struct (name: "ptc_open_params"),
+ * when src->size is 0, smaller than the size field itself, or larger than dst_size. */
+int ptc__params_read(void *dst, size_t dst_size, const void *src, const char *name,
+                     ptc_error *err);
 
 /* ---- checked arithmetic ------------------------------------------------------------------------
  * Each returns true when the result fits, false on overflow (then *out is unspecified). */
@@ -130,11 +147,16 @@ void ptc__arena_free(ptc__arena *a);
 void *ptc__arena_alloc(ptc__arena *a, size_t size);
 char *ptc__arena_strndup(ptc__arena *a, const char *s, size_t n);
 
-/* ---- growable byte buffer --------------------------------------------------------------------- */
+/* ---- growable byte buffer ---------------------------------------------------------------------
+ * Zero-initialised it is empty and may grow to PTC__BUF_MAX_DEFAULT bytes; a user that needs
+ * another cap sets max before the first append. Growing past the cap is PTC_ELIMIT (out of memory
+ * is PTC_ENOMEM); the functions fill no ptc_error, their callers name what grew. */
+#define PTC__BUF_MAX_DEFAULT ((size_t)1 << 30) /* 1 GiB: no text or pickle ptc builds is larger */
 typedef struct ptc__buf {
     uint8_t *data;
     size_t len;
     size_t cap;
+    size_t max; /* the most bytes it may hold; 0 means PTC__BUF_MAX_DEFAULT */
 } ptc__buf;
 int ptc__buf_reserve(ptc__buf *b, size_t extra);
 int ptc__buf_append(ptc__buf *b, const void *p, size_t n);

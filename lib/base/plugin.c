@@ -200,17 +200,18 @@ static int load_file(ptc__plugin_kind kind, const char *name, const char *path,
         return ptc__err(err, PTC_EUNSUPPORTED, "", -1, "%s: cannot be loaded: %s", ep,
                         esc(em, sizeof em, why ? why : "dlopen failed"));
     }
+    const ptc__plugin *d = NULL;
     ptc__plugin_entry_fn entry;
     void *sym = dlsym(h, PTC__PLUGIN_ENTRY);
     memcpy(&entry, &sym, sizeof entry); /* object pointer to function pointer, as POSIX allows */
     if (!sym) {
-        dlclose(h);
-        return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
-                        "%s: not a ptc module (it has no entry point %s); rebuild the module with "
-                        "this version of ptc",
-                        ep, PTC__PLUGIN_ENTRY);
+        rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                      "%s: not a ptc module (it has no entry point %s); rebuild the module with "
+                      "this version of ptc",
+                      ep, PTC__PLUGIN_ENTRY);
+        goto fail;
     }
-    const ptc__plugin *d = entry(&g_host);
+    d = entry(&g_host);
     if (!d)
         rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1, "%s: its entry point returned no descriptor",
                       ep);
@@ -233,15 +234,16 @@ static int load_file(ptc__plugin_kind kind, const char *name, const char *path,
     } else if (!d->ops)
         rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1,
                       "%s: the module gives no operations table (a broken build of it?)", ep);
-    if (rc < 0) {
-        /* A module that ran its entry point may have started threads or registered handlers:
-         * closing it is only safe when it never got that far. It stays loaded, unused. */
-        if (!d)
-            dlclose(h);
-        return rc;
-    }
+    if (rc < 0)
+        goto fail;
     *out = d;
     return 0;
+fail:
+    /* A module that ran its entry point may have started threads or registered handlers:
+     * closing it is only safe when it never got that far. It stays loaded, unused. */
+    if (!d)
+        dlclose(h);
+    return rc;
 }
 
 int ptc__plugin_load(ptc__plugin_kind kind, const char *name, const ptc__plugin **out,

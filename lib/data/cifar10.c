@@ -42,40 +42,39 @@ static int open_measured(const char *path, int *fd_out, int64_t *nrec, ptc_error
         return ptc__err(err, errno == ENOENT ? PTC_ENOTFOUND : PTC_EIO, shown, -1,
                         "cannot open: %s", strerror(errno));
     struct stat st;
+    int rc;
     if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return ptc__err(err, PTC_EIO, shown, -1, "cannot stat: %s", strerror(e));
+        rc = ptc__err(err, PTC_EIO, shown, -1, "cannot stat: %s", strerror(errno));
+        goto fail;
     }
     if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return ptc__err(err, PTC_EIO, shown, -1, "not a regular file");
+        rc = ptc__err(err, PTC_EIO, shown, -1, "not a regular file");
+        goto fail;
     }
     uint64_t size = (uint64_t)st.st_size;
-    int rc = ptc__data_check_dense(fd, size, shown, err);
-    if (rc < 0) {
-        close(fd);
-        return rc;
-    }
+    if ((rc = ptc__data_check_dense(fd, size, shown, err)) < 0)
+        goto fail;
     if (size == 0) {
-        close(fd);
-        return ptc__err(err, PTC_EFORMAT, shown, 0,
-                        "empty file (a CIFAR-10 file holds records of %d bytes)",
-                        PTC__CIFAR_RECORD);
+        rc = ptc__err(err, PTC_EFORMAT, shown, 0,
+                      "empty file (a CIFAR-10 file holds records of %d bytes)", PTC__CIFAR_RECORD);
+        goto fail;
     }
     if (size % PTC__CIFAR_RECORD != 0) {
         uint64_t whole = size / PTC__CIFAR_RECORD * PTC__CIFAR_RECORD;
-        close(fd);
-        return ptc__err(err, PTC_EFORMAT, shown, (int64_t)whole,
-                        "incomplete record: size %llu is not a multiple of the record size %d "
-                        "(%llu bytes left after %llu whole records)",
-                        (unsigned long long)size, PTC__CIFAR_RECORD,
-                        (unsigned long long)(size - whole),
-                        (unsigned long long)(size / PTC__CIFAR_RECORD));
+        rc = ptc__err(err, PTC_EFORMAT, shown, (int64_t)whole,
+                      "incomplete record: size %llu is not a multiple of the record size %d "
+                      "(%llu bytes left after %llu whole records)",
+                      (unsigned long long)size, PTC__CIFAR_RECORD,
+                      (unsigned long long)(size - whole),
+                      (unsigned long long)(size / PTC__CIFAR_RECORD));
+        goto fail;
     }
     *fd_out = fd;
     *nrec = (int64_t)(size / PTC__CIFAR_RECORD);
     return 0;
+fail:
+    close(fd);
+    return rc;
 }
 
 /* Reads exactly n bytes at the current position; PTC_EFORMAT if the file ends first. */
@@ -140,7 +139,7 @@ static int read_records(int fd, const char *path, int64_t nrec, uint8_t *chunk, 
 int ptc__cifar10_read(ptc__split *out, const char *const *paths, int npaths, int64_t max_samples,
                       ptc_error *err)
 {
-    ptc__read_params rp = {max_samples, -1, NULL};
+    ptc__read_params rp = {.max_samples = max_samples, .keep = -1, .hist = NULL};
     return ptc__cifar10_read_ex(out, paths, npaths, &rp, err);
 }
 

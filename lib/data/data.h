@@ -78,10 +78,15 @@
 typedef struct ptc__split {
     int64_t n;
     uint8_t *images; /* [n][3][32][32], owned */
-    uint8_t *labels; /* [n], each < PTC__DATA_CLASSES, owned */
+    uint8_t *labels; /* [n], each < the dataset's classes, owned */
 } ptc__split;
 
-typedef enum ptc__data_format { PTC__DATA_CIFAR10 = 1, PTC__DATA_IDX = 2 } ptc__data_format;
+/* PTC__DATA_SOURCE: the caller's ptc_source callbacks (callback.c), read into memory at open. */
+typedef enum ptc__data_format {
+    PTC__DATA_CIFAR10 = 1,
+    PTC__DATA_IDX = 2,
+    PTC__DATA_SOURCE = 3
+} ptc__data_format;
 
 typedef struct ptc__data_params {
     ptc__data_format format;
@@ -93,6 +98,13 @@ typedef struct ptc__data_params {
     bool test_only;      /* the train split is not held (train.n = 0): for IDX only its images
                             file is streamed, for the statistics Normalize needs; for CIFAR-10,
                             normalised with constants, it is not read at all (mean and std 0) */
+    /* PTC__DATA_SOURCE: the caller's sources (borrowed; see ptc_source in ptc.h); test NULL: an
+     * empty test split. classes: labels must be below it (0: PTC__DATA_CLASSES), at most 256.
+     * mean, std: Normalize's constants; all 0: the train source's statistics. The built-in
+     * formats refuse classes other than 0 and PTC__DATA_CLASSES (PTC_EINVAL). */
+    const ptc_source *train_source, *test_source;
+    int classes;
+    double mean[3], std[3];
 } ptc__data_params;
 
 /* format = PTC__DATA_IDX, dir = NULL, max_samples = PTC__DATA_MAX_SAMPLES, keep = 0 (all),
@@ -101,6 +113,7 @@ ptc__data_params ptc__data_params_default(void);
 
 typedef struct ptc__dataset {
     ptc__data_format format;
+    int classes; /* every label is below it: PTC__DATA_CLASSES, or a source's classes */
     ptc__split train, test;
     /* Per-channel mean and standard deviation of the train split, over every presented pixel
      * (3x32x32 per image, the padding of IDX images included) scaled to [0, 1]; computed exactly
@@ -108,7 +121,7 @@ typedef struct ptc__dataset {
      * by the pixel count, not count - 1: with tens of millions of pixels the two agree to 1e-8). */
     double mean[3], std[3];
     /* What Normalize should use: the tutorial's constants for CIFAR-10, mean and std above for
-     * IDX. */
+     * IDX, the given constants or mean and std above for a source. */
     double norm_mean[3], norm_std[3];
 } ptc__dataset;
 
@@ -126,6 +139,8 @@ typedef struct ptc__dataset {
  *   PTC_EINVAL, PTC_ENOMEM */
 int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_error *err);
 void ptc__dataset_free(ptc__dataset *d);
+/* "CIFAR-10", "Fashion-MNIST" or "the caller's images" (static), for messages. */
+const char *ptc__dataset_name(const ptc__dataset *d);
 
 /* How a reader reads one split. */
 typedef struct ptc__read_params {
@@ -147,6 +162,13 @@ int ptc__cifar10_read_ex(ptc__split *out, const char *const *paths, int npaths,
 int ptc__idx_read(ptc__split *out, const char *images_path, const char *labels_path,
                   int64_t max_samples, ptc_error *err);
 int ptc__idx_read_ex(ptc__split *out, const char *images_path, const char *labels_path,
+                     const ptc__read_params *rp, ptc_error *err);
+/* A caller's source (callback.c): every image read through src->get in index order on this
+ * thread, converted to the presented 3x32x32 CHW form; which ("train", "test") names it in
+ * errors. Labels must be below classes. PTC_EINVAL (a size field, count, missing get or label out
+ * of range), PTC_EUNSUPPORTED (not 32 x 32), PTC_ELIMIT (more than rp->max_samples), PTC_ENOMEM,
+ * or the code get returned (its message prefixed with the source and index). */
+int ptc__callback_read(ptc__split *out, const ptc_source *src, const char *which, int classes,
                      const ptc__read_params *rp, ptc_error *err);
 void ptc__split_free(ptc__split *s); /* frees the arrays and empties s; accepts NULL */
 /* The statistics described in ptc__dataset, of any split (zeros for an empty one). */

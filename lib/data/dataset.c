@@ -143,7 +143,8 @@ static int join(char *dst, size_t dstsz, const char *dir, const char *name, cons
 static int read_cifar10(ptc__dataset *d, const char *dir, const ptc__data_params *p,
                         uint64_t hist[3][256], ptc_error *err)
 {
-    ptc__read_params rp = {p->max_samples, p->keep > 0 ? p->keep : -1, hist};
+    ptc__read_params rp = {.max_samples = p->max_samples, .keep = p->keep > 0 ? p->keep : -1,
+                           .hist = hist};
     int rc;
     if (!p->test_only) {
         char paths[5][PATH_CAP];
@@ -206,7 +207,9 @@ static int read_idx(ptc__dataset *d, const char *dir, const ptc__data_params *p,
         /* The train split always goes through the statistics; with test_only its images alone
          * are streamed and none is held. */
         bool stats_only = s == 0 && p->test_only;
-        ptc__read_params rp = {p->max_samples, p->keep > 0 ? p->keep : -1, s == 0 ? hist : NULL};
+        ptc__read_params rp = {.max_samples = p->max_samples,
+                               .keep = p->keep > 0 ? p->keep : -1,
+                               .hist = s == 0 ? hist : NULL};
         if (stats_only)
             rp.keep = 0;
         int rc;
@@ -218,6 +221,69 @@ static int read_idx(ptc__dataset *d, const char *dir, const ptc__data_params *p,
     return 0;
 }
 
+/* Normalize divides by the training images' standard deviation: images that are all one value
+ * are a fault of the data (a refusal, not a usage error). */
+static int check_variation(const uint64_t hist[3][256], double mean0, const char *member,
+                           ptc_error *err)
+{
+    int distinct = 0;
+    for (int v = 0; v < 256; v++)
+        distinct += hist[0][v] != 0;
+    if (distinct != 1)
+        return 0;
+    return ptc__err(err, PTC_EFORMAT, member, -1,
+                    "every training image pixel is %.0f: the images have no variation (standard "
+                    "deviation 0), so Normalize cannot scale them",
+                    mean0 * 255.0);
+}
+
+/* A caller's sources (callback.c): the train split with its statistics, the test split when there
+ * is one; Normalize's constants given or the statistics. */
+static int open_source(ptc__dataset **out, const ptc__data_params *p, ptc_error *err)
+{
+    int classes = p->classes > 0 ? p->classes : PTC__DATA_CLASSES;
+    bool given = false;
+    for (int c = 0; c < 3; c++)
+        given = given || p->mean[c] != 0 || p->std[c] != 0;
+    for (int c = 0; given && c < 3; c++)
+        if (!(p->std[c] > 0))
+            return ptc__err(err, PTC_EINVAL, "", -1,
+                            "the source's standard deviation of channel %d is %g (must be > 0)",
+                            c, p->std[c]);
+    ptc__dataset *d = ptc__calloc(1, sizeof *d);
+    if (!d)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory for a dataset");
+    d->format = PTC__DATA_SOURCE;
+    d->classes = classes;
+    uint64_t hist[3][256];
+    memset(hist, 0, sizeof hist);
+    ptc__read_params rp = {p->max_samples, p->keep > 0 ? p->keep : -1, hist};
+    if (p->test_only)
+        rp.keep = 0; /* the statistics only */
+    int rc = 0;
+    /* The train source is read for its statistics even for an evaluation, unless constants are
+     * given (then an evaluation does not need it at all). */
+    if (!(p->test_only && given))
+        rc = ptc__callback_read(&d->train, p->train_source, "train", classes, &rp, err);
+    rp.keep = p->keep > 0 ? p->keep : -1;
+    rp.hist = NULL;
+    if (rc == 0 && p->test_source)
+        rc = ptc__callback_read(&d->test, p->test_source, "test", classes, &rp, err);
+    ptc__hist_stats((const uint64_t(*)[256])hist, d->mean, d->std);
+    if (rc == 0 && !given)
+        rc = check_variation((const uint64_t(*)[256])hist, d->mean[0], "train source", err);
+    if (rc < 0) {
+        ptc__dataset_free(d);
+        return rc;
+    }
+    for (int c = 0; c < 3; c++) {
+        d->norm_mean[c] = given ? p->mean[c] : d->mean[c];
+        d->norm_std[c] = given ? p->std[c] : d->std[c];
+    }
+    *out = d;
+    return 0;
+}
+
 int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_error *err)
 {
     if (!out)
@@ -226,8 +292,14 @@ int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_err
     ptc__data_params p = params ? *params : ptc__data_params_default();
     if (p.max_samples <= 0)
         p.max_samples = PTC__DATA_MAX_SAMPLES;
-    if (p.format != PTC__DATA_CIFAR10 && p.format != PTC__DATA_IDX)
+    if (p.format != PTC__DATA_CIFAR10 && p.format != PTC__DATA_IDX && p.format != PTC__DATA_SOURCE)
         return ptc__err(err, PTC_EINVAL, "", -1, "unknown dataset format %d", (int)p.format);
+    if (p.format == PTC__DATA_SOURCE)
+        return open_source(out, &p, err);
+    if (p.classes != 0 && p.classes != PTC__DATA_CLASSES)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "%d classes asked for; the built-in datasets have %d", p.classes,
+                        PTC__DATA_CLASSES);
     if (!p.dir && p.format == PTC__DATA_IDX)
         p.dir = PTC__FASHION_MNIST_DIR;
     if (!p.dir)
@@ -237,6 +309,7 @@ int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_err
     if (!d)
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory for a dataset");
     d->format = p.format;
+    d->classes = PTC__DATA_CLASSES;
     uint64_t hist[3][256];
     memset(hist, 0, sizeof hist);
     int rc = p.format == PTC__DATA_CIFAR10 ? read_cifar10(d, p.dir, &p, hist, err)
@@ -251,21 +324,21 @@ int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_err
         d->norm_mean[c] = p.format == PTC__DATA_CIFAR10 ? cifar_mean[c] : d->mean[c];
         d->norm_std[c] = p.format == PTC__DATA_CIFAR10 ? cifar_std[c] : d->std[c];
     }
-    /* Normalize divides by the training images' standard deviation: images that are all one
-     * value are a fault of the data (a refusal, not a usage error). */
-    int distinct = 0;
-    for (int v = 0; v < 256; v++)
-        distinct += hist[0][v] != 0;
-    if (p.format == PTC__DATA_IDX && distinct == 1) {
-        ptc__err(err, PTC_EFORMAT, "train-images-idx3-ubyte", -1,
-                 "every training image pixel is %.0f: the images have no variation (standard "
-                 "deviation 0), so Normalize cannot scale them",
-                 d->mean[0] * 255.0);
+    if (p.format == PTC__DATA_IDX &&
+        (rc = check_variation((const uint64_t(*)[256])hist, d->mean[0], "train-images-idx3-ubyte",
+                              err)) < 0) {
         ptc__dataset_free(d);
-        return PTC_EFORMAT;
+        return rc;
     }
     *out = d;
     return 0;
+}
+
+const char *ptc__dataset_name(const ptc__dataset *d)
+{
+    return d->format == PTC__DATA_SOURCE    ? "the caller's images"
+           : d->format == PTC__DATA_CIFAR10 ? "CIFAR-10"
+                                            : "Fashion-MNIST";
 }
 
 void ptc__dataset_free(ptc__dataset *d)

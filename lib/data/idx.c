@@ -490,7 +490,7 @@ static int read_labels(idx_file *lb, int64_t n, int64_t nread, int64_t keep, ptc
 int ptc__idx_read(ptc__split *out, const char *images_path, const char *labels_path,
                   int64_t max_samples, ptc_error *err)
 {
-    ptc__read_params rp = {max_samples, -1, NULL};
+    ptc__read_params rp = {.max_samples = max_samples, .keep = -1, .hist = NULL};
     return ptc__idx_read_ex(out, images_path, labels_path, &rp, err);
 }
 

@@ -203,7 +203,8 @@ static const ptc__comm_ops mpi_ops = {
 int ptc__comm_mpi_open(ptc_comm **out, ptc_error *err)
 {
     ptc_comm *c = NULL;
-    int inited = 0, finalized = 0, provided = 0;
+    mpi_impl *im = NULL;
+    int inited = 0, finalized = 0, provided = 0, rc;
     MPI_TRY(c, MPI_Finalized(&finalized));
     if (finalized)
         return ptc__err(err, PTC_ECOMM, "", -1, "MPI was already finalised in this process");
@@ -213,20 +214,17 @@ int ptc__comm_mpi_open(ptc_comm **out, ptc_error *err)
     } else {
         MPI_TRY(c, MPI_Query_thread(&provided));
     }
+    /* From here MPI is initialised: if this call did it, a failure finalises it (at fail). */
     if (provided < MPI_THREAD_FUNNELED) {
-        if (!inited)
-            MPI_Finalize();
-        return ptc__err(err, PTC_ECOMM, "", -1,
-                        "MPI provides thread level %d; ptc needs MPI_THREAD_FUNNELED", provided);
+        rc = ptc__err(err, PTC_ECOMM, "", -1,
+                      "MPI provides thread level %d; ptc needs MPI_THREAD_FUNNELED", provided);
+        goto fail;
     }
     c = ptc__calloc(1, sizeof *c);
-    mpi_impl *im = ptc__calloc(1, sizeof *im);
+    im = ptc__calloc(1, sizeof *im);
     if (!c || !im) {
-        ptc__free(c);
-        ptc__free(im);
-        if (!inited)
-            MPI_Finalize();
-        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+        rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+        goto fail;
     }
     im->owns_init = !inited;
     c->impl = im;
@@ -246,15 +244,17 @@ int ptc__comm_mpi_open(ptc_comm **out, ptc_error *err)
     if (local != MPI_COMM_NULL)
         MPI_Comm_free(&local);
     if (mrc != MPI_SUCCESS) {
-        int rc = mpi_fail(err, mrc, "MPI_Comm_dup", __LINE__, -1);
-        if (im->owns_init)
-            MPI_Finalize();
-        ptc__free(im);
-        ptc__free(c);
-        return rc;
+        rc = mpi_fail(err, mrc, "MPI_Comm_dup", __LINE__, -1);
+        goto fail;
     }
     *out = c;
     return 0;
+fail:
+    if (!inited)
+        MPI_Finalize();
+    ptc__free(im);
+    ptc__free(c);
+    return rc;
 }
 
 /* The module's descriptor (lib/base/plugin.h): comm-mpi.so. A test program that compiles this

@@ -50,6 +50,11 @@
 #include <time.h>
 
 #define NCCL_TIMEOUT_S 30.0
+/* The most collectives watched at once, and the most idle events kept for reuse. A training step
+ * has a few in flight (one per gradient bucket) and the watcher retires them as they complete;
+ * more than this means completions are not being observed, and the next collective fails with
+ * PTC_ELIMIT instead of the list growing without end. */
+#define NCCL_MAX_WATCHES 65536
 #define MSG_MAX 512 /* ptc_error's message */
 
 /* A collective in flight, watched by the watchdog (its own copy of the completion event). */
@@ -220,6 +225,10 @@ static int get_event(ptc_comm *c, cudaEvent_t *out, ptc_error *err)
 /* Under mu. */
 static void put_event_locked(nccl_impl *im, cudaEvent_t ev)
 {
+    if (im->npool >= NCCL_MAX_WATCHES) {
+        (void)cudaEventDestroy(ev); /* enough kept already: make it again when needed */
+        return;
+    }
     if (im->npool == im->cappool) {
         size_t cap = im->cappool ? 2 * im->cappool : 16;
         cudaEvent_t *p = ptc__realloc(im->pool, cap * sizeof *p);
@@ -255,6 +264,14 @@ static int watch_add(ptc_comm *c, size_t bytes, const char *what, ptc_error *err
         return lib_fail(err, rank, LIB_CUDA, e, "cudaEventRecord(ev, im->stream)", __LINE__);
     }
     pthread_mutex_lock(&im->mu);
+    if (im->nw >= NCCL_MAX_WATCHES) {
+        put_event_locked(im, ev);
+        pthread_mutex_unlock(&im->mu);
+        return ptc__err(err, PTC_ELIMIT, "", -1,
+                        "rank %d: more than %d collectives in flight: their completions are not "
+                        "being observed",
+                        rank, NCCL_MAX_WATCHES);
+    }
     if (im->nw == im->capw) {
         size_t cap = im->capw ? 2 * im->capw : 16;
         watch *w = ptc__realloc(im->w, cap * sizeof *w);

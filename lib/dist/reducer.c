@@ -408,10 +408,8 @@ int ptc__reducer_new(ptc__reducer **out, ptc_comm *c, ptc__model *m, const ptc__
                       "the device communicator (rank %d of %d) is not over the ranks of the host "
                       "one (rank %d of %d)",
                       r->bc->rank, r->bc->size, c->rank, c->size);
-    if (rc < 0) {
-        ptc__free(r);
-        return rc;
-    }
+    if (rc < 0)
+        goto fail;
     rc = check_alike(r, err);
     if (rc == 0)
         rc = make_buckets(r, p, err);
@@ -431,13 +429,14 @@ int ptc__reducer_new(ptc__reducer **out, ptc_comm *c, ptc__model *m, const ptc__
                            NULL, err);
     if (rc == 0 && c->size > 1)
         rc = calibrate(r, err);
-    if (rc < 0) {
-        ptc__reducer_free(r);
-        return rc;
-    }
+    if (rc < 0)
+        goto fail;
     ptc__model_set_grad_hook(m, on_grad, r);
     *out = r;
     return 0;
+fail:
+    ptc__reducer_free(r);
+    return rc;
 }
 
 void ptc__reducer_free(ptc__reducer *r)

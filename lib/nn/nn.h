@@ -11,9 +11,12 @@
  * CIFAR variant; the same names and shapes except conv1.weight, 64x3x3x3).
  *
  * The model holds its parameters, gradients and buffers in backend tensors; activations are made
- * per batch size on first use and kept (a training run sees at most two sizes: the batch and the
- * last, shorter one). Host arrays cross the boundary only as plain float32: images [n][3][32][32]
- * in (or made in the backend's memory: ptc__model_input), logits [n][classes] out, state dicts
+ * per input shape (n, h, w) on first use and kept, the least recently used of four replaced (a
+ * training run sees at most four: the batch and the last, shorter one, and evaluation's two);
+ * gradient tensors only once a training forward ran at that shape. Inputs are any h, w >= 32
+ * (the network ends with a global average pool, as torchvision's adaptive one to 1x1); ptc train
+ * uses 32x32. Host arrays cross the boundary only as plain float32: images [n][3][h][w] in (or
+ * made in the backend's memory at 32x32: ptc__model_input), logits [n][classes] out, state dicts
  * both ways.
  *
  * Numerics are PyTorch's (decision 5): see lib/backend/backend.h for each layer; cross-entropy is
@@ -57,6 +60,12 @@ typedef struct ptc__entry {
     ptc__bt *grad;     /* parameters only */
     ptc__bt *momentum; /* parameters only; made by the first SGD step with momentum */
     int64_t *counter;  /* counters only */
+    /* Parameters only: requires_grad is off (ptc_model_freeze). The SGD step leaves it alone
+     * entirely (no weight decay, no momentum: torch skips a parameter whose grad is None), and
+     * backward stops early once every parameter it has yet to reach is frozen (its gradient is
+     * then stale). BatchNorm's running statistics are buffers: a training forward updates them
+     * whatever is frozen, as torch does. 0 when made. */
+    int frozen;
 } ptc__entry;
 
 int ptc__model_new(ptc__model **out, const ptc__model_params *p, ptc_error *err);
@@ -78,17 +87,41 @@ int ptc__model_read_grad(ptc__model *m, const ptc__entry *e, float *values, ptc_
 int ptc__model_read_momentum(ptc__model *m, const ptc__entry *e, float *values, ptc_error *err);
 int ptc__model_write_momentum(ptc__model *m, ptc__entry *e, const float *values, ptc_error *err);
 
-/* Sets every entry from a state dict read by libptc (any float dtype is converted to float32;
- * num_batches_tracked any int dtype). Keys are matched after removing strip_prefix when given
- * ("module." for DDP checkpoints). strict: missing and unexpected keys are errors (listed in the
- * message), as load_state_dict(strict=True); otherwise they are skipped. Shapes must match. */
+/* Sets the entries from a state dict read by libptc as torch's load_state_dict does (any float
+ * dtype is converted to float32; num_batches_tracked any int dtype). strip_prefix (NULL: none)
+ * is removed from the keys that carry it first, as torch's consume_prefix_in_state_dict_if_present
+ * ("module." for DDP checkpoints). strict: missing and unexpected keys are errors, as
+ * load_state_dict(strict=True); otherwise they are skipped. Shapes must match, and every value
+ * be a tensor. On any error nothing is written, and err's message is torch's RuntimeError text. */
 int ptc__model_load_state_dict(ptc__model *m, const ptc_value *root, const char *strip_prefix,
                                int strict, ptc_error *err);
+
+/* Keys found by a load, escaped (owned). */
+typedef struct ptc__keylist {
+    char **keys;
+    size_t n, cap;
+} ptc__keylist;
+
+/* What a load found: keys[0] torch's missing_keys, keys[1] its unexpected_keys (both in torch's
+ * order), keys[2] the entries whose tensor had another shape; text: what torch prints (the
+ * result's repr, or the RuntimeError's text), owned. */
+typedef struct ptc__load_report {
+    ptc__keylist keys[3];
+    char *text;
+} ptc__load_report;
+void ptc__load_report_free(ptc__load_report *r); /* frees the contents; the struct is zeroed */
+
+/* ptc__model_load_state_dict with its report (rep may be NULL) and, with skip_mismatched,
+ * entries of another shape left as they are (listed in keys[2]) instead of being errors. */
+int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const char *strip_prefix,
+                                  int strict, int skip_mismatched, ptc__load_report *rep,
+                                  ptc_error *err);
 /* The state dict as an OrderedDict in d, with torchvision's _metadata (version 1 per module, as
  * nn.Module.state_dict writes it). The tensors own copies of the current values. */
 int ptc__model_state_dict(ptc__model *m, ptc_doc *d, ptc_value **out, ptc_error *err);
 
-/* Forward of n images ([n][3][32][32] float32, normalised). train: batch statistics (and running
+/* Forward of n images ([n][3][32][32] float32, normalised; ptc__model_forward_hw below for other
+ * sizes). train: batch statistics (and running
  * statistics updated, num_batches_tracked incremented) and activations kept for backward; else
  * running statistics. logits: [n][num_classes] out, or NULL to leave them on the backend (a
  * training step whose loss ptc__model_loss computes there: the host does not wait). */
@@ -100,9 +133,29 @@ int ptc__model_forward(ptc__model *m, const float *images, int n, int train, flo
  * no other batch size may be used. */
 int ptc__model_input(ptc__model *m, int n, ptc__bt **x, ptc_error *err);
 int ptc__model_forward_filled(ptc__model *m, int n, int train, float *logits, ptc_error *err);
+/* The same for any input size h x w (h, w >= 32; ptc__model_forward is h = w = 32): images are
+ * [n][3][h][w]. Activations are made per (n, h, w) on first use and kept: training alternates
+ * two batch sizes at one image size; a model used at many sizes keeps the most recent few. The
+ * final map (h/32 x w/32 for resnet18, h/4 x w/4 for resnet18-cifar, rounded as the convolutions
+ * round) is averaged to 1x1 as nn.AdaptiveAvgPool2d((1, 1)) does. */
+int ptc__model_forward_hw(ptc__model *m, const float *images, int n, int h, int w, int train,
+                          float *logits, ptc_error *err);
+/* Whether an input of n x 3 x h x w is one the model can run (h, w >= 32 and every activation
+ * below 2^31 elements); 0 or PTC_EINVAL with fn named in the message. */
+int ptc__model_check_size(const ptc__model *m, const char *fn, int n, int h, int w,
+                          ptc_error *err);
+/* The number of classes (fc's outputs) and the architecture. */
+int ptc__model_classes(const ptc__model *m);
+ptc__arch ptc__model_arch(const ptc__model *m);
+/* A new head: fc.weight [classes][512] and fc.bias [classes] are made anew (values zero, no
+ * gradient or momentum history) and the activation sets dropped; the entries keep their places,
+ * so entry indices and pointers stay valid. The caller initialises the values. */
+int ptc__model_set_classes(ptc__model *m, int classes, ptc_error *err);
 /* Backward of the last training forward, from dlogits [n][num_classes], or with dlogits NULL from
  * the gradient that ptc__model_loss left on the backend: every parameter's gradient is written
- * (not accumulated). */
+ * (not accumulated). Without a gradient hook, backward stops at the first module below which
+ * every parameter is frozen (their gradients are then not written); with a hook every gradient
+ * is made, frozen or not. */
 int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err);
 
 /* The loss on the backend (its optional xent op; see backend.h). has_device_loss: whether the
@@ -174,7 +227,8 @@ typedef struct ptc__sgd_params {
     int nesterov;
 } ptc__sgd_params;
 
-/* One torch.optim.SGD step over every parameter with the learning rate lr; step counts the
+/* One torch.optim.SGD step over every parameter that is not frozen with the learning rate lr
+ * (frozen ones keep their values and momentum buffers untouched); step counts the
  * optimizer steps taken before this one (momentum buffers are created on step 0, or when a
  * parameter has none yet, as torch does). Through the backend's sgd_multi when it has one (one
  * launch on a device), else sgd_step per parameter: the same bits. */

@@ -27,7 +27,14 @@
 #define NAME_BYTES 48
 #define BN_EPS 1e-5
 #define BN_MOMENTUM 0.1
-#define MAX_SETS 4 /* activation sets kept (batch sizes) */
+/* Activation sets kept, one per input shape (n, h, w), least recently used replaced first: a
+ * training run alternates at most four (its batch and last batch, evaluation's batch and last
+ * batch), an embedder classifying images of several sizes keeps its most recent four. */
+#define MAX_SETS 4
+/* Inputs are at least this tall and wide (torchvision's ResNet-18 down to a 1x1 final map), and
+ * at most this, so that the arithmetic of every shape stays far inside int. */
+#define MIN_SIDE 32
+#define MAX_SIDE (1 << 16)
 
 typedef struct conv_l {
     ptc__entry *w;
@@ -53,9 +60,12 @@ typedef struct block_a {
     ptc__bt *g_c1, *g_r1, *g_c2, *g_n2, *g_d, *g_in_ds; /* gradients */
 } block_a;
 
+/* The tensors and plans of one input shape. Gradient tensors (g_*) are made by the first
+ * training forward at that shape (has_grads): an evaluation-only shape never holds them. */
 typedef struct act_set {
-    int n;
-    int h1, h2; /* spatial size after the stem conv, after the pool (= layer1's) */
+    int n, h, w;    /* the input [n][3][h][w] */
+    int has_grads;
+    uint64_t used;  /* the model's use clock at its latest use (least recently used goes first) */
     ptc__op *pconv1, *pbn1, *ppool;
     ptc__bt *x, *c1, *b1, *p, *g_c1, *g_b1, *g_p, *m1, *s1;
     block_a blk[8];
@@ -78,6 +88,7 @@ struct ptc__model {
     ptc__entry *fc_w, *fc_b;
     act_set sets[MAX_SETS];
     size_t nsets;
+    uint64_t clock;  /* ticks once per get_set */
     act_set *last;   /* the set of the last training forward */
     int trained;     /* a training forward happened since the last backward */
     int has_dlogits; /* ptc__model_loss wrote last->g_logits for the next backward */
@@ -348,6 +359,8 @@ void ptc__model_free(ptc__model *m)
 size_t ptc__model_nentries(const ptc__model *m) { return m->ne; }
 ptc__entry *ptc__model_entry(ptc__model *m, size_t i) { return i < m->ne ? &m->e[i] : NULL; }
 size_t ptc__model_nparams(const ptc__model *m) { return m->nparams; }
+int ptc__model_classes(const ptc__model *m) { return m->classes; }
+ptc__arch ptc__model_arch(const ptc__model *m) { return m->arch; }
 
 ptc__entry *ptc__model_find(ptc__model *m, const char *name)
 {
@@ -355,6 +368,46 @@ ptc__entry *ptc__model_find(ptc__model *m, const char *name)
         if (strcmp(m->e[i].name, name) == 0)
             return &m->e[i];
     return NULL;
+}
+
+static void free_set(ptc__model *m, act_set *s);
+
+int ptc__model_set_classes(ptc__model *m, int classes, ptc_error *err)
+{
+    if (!m || classes < 1)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc__model_set_classes: invalid arguments");
+    /* The new tensors first: on failure the model keeps its head. */
+    const ptc__backend_ops *o = m->ops;
+    ptc__bt *t[4] = {NULL, NULL, NULL, NULL};
+    int dw[4] = {classes, 512, 1, 1}, db[4] = {1, classes, 1, 1}, rc;
+    if ((rc = o->tensor_new(m->be, &t[0], PTC__ROLE_MAT, dw, err)) ||
+        (rc = o->tensor_new(m->be, &t[1], PTC__ROLE_MAT, dw, err)) ||
+        (rc = o->tensor_new(m->be, &t[2], PTC__ROLE_VEC, db, err)) ||
+        (rc = o->tensor_new(m->be, &t[3], PTC__ROLE_VEC, db, err)) ||
+        (rc = o->tensor_fill(m->be, t[0], 0, err)) || (rc = o->tensor_fill(m->be, t[2], 0, err))) {
+        for (int i = 0; i < 4; i++)
+            o->tensor_free(m->be, t[i]);
+        return rc;
+    }
+    /* Every activation set holds logits of the old width. */
+    for (size_t i = 0; i < m->nsets; i++)
+        free_set(m, &m->sets[i]);
+    m->nsets = 0;
+    m->last = NULL;
+    m->trained = m->has_dlogits = 0;
+    ptc__entry *e[2] = {m->fc_w, m->fc_b};
+    for (int i = 0; i < 2; i++) {
+        o->tensor_free(m->be, e[i]->value);
+        o->tensor_free(m->be, e[i]->grad);
+        o->tensor_free(m->be, e[i]->momentum);
+        e[i]->value = t[2 * i];
+        e[i]->grad = t[2 * i + 1];
+        e[i]->momentum = NULL;
+        e[i]->shape[0] = classes;
+        e[i]->numel = i == 0 ? (int64_t)classes * 512 : classes;
+    }
+    m->classes = classes;
+    return 0;
 }
 
 /* ---- activations ------------------------------------------------------------------------------ */
@@ -377,111 +430,172 @@ static int vec(ptc__model *m, ptc__bt **t, int c, ptc_error *err)
     return m->ops->tensor_new(m->be, t, PTC__ROLE_VEC, dims, err);
 }
 
-static int conv_plan(ptc__model *m, ptc__op **op, const conv_l *c, int n, int h, int *oh,
-                     ptc_error *err)
+static int conv_plan(ptc__model *m, ptc__op **op, const conv_l *c, int n, int h, int w, int *oh,
+                     int *ow, ptc_error *err)
 {
-    ptc__conv_shape s = {n, c->cin, h, h, c->cout, c->k, c->k, c->stride, c->pad, 0, 0};
-    s.oh = s.ow = ptc__conv_out(h, c->k, c->stride, c->pad);
+    ptc__conv_shape s = {n, c->cin, h, w, c->cout, c->k, c->k, c->stride, c->pad, 0, 0};
+    s.oh = ptc__conv_out(h, c->k, c->stride, c->pad);
+    s.ow = ptc__conv_out(w, c->k, c->stride, c->pad);
     *oh = s.oh;
+    *ow = s.ow;
     return m->ops->conv_plan(m->be, op, &s, err);
 }
 
-static int bn_plan(ptc__model *m, ptc__op **op, int n, int c, int h, ptc_error *err)
+static int bn_plan(ptc__model *m, ptc__op **op, int n, int c, int h, int w, ptc_error *err)
 {
-    int dims[4] = {n, c, h, h};
+    int dims[4] = {n, c, h, w};
     return m->ops->bn_plan(m->be, op, dims, BN_EPS, err);
 }
 
-static int make_set(ptc__model *m, act_set *s, int n, ptc_error *err)
+/* The stem's output size (after conv1 and, for resnet18, the max pool) for an input side. */
+static void stem_out(const ptc__model *m, int side, int *conv, int *pool)
 {
-    int rc, h;
-    s->n = n;
-    int cifar = m->arch == PTC__ARCH_RESNET18_CIFAR;
-    if ((rc = act(m, &s->x, n, 3, 32, 32, err)) || (rc = conv_plan(m, &s->pconv1, &m->conv1, n, 32,
-                                                                    &h, err)))
+    *conv = ptc__conv_out(side, m->conv1.k, m->conv1.stride, m->conv1.pad);
+    *pool = m->arch == PTC__ARCH_RESNET18_CIFAR ? *conv : ptc__conv_out(*conv, 3, 2, 1);
+}
+
+int ptc__model_check_size(const ptc__model *m, const char *fn, int n, int h, int w,
+                          ptc_error *err)
+{
+    if (n < 1 || h < MIN_SIDE || w < MIN_SIDE)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "%s: an input of %d x 3 x %d x %d: n must be at least 1 and h and w at "
+                        "least %d",
+                        fn, n, h, w, MIN_SIDE);
+    /* The largest tensor is the stem's output, 64 channels at about half (resnet18) or the whole
+     * (resnet18-cifar) input size: every tensor of the set stays below 2^31 elements. */
+    int ch = 0, cw = 0, ph, pw;
+    if (h <= MAX_SIDE && w <= MAX_SIDE) {
+        stem_out(m, h, &ch, &ph);
+        stem_out(m, w, &cw, &pw);
+    }
+    if (h > MAX_SIDE || w > MAX_SIDE || (int64_t)n * 64 * ch * cw >= ((int64_t)1 << 31) ||
+        (int64_t)n * 3 * h * w >= ((int64_t)1 << 31))
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "%s: an input of %d x 3 x %d x %d is too large: its activations would "
+                        "exceed 2^31 elements per tensor",
+                        fn, n, h, w);
+    return 0;
+}
+
+/* The forward tensors and plans of the shape in s (n, h, w). */
+static int make_set(ptc__model *m, act_set *s, ptc_error *err)
+{
+    int rc, h, w, n = s->n;
+    if ((rc = act(m, &s->x, n, 3, s->h, s->w, err)) ||
+        (rc = conv_plan(m, &s->pconv1, &m->conv1, n, s->h, s->w, &h, &w, err)))
         return rc;
-    s->h1 = h;
-    if ((rc = act(m, &s->c1, n, 64, h, h, err)) || (rc = act(m, &s->b1, n, 64, h, h, err)) ||
-        (rc = act(m, &s->g_c1, n, 64, h, h, err)) || (rc = act(m, &s->g_b1, n, 64, h, h, err)) ||
+    if ((rc = act(m, &s->c1, n, 64, h, w, err)) || (rc = act(m, &s->b1, n, 64, h, w, err)) ||
         (rc = vec(m, &s->m1, 64, err)) || (rc = vec(m, &s->s1, 64, err)) ||
-        (rc = bn_plan(m, &s->pbn1, n, 64, h, err)))
+        (rc = bn_plan(m, &s->pbn1, n, 64, h, w, err)))
         return rc;
-    if (!cifar) {
-        ptc__pool_shape ps = {n, 64, h, h, 3, 3, 2, 1, 0, 0};
-        ps.oh = ps.ow = ptc__conv_out(h, 3, 2, 1);
+    if (m->arch != PTC__ARCH_RESNET18_CIFAR) {
+        ptc__pool_shape ps = {n, 64, h, w, 3, 3, 2, 1, 0, 0};
+        ps.oh = ptc__conv_out(h, 3, 2, 1);
+        ps.ow = ptc__conv_out(w, 3, 2, 1);
         if ((rc = m->ops->maxpool_plan(m->be, &s->ppool, &ps, err)) ||
-            (rc = act(m, &s->p, n, 64, ps.oh, ps.oh, err)) ||
-            (rc = act(m, &s->g_p, n, 64, ps.oh, ps.oh, err)))
+            (rc = act(m, &s->p, n, 64, ps.oh, ps.ow, err)))
             return rc;
         h = ps.oh;
+        w = ps.ow;
     }
-    s->h2 = h;
-    /* g_blk[0]: gradient at layer1's input (the pool's output, or bn1's relu output). */
-    s->g_blk[0] = cifar ? NULL : s->g_p;
-    if (cifar && (rc = act(m, &s->g_blk[0], n, 64, h, h, err)))
-        return rc;
-    int cin = 64;
     for (int b = 0; b < 8; b++) {
         block_l *bl = &m->blk[b];
         block_a *a = &s->blk[b];
-        int cout = bl->conv1.cout, oh;
-        if ((rc = conv_plan(m, &a->p1, &bl->conv1, n, h, &oh, err)) ||
-            (rc = conv_plan(m, &a->p2, &bl->conv2, n, oh, &oh, err)) ||
-            (rc = bn_plan(m, &a->b1, n, cout, oh, err)) ||
-            (rc = bn_plan(m, &a->b2, n, cout, oh, err)) ||
-            (rc = act(m, &a->c1, n, cout, oh, oh, err)) || (rc = act(m, &a->r1, n, cout, oh, oh, err)) ||
-            (rc = act(m, &a->c2, n, cout, oh, oh, err)) || (rc = act(m, &a->n2, n, cout, oh, oh, err)) ||
-            (rc = act(m, &a->out, n, cout, oh, oh, err)) ||
-            (rc = act(m, &a->g_c1, n, cout, oh, oh, err)) ||
-            (rc = act(m, &a->g_r1, n, cout, oh, oh, err)) ||
-            (rc = act(m, &a->g_c2, n, cout, oh, oh, err)) ||
-            (rc = act(m, &a->g_n2, n, cout, oh, oh, err)) || (rc = vec(m, &a->m1, cout, err)) ||
+        int cout = bl->conv1.cout, oh, ow;
+        if ((rc = conv_plan(m, &a->p1, &bl->conv1, n, h, w, &oh, &ow, err)) ||
+            (rc = conv_plan(m, &a->p2, &bl->conv2, n, oh, ow, &oh, &ow, err)) ||
+            (rc = bn_plan(m, &a->b1, n, cout, oh, ow, err)) ||
+            (rc = bn_plan(m, &a->b2, n, cout, oh, ow, err)) ||
+            (rc = act(m, &a->c1, n, cout, oh, ow, err)) ||
+            (rc = act(m, &a->r1, n, cout, oh, ow, err)) ||
+            (rc = act(m, &a->c2, n, cout, oh, ow, err)) ||
+            (rc = act(m, &a->n2, n, cout, oh, ow, err)) ||
+            (rc = act(m, &a->out, n, cout, oh, ow, err)) || (rc = vec(m, &a->m1, cout, err)) ||
             (rc = vec(m, &a->s1, cout, err)) || (rc = vec(m, &a->m2, cout, err)) ||
             (rc = vec(m, &a->s2, cout, err)))
             return rc;
         if (bl->has_ds) {
-            int dh;
-            if ((rc = conv_plan(m, &a->pds, &bl->ds, n, h, &dh, err)) ||
-                (rc = bn_plan(m, &a->bds, n, cout, dh, err)) ||
-                (rc = act(m, &a->d, n, cout, dh, dh, err)) ||
-                (rc = act(m, &a->dn, n, cout, dh, dh, err)) ||
-                (rc = act(m, &a->g_d, n, cout, dh, dh, err)) ||
-                (rc = act(m, &a->g_in_ds, n, cin, h, h, err)) || (rc = vec(m, &a->mds, cout, err)) ||
+            int dh, dw;
+            if ((rc = conv_plan(m, &a->pds, &bl->ds, n, h, w, &dh, &dw, err)) ||
+                (rc = bn_plan(m, &a->bds, n, cout, dh, dw, err)) ||
+                (rc = act(m, &a->d, n, cout, dh, dw, err)) ||
+                (rc = act(m, &a->dn, n, cout, dh, dw, err)) || (rc = vec(m, &a->mds, cout, err)) ||
                 (rc = vec(m, &a->sds, cout, err)))
                 return rc;
         }
-        if ((rc = act(m, &s->g_blk[b + 1], n, cout, oh, oh, err)))
-            return rc;
         h = oh;
-        cin = cout;
+        w = ow;
     }
-    if ((rc = mat(m, &s->avg, n, 512, err)) || (rc = mat(m, &s->g_avg, n, 512, err)) ||
-        (rc = mat(m, &s->logits, n, m->classes, err)) ||
-        (rc = mat(m, &s->g_logits, n, m->classes, err)))
+    if ((rc = mat(m, &s->avg, n, 512, err)) || (rc = mat(m, &s->logits, n, m->classes, err)))
         return rc;
     return 0;
 }
 
-static int get_set(ptc__model *m, int n, act_set **out, ptc_error *err)
+/* The gradient tensors of s, for its first training forward: each the shape of its forward
+ * tensor. */
+static int make_grads(ptc__model *m, act_set *s, ptc_error *err)
 {
-    for (size_t i = 0; i < m->nsets; i++) {
-        if (m->sets[i].n == n) {
-            *out = &m->sets[i];
-            return 0;
+    const ptc__backend_ops *o = m->ops;
+    int rc, n = s->n, d[4];
+#define LIKE(g, t) (o->tensor_dims((t), d), act(m, &(g), d[0], d[1], d[2], d[3], err))
+    if ((rc = LIKE(s->g_c1, s->c1)) || (rc = LIKE(s->g_b1, s->b1)))
+        return rc;
+    if (s->ppool && (rc = LIKE(s->g_p, s->p)))
+        return rc;
+    /* g_blk[0]: gradient at layer1's input (the pool's output, or bn1's relu output). */
+    if (s->ppool)
+        s->g_blk[0] = s->g_p;
+    else if ((rc = LIKE(s->g_blk[0], s->b1)))
+        return rc;
+    for (int b = 0; b < 8; b++) {
+        block_a *a = &s->blk[b];
+        const ptc__bt *in = b == 0 ? (s->ppool ? s->p : s->b1) : s->blk[b - 1].out;
+        if ((rc = LIKE(a->g_c1, a->c1)) || (rc = LIKE(a->g_r1, a->r1)) ||
+            (rc = LIKE(a->g_c2, a->c2)) || (rc = LIKE(a->g_n2, a->n2)) ||
+            (rc = LIKE(s->g_blk[b + 1], a->out)))
+            return rc;
+        if (m->blk[b].has_ds && ((rc = LIKE(a->g_d, a->d)) || (rc = LIKE(a->g_in_ds, in))))
+            return rc;
+    }
+#undef LIKE
+    if ((rc = mat(m, &s->g_avg, n, 512, err)) || (rc = mat(m, &s->g_logits, n, m->classes, err)))
+        return rc;
+    s->has_grads = 1;
+    return 0;
+}
+
+/* The set of shape (n, h, w), made on first use (with gradient tensors when train). */
+static int get_set(ptc__model *m, int n, int h, int w, int train, act_set **out, ptc_error *err)
+{
+    act_set *s = NULL;
+    int rc = 0;
+    for (size_t i = 0; i < m->nsets && !s; i++)
+        if (m->sets[i].n == n && m->sets[i].h == h && m->sets[i].w == w)
+            s = &m->sets[i];
+    if (!s) {
+        if (m->nsets < MAX_SETS) {
+            s = &m->sets[m->nsets++];
+        } else { /* the least recently used, never the set backward still needs */
+            for (size_t i = 0; i < MAX_SETS; i++)
+                if (&m->sets[i] != m->last && (!s || m->sets[i].used < s->used))
+                    s = &m->sets[i];
+            free_set(m, s);
         }
+        s->n = n;
+        s->h = h;
+        s->w = w;
+        rc = make_set(m, s, err);
     }
-    act_set *s;
-    if (m->nsets == MAX_SETS) { /* reuse the first slot that is not the last training set */
-        s = &m->sets[0] == m->last ? &m->sets[1] : &m->sets[0];
-        free_set(m, s);
-    } else {
-        s = &m->sets[m->nsets++];
-    }
-    int rc = make_set(m, s, n, err);
+    if (rc == 0 && train && !s->has_grads)
+        rc = make_grads(m, s, err);
     if (rc < 0) {
+        if (m->last == s)
+            m->last = NULL;
         free_set(m, s); /* the slot stays empty (n = 0): never matched, reused later */
         return rc;
     }
+    s->used = ++m->clock;
     *out = s;
     return 0;
 }
@@ -540,21 +654,33 @@ int ptc__model_input(ptc__model *m, int n, ptc__bt **x, ptc_error *err)
     if (!m || !x || n < 1)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc__model_input: invalid arguments");
     act_set *s;
-    int rc = get_set(m, n, &s, err);
+    int rc = ptc__model_check_size(m, "ptc__model_input", n, 32, 32, err);
+    if (rc == 0)
+        rc = get_set(m, n, 32, 32, 0, &s, err);
     *x = rc < 0 ? NULL : s->x;
     return rc;
 }
 
+static int forward_set(ptc__model *m, act_set *s, int train, float *logits, ptc_error *err);
+
 int ptc__model_forward(ptc__model *m, const float *images, int n, int train, float *logits,
                        ptc_error *err)
 {
-    if (!m || !images || n < 1)
+    return ptc__model_forward_hw(m, images, n, 32, 32, train, logits, err);
+}
+
+int ptc__model_forward_hw(ptc__model *m, const float *images, int n, int h, int w, int train,
+                          float *logits, ptc_error *err)
+{
+    if (!m || !images)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc__model_forward: invalid arguments");
-    ptc__bt *x;
-    int rc = ptc__model_input(m, n, &x, err);
+    act_set *s;
+    int rc = ptc__model_check_size(m, "ptc__model_forward", n, h, w, err);
     if (rc == 0)
-        rc = m->ops->tensor_write(m->be, x, images, err);
-    return rc < 0 ? rc : ptc__model_forward_filled(m, n, train, logits, err);
+        rc = get_set(m, n, h, w, train, &s, err);
+    if (rc == 0)
+        rc = m->ops->tensor_write(m->be, s->x, images, err);
+    return rc < 0 ? rc : forward_set(m, s, train, logits, err);
 }
 
 int ptc__model_forward_filled(ptc__model *m, int n, int train, float *logits, ptc_error *err)
@@ -562,9 +688,14 @@ int ptc__model_forward_filled(ptc__model *m, int n, int train, float *logits, pt
     if (!m || n < 1)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc__model_forward: invalid arguments");
     act_set *s;
-    int rc = get_set(m, n, &s, err);
-    if (rc < 0)
-        return rc;
+    int rc = get_set(m, n, 32, 32, train, &s, err);
+    return rc < 0 ? rc : forward_set(m, s, train, logits, err);
+}
+
+/* Forward of the input s->x holds. */
+static int forward_set(ptc__model *m, act_set *s, int train, float *logits, ptc_error *err)
+{
+    int rc;
     const ptc__backend_ops *o = m->ops;
     ptc__be *be = m->be;
     if ((rc = o->conv_fwd(be, s->pconv1, s->x, m->conv1.w->value, s->c1, err)) ||
@@ -616,6 +747,18 @@ void ptc__model_set_grad_hook(ptc__model *m, ptc__grad_hook fn, void *ctx)
 
 const ptc__backend_ops *ptc__model_ops(const ptc__model *m) { return m->ops; }
 ptc__be *ptc__model_be(const ptc__model *m) { return m->be; }
+
+/* Whether backward may stop before the entries below index `below`: nothing there needs a
+ * gradient (every parameter among them is frozen) and no hook expects every gradient. */
+static bool frozen_below(const ptc__model *m, const ptc__entry *below)
+{
+    if (m->hook)
+        return false;
+    for (const ptc__entry *e = m->e; e < below; e++)
+        if (e->kind == PTC__ENTRY_PARAM && !e->frozen)
+            return false;
+    return true;
+}
 
 /* Tells the gradient hook that the gradients of a and b (b may be NULL) are final. */
 static int ready(ptc__model *m, ptc__entry *a, ptc__entry *b, ptc_error *err)
@@ -679,6 +822,10 @@ int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
     for (int b = 7; b >= 0; b--) {
         block_l *bl = &m->blk[b];
         block_a *a = &s->blk[b];
+        if (frozen_below(m, b == 7 ? m->fc_w : m->blk[b + 1].conv1.w)) { /* fine-tuning a head */
+            m->trained = 0;
+            return 0;
+        }
         const ptc__bt *x = b == 0 ? (s->ppool ? s->p : s->b1) : s->blk[b - 1].out;
         ptc__bt *gx = s->g_blk[b];
         /* relu(n2 + identity): the gradient of both addends is g_out masked by out > 0 */
@@ -710,6 +857,10 @@ int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
         }
     }
     /* The stem: through the pool (if any) and bn1+relu to conv1's weight. */
+    if (frozen_below(m, m->blk[0].conv1.w)) {
+        m->trained = 0;
+        return 0;
+    }
     if (s->ppool && (rc = o->maxpool_bwd(be, s->ppool, s->b1, s->p, s->g_p, s->g_b1, err)))
         return rc;
     const ptc__bt *g_b1 = s->ppool ? s->g_b1 : s->g_blk[0];
@@ -782,7 +933,7 @@ static int sgd_multi_step(ptc__model *m, const ptc__sgd_params *p, double lr, pt
     const bool mom = p->momentum != 0;
     for (size_t i = 0; i < m->ne && rc == 0; i++) {
         ptc__entry *e = &m->e[i];
-        if (e->kind != PTC__ENTRY_PARAM)
+        if (e->kind != PTC__ENTRY_PARAM || e->frozen)
             continue;
         int grp = 0;
         if (mom && !e->momentum) {
@@ -811,7 +962,7 @@ int ptc__model_sgd_step(ptc__model *m, const ptc__sgd_params *p, double lr, int6
         return sgd_multi_step(m, p, lr, err);
     for (size_t i = 0; i < m->ne; i++) {
         ptc__entry *e = &m->e[i];
-        if (e->kind != PTC__ENTRY_PARAM)
+        if (e->kind != PTC__ENTRY_PARAM || e->frozen)
             continue;
         ptc__sgd h = {lr, p->momentum, p->dampening, p->weight_decay, p->nesterov, 0};
         if (p->momentum != 0 && !e->momentum) {

@@ -2,7 +2,7 @@
  * pickle.h - the restricted pickle machine, the value tree it builds, and the static scanner.
  *
  * The machine executes the protocol-2 subset that torch 2.6's weights-only unpickler accepts
- * (reference pth-format.md section 4.3): 34 opcodes, nothing else. It never imports or calls
+ * (docs/internals/pickle.md): 34 opcodes, nothing else. It never imports or calls
  * anything: GLOBAL, REDUCE, NEWOBJ, BUILD and BINPERSID are handed to hooks (lib/pth supplies the
  * torch semantics), and the machine itself only builds containers and scalars. This layer knows
  * nothing of zip files or tensors.
@@ -19,6 +19,7 @@
 #define PTC_PICKLE_PICKLE_H
 
 #include "base/base.h"
+#include "pickle/opcodes.h"
 
 /* ---- values ---------------------------------------------------------------------------------- */
 enum {
@@ -90,12 +91,19 @@ struct ptc_value {
     } u;
 };
 
+/* The most items one tuple, list, set, torch.Size or dict may hold (PTC_ELIMIT beyond): a dict's
+ * index stores positions as uint32 and keeps twice as many slots as items. A pickle within the
+ * default limits cannot reach it (each item costs at least one opcode byte); a document built
+ * through ptc_doc can. */
+#define PTC__VALUE_MAX_ITEMS ((size_t)1 << 30)
+
 ptc_value *ptc__value_new(ptc__arena *a, ptc_value_kind kind);
 ptc_value *ptc__value_int(ptc__arena *a, int64_t v);
 /* Makes the int value v hold x (a value the caller made and shares with no one). */
 void ptc__value_int_set(ptc_value *v, int64_t x);
 ptc_value *ptc__value_str(ptc__arena *a, ptc_value_kind kind, const char *s, size_t n);
-/* Makes room for more items in a tuple, list, set or torch.Size (one arena allocation). */
+/* Makes room for more items in a tuple, list, set or torch.Size (one arena allocation). Both
+ * return 0, PTC_ENOMEM, or PTC_ELIMIT past PTC__VALUE_MAX_ITEMS items (they fill no ptc_error). */
 int ptc__seq_reserve(ptc__arena *a, ptc_value *seq, size_t more);
 int ptc__seq_push(ptc__arena *a, ptc_value *seq, ptc_value *item);
 /* dict[key] = val with Python semantics: an equal key keeps its position and takes the new value.
@@ -240,19 +248,26 @@ void ptc__pickle_map_name(const char **module, const char **name);
  * big-endian BINFLOAT, BINUNICODE for every str, BINPUT / LONG_BINPUT with sequential memo indices
  * and BINGET / LONG_BINGET for objects already written. The memo is keyed by an address that
  * stands for object identity (the value node, or a static for a constant such as 'storage').
- * Failures (out of memory) are sticky: check ptc__pw_failed once at the end. */
+ * Failures are sticky: check ptc__pw_failed once at the end, and ptc__pw_error for the code:
+ * PTC_ENOMEM, or PTC_ELIMIT when the pickle would exceed PTC__PW_MAX_BYTES (the default
+ * max_pickle_bytes: ptc writes no pickle its own reader refuses by default) or
+ * PTC__PW_MAX_MEMO memo entries (LONG_BINPUT's u32 index). The memo's hash holds at most twice
+ * as many slots as entries. */
+#define PTC__PW_MAX_BYTES ((size_t)1 << 30)
+#define PTC__PW_MAX_MEMO UINT32_MAX
 typedef struct ptc__pw {
     ptc__buf out;
     const void **keys; /* open addressing: memo key -> index in vals */
     uint32_t *vals;
     size_t cap, n;
     uint32_t next; /* next memo index */
-    bool failed;
+    int failed;    /* 0, or the first error (PTC_ENOMEM, PTC_ELIMIT) */
 } ptc__pw;
 
 void ptc__pw_init(ptc__pw *w);
 void ptc__pw_free(ptc__pw *w);
 bool ptc__pw_failed(const ptc__pw *w);
+int ptc__pw_error(const ptc__pw *w);
 void ptc__pw_op(ptc__pw *w, uint8_t op);
 /* Writes BINGET for key and returns true when key was memoized; false (writing nothing) else. */
 bool ptc__pw_get(ptc__pw *w, const void *key);

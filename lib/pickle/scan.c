@@ -5,73 +5,28 @@
  * broken after it (nullifAI) and list every global of every pickle (like torch's
  * get_unsafe_globals_in_checkpoint, but over all pickles).
  *
- * Argument layouts of the opcodes (pickle protocol): none; a '\n'-terminated line; two lines
- * (GLOBAL, INST); 1, 2, 4 or 8 fixed bytes; a u8 / u32 / u64 little-endian length followed by that
- * many bytes. Lengths are checked against the remaining input before anything is skipped.
+ * The argument layout and the scanner's role of each opcode come from the table in opcodes.h:
+ * none; a '\n'-terminated line; two lines (GLOBAL, INST); 1, 2, 4 or 8 fixed bytes; a u8 / u32 /
+ * u64 little-endian length followed by that many bytes. Lengths are checked against the remaining
+ * input before anything is skipped.
  */
 #include "pickle/pickle.h"
 
 #include <string.h>
 
-typedef enum arg_kind { A_NONE, A_LINE, A_2LINES, A_F1, A_F2, A_F4, A_F8, A_L1, A_L4, A_L8 } arg_kind;
-
-static int arg_of(uint8_t op, arg_kind *k)
-{
-    switch (op) {
-    case '(': case '.': case '0': case '1': case '2': case 'N': case 'Q': case 'R': case 'a':
-    case 'b': case 'd': case '}': case 'e': case 'l': case ']': case 'o': case 's': case 't':
-    case ')': case 'u': case 0x81: case 0x85: case 0x86: case 0x87: case 0x88: case 0x89:
-    case 0x8f: case 0x90: case 0x91: case 0x92: case 0x93: case 0x94: case 0x97: case 0x98:
-        *k = A_NONE; return 0;
-    case 'F': case 'I': case 'L': case 'P': case 'S': case 'V': case 'g': case 'p':
-        *k = A_LINE; return 0;
-    case 'c': case 'i':
-        *k = A_2LINES; return 0;
-    case 'K': case 'h': case 'q': case 0x80: case 0x82:
-        *k = A_F1; return 0;
-    case 'M': case 0x83:
-        *k = A_F2; return 0;
-    case 'J': case 'j': case 'r': case 0x84:
-        *k = A_F4; return 0;
-    case 'G': case 0x95:
-        *k = A_F8; return 0;
-    case 'U': case 'C': case 0x8c: case 0x8a:
-        *k = A_L1; return 0;
-    case 'T': case 'X': case 'B': case 0x8b:
-        *k = A_L4; return 0;
-    case 0x8d: case 0x8e: case 0x96:
-        *k = A_L8; return 0;
-    default:
-        return -1;
-    }
-}
-
-/* arg_of as a table for the sweep: the kind + 1, 0 for a byte that is no opcode. */
+/* The opcode table (opcodes.h) as the scanner reads it: for each byte, its argument layout + 1
+ * (0 for a byte that is no opcode), and what the scanner does with it. */
 static const uint8_t KIND1[256] = {
-    ['('] = A_NONE + 1, ['.'] = A_NONE + 1, ['0'] = A_NONE + 1, ['1'] = A_NONE + 1,
-    ['2'] = A_NONE + 1, ['N'] = A_NONE + 1, ['Q'] = A_NONE + 1, ['R'] = A_NONE + 1,
-    ['a'] = A_NONE + 1, ['b'] = A_NONE + 1, ['d'] = A_NONE + 1, ['}'] = A_NONE + 1,
-    ['e'] = A_NONE + 1, ['l'] = A_NONE + 1, [']'] = A_NONE + 1, ['o'] = A_NONE + 1,
-    ['s'] = A_NONE + 1, ['t'] = A_NONE + 1, [')'] = A_NONE + 1, ['u'] = A_NONE + 1,
-    [0x81] = A_NONE + 1, [0x85] = A_NONE + 1, [0x86] = A_NONE + 1, [0x87] = A_NONE + 1,
-    [0x88] = A_NONE + 1, [0x89] = A_NONE + 1, [0x8f] = A_NONE + 1, [0x90] = A_NONE + 1,
-    [0x91] = A_NONE + 1, [0x92] = A_NONE + 1, [0x93] = A_NONE + 1, [0x94] = A_NONE + 1,
-    [0x97] = A_NONE + 1, [0x98] = A_NONE + 1, ['F'] = A_LINE + 1, ['I'] = A_LINE + 1,
-    ['L'] = A_LINE + 1, ['P'] = A_LINE + 1, ['S'] = A_LINE + 1, ['V'] = A_LINE + 1,
-    ['g'] = A_LINE + 1, ['p'] = A_LINE + 1, ['c'] = A_2LINES + 1, ['i'] = A_2LINES + 1,
-    ['K'] = A_F1 + 1, ['h'] = A_F1 + 1, ['q'] = A_F1 + 1, [0x80] = A_F1 + 1, [0x82] = A_F1 + 1,
-    ['M'] = A_F2 + 1, [0x83] = A_F2 + 1, ['J'] = A_F4 + 1, ['j'] = A_F4 + 1, ['r'] = A_F4 + 1,
-    [0x84] = A_F4 + 1, ['G'] = A_F8 + 1, [0x95] = A_F8 + 1, ['U'] = A_L1 + 1, ['C'] = A_L1 + 1,
-    [0x8c] = A_L1 + 1, [0x8a] = A_L1 + 1, ['T'] = A_L4 + 1, ['X'] = A_L4 + 1, ['B'] = A_L4 + 1,
-    [0x8b] = A_L4 + 1, [0x8d] = A_L8 + 1, [0x8e] = A_L8 + 1, [0x96] = A_L8 + 1,
+#define X(name, byte, arg, proto, subset, scan) [byte] = PTC__ARG_##arg + 1,
+    PTC__PICKLE_OPCODES(X)
+#undef X
 };
 
-/* Opcodes that push a string constant: the candidates for STACK_GLOBAL's module and name. */
-static bool pushes_string(uint8_t op)
-{
-    return op == 'X' || op == 0x8c || op == 0x8d || op == 'U' || op == 'T' || op == 'S' ||
-           op == 'V';
-}
+static const uint8_t ROLE[256] = {
+#define X(name, byte, arg, proto, subset, scan) [byte] = PTC__SCAN_ROLE_##scan,
+    PTC__PICKLE_OPCODES(X)
+#undef X
+};
 
 typedef struct strref {
     const uint8_t *p;
@@ -83,7 +38,8 @@ typedef struct strref {
  * left quoted (escape_decode could make anything of it): never a Python name then. */
 static strref string_value(uint8_t op, const uint8_t *arg, size_t n)
 {
-    if (op == 'S' && n >= 2 && (arg[0] == '\'' || arg[0] == '"') && arg[n - 1] == arg[0] &&
+    if (op == PTC__OP_STRING && n >= 2 && (arg[0] == '\'' || arg[0] == '"') &&
+        arg[n - 1] == arg[0] &&
         !memchr(arg + 1, '\\', n - 2))
         return (strref){arg + 1, n - 2};
     return (strref){arg, n};
@@ -157,22 +113,22 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
         size_t at = pos;
         uint64_t off = base_offset + at;
         uint8_t op = data[pos++];
-        arg_kind k;
-        if (arg_of(op, &k) < 0) {
+        if (!KIND1[op]) {
             if (consumed)
                 *consumed = at;
             if (reach)
                 *reach = pos;
             return ptc__err(err, PTC_EFORMAT, member, (int64_t)off, "invalid opcode 0x%02x", op);
         }
+        ptc__op_arg k = (ptc__op_arg)(KIND1[op] - 1);
         const uint8_t *arg = data + pos, *arg2 = NULL;
         size_t alen = 0, alen2 = 0;
         uint64_t n = 0;
         bool truncated = false;
         switch (k) {
-        case A_NONE: break;
-        case A_LINE:
-        case A_2LINES: {
+        case PTC__ARG_NONE: break;
+        case PTC__ARG_LINE:
+        case PTC__ARG_LINE2: {
             const uint8_t *nl =
                 pos < line_limit ? memchr(data + pos, '\n', line_limit - pos) : NULL;
             if (!nl) {
@@ -181,7 +137,7 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
             }
             alen = (size_t)(nl - (data + pos));
             pos += alen + 1;
-            if (k == A_2LINES) {
+            if (k == PTC__ARG_LINE2) {
                 arg2 = data + pos;
                 nl = pos < line_limit ? memchr(data + pos, '\n', line_limit - pos) : NULL;
                 if (!nl) {
@@ -193,8 +149,8 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
             }
             break;
         }
-        case A_F1: case A_F2: case A_F4: case A_F8: {
-            size_t w = k == A_F1 ? 1 : k == A_F2 ? 2 : k == A_F4 ? 4 : 8;
+        case PTC__ARG_F1: case PTC__ARG_F2: case PTC__ARG_F4: case PTC__ARG_F8: {
+            size_t w = k == PTC__ARG_F1 ? 1 : k == PTC__ARG_F2 ? 2 : k == PTC__ARG_F4 ? 4 : 8;
             if (len - pos < w)
                 truncated = true;
             else
@@ -202,14 +158,14 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
             alen = w;
             break;
         }
-        case A_L1: case A_L4: case A_L8: {
-            size_t w = k == A_L1 ? 1 : k == A_L4 ? 4 : 8;
+        case PTC__ARG_L1: case PTC__ARG_L4: case PTC__ARG_S4: case PTC__ARG_L8: {
+            size_t w = k == PTC__ARG_L1 ? 1 : k == PTC__ARG_L8 ? 8 : 4;
             if (len - pos < w) {
                 truncated = true;
                 break;
             }
             n = w == 1 ? data[pos] : w == 4 ? ptc__le32(data + pos) : ptc__le64(data + pos);
-            if (w == 4 && (op == 'T' || op == 0x8b) && (int32_t)n < 0) {
+            if (k == PTC__ARG_S4 && (int32_t)n < 0) {
                 if (consumed)
                     *consumed = at;
                 if (reach)
@@ -238,13 +194,14 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
         }
 
         /* Report what matters. */
-        if (op == 0x80) {
+        ptc__scan_role role = (ptc__scan_role)ROLE[op];
+        if (role == PTC__SCAN_ROLE_PROTO) {
             if ((rc = report(fn, ud, PTC__SCAN_PROTO, op, off, NULL, 0, NULL, 0, arg[0])) != 0)
                 return rc;
-        } else if (op == 'c' || op == 'i') {
+        } else if (role == PTC__SCAN_ROLE_GLOBAL) {
             if ((rc = report(fn, ud, PTC__SCAN_GLOBAL, op, off, arg, alen, arg2, alen2, 0)) != 0)
                 return rc;
-        } else if (op == 0x93) {
+        } else if (role == PTC__SCAN_ROLE_STACK) {
             if (last[0].p && last[1].p)
                 rc = report(fn, ud, PTC__SCAN_GLOBAL, op, off, last[0].p, last[0].n, last[1].p,
                             last[1].n, 0);
@@ -252,26 +209,28 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
                 rc = report(fn, ud, PTC__SCAN_DYNAMIC, op, off, NULL, 0, NULL, 0, 0);
             if (rc != 0)
                 return rc;
-        } else if (op == 0x82 || op == 0x83 || op == 0x84) {
+        } else if (role == PTC__SCAN_ROLE_EXT) {
             if ((rc = report(fn, ud, PTC__SCAN_DYNAMIC, op, off, NULL, 0, NULL, 0, 0)) != 0)
                 return rc;
         }
-        if (!ptc__pickle_in_subset(op) && op != 0x93 && op != 'i' && op != 0x82 && op != 0x83 &&
-            op != 0x84) {
+        /* Globals were reported as such above; any other opcode outside the subset is reported
+         * as an opcode. */
+        if (!ptc__pickle_in_subset(op) && role != PTC__SCAN_ROLE_GLOBAL &&
+            role != PTC__SCAN_ROLE_STACK && role != PTC__SCAN_ROLE_EXT) {
             if ((rc = report(fn, ud, PTC__SCAN_OPCODE, op, off, NULL, 0, NULL, 0, 0)) != 0)
                 return rc;
         }
 
         /* Track string pushes for STACK_GLOBAL; memo opcodes leave the stack as it is. */
-        if (pushes_string(op)) {
+        if (role == PTC__SCAN_ROLE_STRING) {
             last[0] = last[1];
             last[1] = string_value(op, arg, alen); /* STRING unquoted, escapes left quoted */
-        } else if (op != 'p' && op != 'q' && op != 'r' && op != 0x94 && op != 0x95) {
+        } else if (role != PTC__SCAN_ROLE_MEMO) {
             last[0] = last[1] = (strref){NULL, 0};
         }
 
-        ended_with_stop = op == '.';
-        if (op == '.' && stop_at_first) {
+        ended_with_stop = op == PTC__OP_STOP;
+        if (op == PTC__OP_STOP && stop_at_first) {
             if (consumed)
                 *consumed = pos;
             if (reach)
@@ -406,10 +365,10 @@ static size_t proto_before(sweep *s, size_t lim)
     size_t from = s->g_from;
     /* PROTOs are often close by (dense in built bytes): look at a few bytes before memchr. */
     for (size_t near = from + 16 < lim ? from + 16 : lim; from < near; from++)
-        if (d[from] == 0x80 && d[from + 1] >= 2 && d[from + 1] <= 5)
+        if (d[from] == PTC__OP_PROTO && d[from + 1] >= 2 && d[from + 1] <= 5)
             return s->g = s->g_from = from;
     while (from < lim) {
-        const uint8_t *p = memchr(d + from, 0x80, lim - from);
+        const uint8_t *p = memchr(d + from, PTC__OP_PROTO, lim - from);
         if (!p)
             break;
         from = (size_t)(p - d);
@@ -625,7 +584,7 @@ static bool escaped_name(uint8_t op, const uint8_t *p, size_t n)
         uint32_t c = p[i];
         if (p[i] == '\\' && i + 1 < n) {
             uint8_t e = p[i + 1];
-            if (op == 'V') {
+            if (op == PTC__OP_UNICODE) {
                 int w = e == 'u' ? 4 : e == 'U' ? 8 : 0;
                 if (w && i + 1 + (size_t)w < n + 0 && i + 2 + (size_t)w <= n) {
                     uint32_t v = 0;
@@ -733,19 +692,19 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
     *on = false;
     if (!KIND1[op])
         return 0;
-    arg_kind k = (arg_kind)(KIND1[op] - 1);
+    ptc__op_arg k = (ptc__op_arg)(KIND1[op] - 1);
     const uint8_t *arg = d + pos, *arg2 = NULL;
     size_t alen = 0, alen2 = 0;
     switch (k) {
-    case A_NONE: break;
-    case A_LINE:
-    case A_2LINES: {
+    case PTC__ARG_NONE: break;
+    case PTC__ARG_LINE:
+    case PTC__ARG_LINE2: {
         size_t nl = find_nl(s, 0, pos);
         if (nl == SIZE_MAX)
             return 0;
         alen = nl - pos;
         pos = nl + 1;
-        if (k == A_2LINES) {
+        if (k == PTC__ARG_LINE2) {
             arg2 = d + pos;
             if ((nl = find_nl(s, 1, pos)) == SIZE_MAX)
                 return 0;
@@ -754,19 +713,19 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
         }
         break;
     }
-    case A_F1: case A_F2: case A_F4: case A_F8: {
-        size_t fw = k == A_F1 ? 1 : k == A_F2 ? 2 : k == A_F4 ? 4 : 8;
+    case PTC__ARG_F1: case PTC__ARG_F2: case PTC__ARG_F4: case PTC__ARG_F8: {
+        size_t fw = k == PTC__ARG_F1 ? 1 : k == PTC__ARG_F2 ? 2 : k == PTC__ARG_F4 ? 4 : 8;
         if (len - pos < fw)
             return 0;
         pos += fw;
         break;
     }
-    case A_L1: case A_L4: case A_L8: {
-        size_t lw = k == A_L1 ? 1 : k == A_L4 ? 4 : 8;
+    case PTC__ARG_L1: case PTC__ARG_L4: case PTC__ARG_S4: case PTC__ARG_L8: {
+        size_t lw = k == PTC__ARG_L1 ? 1 : k == PTC__ARG_L8 ? 8 : 4;
         if (len - pos < lw)
             return 0;
         uint64_t n = lw == 1 ? d[pos] : lw == 4 ? ptc__le32(d + pos) : ptc__le64(d + pos);
-        if (lw == 4 && (op == 'T' || op == 0x8b) && (int32_t)n < 0)
+        if (k == PTC__ARG_S4 && (int32_t)n < 0)
             return 0;
         pos += lw;
         if (n > len - pos)
@@ -778,14 +737,15 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
     }
     }
     int rc = 0;
-    if (op == 'c' || op == 'i') {
+    ptc__scan_role role = (ptc__scan_role)ROLE[op];
+    if (role == PTC__SCAN_ROLE_GLOBAL) {
         clear_elems(s, w);
         w->many = false;
         if (!quiet && alen < NAME_COPY && alen2 < NAME_COPY && ptc__python_name(arg, alen) &&
             ptc__python_name(arg2, alen2))
             rc = report(s->fn, s->ud, PTC__SCAN_GLOBAL, op, s->base + at, arg, alen, arg2, alen2,
                         0);
-    } else if (op == 0x93) {
+    } else if (role == PTC__SCAN_ROLE_STACK) {
         for (uint32_t ei = w->head; ei != NONE && rc == 0; ei = s->e[ei].next) {
             const sw_elem *e = &s->e[ei];
             if (e->al && (!quiet || e->aloud || e->bloud))
@@ -797,13 +757,14 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
                         1, (const uint8_t *)"?", 1, 0);
         clear_elems(s, w);
         w->many = false;
-    } else if (pushes_string(op)) {
+    } else if (role == PTC__SCAN_ROLE_STRING) {
         strref v = string_value(op, arg, alen);
         bool named = false;
-        if ((op == 'S' || op == 'V') && memchr(v.p, '\\', v.n)) {
+        if ((op == PTC__OP_STRING || op == PTC__OP_UNICODE) && memchr(v.p, '\\', v.n)) {
             /* Escapes: Python decodes them before STACK_GLOBAL sees the name. The literal is
              * kept as written (and so never matches the policy) when its value is a name. */
-            if (op == 'S' && v.n >= 2 && (v.p[0] == '\'' || v.p[0] == '"') && v.p[v.n - 1] == v.p[0])
+            if (op == PTC__OP_STRING && v.n >= 2 && (v.p[0] == '\'' || v.p[0] == '"') &&
+                v.p[v.n - 1] == v.p[0])
                 v = (strref){v.p + 1, v.n - 2};
             named = escaped_name(op, v.p, v.n);
         }
@@ -812,7 +773,7 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
     }
     /* Other opcodes leave the pairs: a pop or a push between the two names (NONE POP, MARK
      * POP_MARK, a memo get) does not stop STACK_GLOBAL from taking them. */
-    if (rc || (op == '.' && pos >= w->quiet_end))
+    if (rc || (op == PTC__OP_STOP && pos >= w->quiet_end))
         return rc;
     w->pos = pos;
     *on = pos < len && KIND1[d[pos]]; /* a walk at no opcode would end there */

@@ -61,13 +61,16 @@ ptc_value *ptc__value_str(ptc__arena *a, ptc_value_kind kind, const char *s, siz
     return v;
 }
 
+/* Makes room for item n of a container: PTC_ELIMIT past PTC__VALUE_MAX_ITEMS items. */
 static int grow(ptc__arena *a, void **items, size_t *cap, size_t n, size_t elsize)
 {
     if (n < *cap)
         return 0;
+    if (n >= PTC__VALUE_MAX_ITEMS)
+        return PTC_ELIMIT;
     size_t ncap = *cap ? *cap * 2 : 4;
-    if (ncap > SIZE_MAX / elsize)
-        return PTC_ENOMEM;
+    if (ncap > PTC__VALUE_MAX_ITEMS)
+        ncap = PTC__VALUE_MAX_ITEMS;
     void *d = ptc__arena_alloc(a, ncap * elsize);
     if (!d)
         return PTC_ENOMEM;
@@ -83,12 +86,12 @@ int ptc__seq_reserve(ptc__arena *a, ptc_value *seq, size_t more)
     ptc__seq *s = &seq->u.seq;
     if (more <= s->cap - s->n)
         return 0;
-    if (more > SIZE_MAX / sizeof *s->items - s->n)
-        return PTC_ENOMEM;
+    if (more > PTC__VALUE_MAX_ITEMS - s->n)
+        return PTC_ELIMIT;
     size_t ncap = s->n + more;
     /* Keep doubling's amortised cost for lists built by many small APPENDS. */
-    if (ncap < s->cap * 2 && s->cap * 2 <= SIZE_MAX / sizeof *s->items)
-        ncap = s->cap * 2;
+    if (ncap < s->cap * 2)
+        ncap = s->cap * 2 < PTC__VALUE_MAX_ITEMS ? s->cap * 2 : PTC__VALUE_MAX_ITEMS;
     ptc_value **d = ptc__arena_alloc(a, ncap * sizeof *d);
     if (!d)
         return PTC_ENOMEM;
@@ -474,9 +477,15 @@ int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val
         }
     }
     size_t kcap = d->cap, vcap = d->cap;
-    if (grow(a, (void **)&d->keys, &kcap, d->n, sizeof *d->keys) < 0 ||
-        grow(a, (void **)&d->vals, &vcap, d->n, sizeof *d->vals) < 0)
+    int grc;
+    if ((grc = grow(a, (void **)&d->keys, &kcap, d->n, sizeof *d->keys)) < 0 ||
+        (grc = grow(a, (void **)&d->vals, &vcap, d->n, sizeof *d->vals)) < 0) {
+        if (grc == PTC_ELIMIT)
+            return ptc__err_stricter(err, PTC_ELIMIT, member, offset,
+                                     "a dict would hold more than the limit of %zu items",
+                                     (size_t)PTC__VALUE_MAX_ITEMS);
         return ptc__err(err, PTC_ENOMEM, member, offset, "out of memory growing a dict");
+    }
     d->cap = kcap;
     d->keys[d->n] = key;
     d->vals[d->n] = val;
@@ -588,6 +597,7 @@ int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t ma
                                    "containers nest deeper than the limit %u", max_depth);
             break;
         }
+        /* n <= max_depth + 1 here (checked above): the frame stack is capped by max_depth. */
         if (n == cap) {
             frame *ns = ptc__realloc(st, 2 * cap * sizeof *st);
             if (!ns) {

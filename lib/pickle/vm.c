@@ -16,7 +16,7 @@
  * array memo, as in CPython's _pickle, allocates up to the index), and the limits. Those refusals
  * carry PTC_ERR_STRICTER.
  *
- * Encodings (all from the pickle protocol): BININT int32 LE; BININT1 u8; BININT2 u16 LE; LONG1 u8
+ * Encodings (docs/internals/pickle.md): BININT int32 LE; BININT1 u8; BININT2 u16 LE; LONG1 u8
  * length + two's-complement LE; BINFLOAT IEEE double big-endian; BINUNICODE u32 LE length + UTF-8;
  * SHORT_BINSTRING u8 length + bytes (decoded as UTF-8, as torch.load passes encoding='utf-8');
  * GLOBAL two '\n'-terminated lines; BINPUT/BINGET u8; LONG_BINPUT/LONG_BINGET u32 LE.
@@ -25,61 +25,20 @@
 
 #include <string.h>
 
-enum {
-    OP_MARK = '(', OP_STOP = '.', OP_POP = '0', OP_POP_MARK = '1', OP_DUP = '2', OP_FLOAT = 'F',
-    OP_INT = 'I', OP_BININT = 'J', OP_BININT1 = 'K', OP_LONG = 'L', OP_BININT2 = 'M',
-    OP_NONE = 'N', OP_PERSID = 'P', OP_BINPERSID = 'Q', OP_REDUCE = 'R', OP_STRING = 'S',
-    OP_BINSTRING = 'T', OP_SHORT_BINSTRING = 'U', OP_UNICODE = 'V', OP_BINUNICODE = 'X',
-    OP_APPEND = 'a', OP_BUILD = 'b', OP_GLOBAL = 'c', OP_DICT = 'd', OP_EMPTY_DICT = '}',
-    OP_APPENDS = 'e', OP_GET = 'g', OP_BINGET = 'h', OP_INST = 'i', OP_LONG_BINGET = 'j',
-    OP_LIST = 'l', OP_EMPTY_LIST = ']', OP_OBJ = 'o', OP_PUT = 'p', OP_BINPUT = 'q',
-    OP_LONG_BINPUT = 'r', OP_SETITEM = 's', OP_TUPLE = 't', OP_EMPTY_TUPLE = ')',
-    OP_SETITEMS = 'u', OP_BINFLOAT = 'G',
-    OP_PROTO = 0x80, OP_NEWOBJ = 0x81, OP_EXT1 = 0x82, OP_EXT2 = 0x83, OP_EXT4 = 0x84,
-    OP_TUPLE1 = 0x85, OP_TUPLE2 = 0x86, OP_TUPLE3 = 0x87, OP_NEWTRUE = 0x88, OP_NEWFALSE = 0x89,
-    OP_LONG1 = 0x8a, OP_LONG4 = 0x8b, OP_BINBYTES = 'B', OP_SHORT_BINBYTES = 'C',
-    OP_SHORT_BINUNICODE = 0x8c, OP_BINUNICODE8 = 0x8d, OP_BINBYTES8 = 0x8e, OP_EMPTY_SET = 0x8f,
-    OP_ADDITEMS = 0x90, OP_FROZENSET = 0x91, OP_NEWOBJ_EX = 0x92, OP_STACK_GLOBAL = 0x93,
-    OP_MEMOIZE = 0x94, OP_FRAME = 0x95, OP_BYTEARRAY8 = 0x96, OP_NEXT_BUFFER = 0x97,
-    OP_READONLY_BUFFER = 0x98
+/* The opcode table (opcodes.h) as the machine looks things up in it: the name of each byte, and
+ * whether it is one of the weights-only subset. */
+static const struct {
+    const char *name;
+    uint8_t subset;
+} OPS[256] = {
+#define X(name_, byte, arg, proto, subset_, scan) [byte] = {.name = #name_, .subset = subset_},
+    PTC__PICKLE_OPCODES(X)
+#undef X
 };
 
-const char *ptc__pickle_opname(uint8_t op)
-{
-    switch (op) {
-#define N(x)      \
-    case OP_##x: \
-        return #x;
-        N(MARK) N(STOP) N(POP) N(POP_MARK) N(DUP) N(FLOAT) N(INT) N(BININT) N(BININT1) N(LONG)
-        N(BININT2) N(NONE) N(PERSID) N(BINPERSID) N(REDUCE) N(STRING) N(BINSTRING)
-        N(SHORT_BINSTRING) N(UNICODE) N(BINUNICODE) N(APPEND) N(BUILD) N(GLOBAL) N(DICT)
-        N(EMPTY_DICT) N(APPENDS) N(GET) N(BINGET) N(INST) N(LONG_BINGET) N(LIST) N(EMPTY_LIST)
-        N(OBJ) N(PUT) N(BINPUT) N(LONG_BINPUT) N(SETITEM) N(TUPLE) N(EMPTY_TUPLE) N(SETITEMS)
-        N(BINFLOAT) N(PROTO) N(NEWOBJ) N(EXT1) N(EXT2) N(EXT4) N(TUPLE1) N(TUPLE2) N(TUPLE3)
-        N(NEWTRUE) N(NEWFALSE) N(LONG1) N(LONG4) N(BINBYTES) N(SHORT_BINBYTES)
-        N(SHORT_BINUNICODE) N(BINUNICODE8) N(BINBYTES8) N(EMPTY_SET) N(ADDITEMS) N(FROZENSET)
-        N(NEWOBJ_EX) N(STACK_GLOBAL) N(MEMOIZE) N(FRAME) N(BYTEARRAY8) N(NEXT_BUFFER)
-        N(READONLY_BUFFER)
-#undef N
-    default: return NULL;
-    }
-}
+const char *ptc__pickle_opname(uint8_t op) { return OPS[op].name; }
 
-int ptc__pickle_in_subset(uint8_t op)
-{
-    switch (op) {
-    case OP_GLOBAL: case OP_NEWOBJ: case OP_REDUCE: case OP_BUILD: case OP_APPEND: case OP_APPENDS:
-    case OP_SETITEM: case OP_SETITEMS: case OP_MARK: case OP_TUPLE: case OP_TUPLE1: case OP_TUPLE2:
-    case OP_TUPLE3: case OP_NONE: case OP_NEWFALSE: case OP_NEWTRUE: case OP_EMPTY_TUPLE:
-    case OP_EMPTY_LIST: case OP_EMPTY_DICT: case OP_EMPTY_SET: case OP_BININT: case OP_BININT1:
-    case OP_BININT2: case OP_BINFLOAT: case OP_BINUNICODE: case OP_SHORT_BINSTRING:
-    case OP_BINPERSID: case OP_BINGET: case OP_LONG_BINGET: case OP_BINPUT: case OP_LONG_BINPUT:
-    case OP_LONG1: case OP_PROTO: case OP_STOP:
-        return 1;
-    default:
-        return 0;
-    }
-}
+int ptc__pickle_in_subset(uint8_t op) { return OPS[op].subset; }
 
 /* torch's Python-2 mapping (torch/_utils.py IMPORT_MAPPING and NAME_MAPPING), the entries that can
  * matter for a weights-only load; unmapped names pass through unchanged. */
@@ -201,14 +160,21 @@ const ptc_limits *ptc__vm_limits(const ptc__vm *vm) { return vm->p->limits; }
 #define VM_ERR_IF(vm, stricter, code, ...) \
     ((stricter) ? VM_STRICTER(vm, code, __VA_ARGS__) : VM_ERR(vm, code, __VA_ARGS__))
 
+/* Grows one of the machine's arrays (stack, MARK stack, memo) to hold need entries; more than max
+ * entries is PTC_ELIMIT naming what, whatever the budget says. */
 static int grow_array(ptc__vm *vm, void **arr, size_t *cap, size_t need, size_t elsize,
-                      ptc_error *err)
+                      uint64_t max, const char *what, ptc_error *err)
 {
     if (need <= *cap)
         return 0;
+    if (need > max)
+        return VM_STRICTER(vm, PTC_ELIMIT, "the %s would hold more than its limit of %llu entries",
+                           what, (unsigned long long)max);
     size_t ncap = *cap ? *cap : 64;
     while (ncap < need)
         ncap *= 2;
+    if (ncap > max)
+        ncap = (size_t)max;
     if (ncap > SIZE_MAX / elsize)
         return VM_ERR(vm, PTC_ELIMIT, "pickle machine array too large");
     if (ptc__budget_take(vm->p->budget, (uint64_t)(ncap - *cap) * elsize, err, vm->p->member,
@@ -240,7 +206,7 @@ static ptc_value *new_value(ptc__vm *vm, ptc_value_kind kind, ptc_error *err, in
 /* The shared node of NONE, NEWFALSE or NEWTRUE (see ptc__vm.singletons). */
 static ptc_value *singleton(ptc__vm *vm, uint8_t op, ptc_error *err, int *rc)
 {
-    int k = op == OP_NONE ? 0 : op == OP_NEWFALSE ? 1 : 2;
+    int k = op == PTC__OP_NONE ? 0 : op == PTC__OP_NEWFALSE ? 1 : 2;
     ptc_value *v = vm->singletons[k];
     if (v) {
         if (++vm->nobjects > vm->p->limits->max_objects) {
@@ -259,8 +225,10 @@ static ptc_value *singleton(ptc__vm *vm, uint8_t op, ptc_error *err, int *rc)
 
 static int push(ptc__vm *vm, ptc_value *v, ptc_error *err)
 {
+    /* Every push consumes at least one byte of input, so the stack never holds more entries than
+     * a pickle may have bytes. */
     int rc = grow_array(vm, (void **)&vm->stack, &vm->capstack, vm->nstack + 1,
-                        sizeof *vm->stack, err);
+                        sizeof *vm->stack, vm->p->limits->max_pickle_bytes, "stack", err);
     if (rc < 0)
         return rc;
     vm->stack[vm->nstack++] = v;
@@ -366,11 +334,16 @@ static int memo_put(ptc__vm *vm, uint32_t idx, ptc_error *err)
     if ((uint64_t)idx >= vm->nops)
         return VM_STRICTER(vm, PTC_EFORMAT, "memo index %u is beyond the %llu opcodes executed",
                            idx, (unsigned long long)vm->nops);
+    /* The memo is an array indexed by memo index, capped at max_memo entries: in torch.save's
+     * sequential numbering an index at or above max_memo means more entries than that. */
+    if ((uint64_t)idx >= vm->p->limits->max_memo)
+        return VM_STRICTER(vm, PTC_ELIMIT, "more than the limit of %llu memo entries",
+                           (unsigned long long)vm->p->limits->max_memo);
     int rc = 0;
     if (idx >= vm->capmemo) {
         size_t old = vm->capmemo;
         rc = grow_array(vm, (void **)&vm->memo, &vm->capmemo, (size_t)idx + 1, sizeof *vm->memo,
-                        err);
+                        vm->p->limits->max_memo, "memo", err);
         if (rc < 0)
             return rc;
         memset(vm->memo + old, 0, (vm->capmemo - old) * sizeof *vm->memo);
@@ -599,11 +572,14 @@ static int op_appends(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
                       ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)l->kind));
     /* Room for all the items at once: growing by doubling would leave the abandoned arrays in
      * the arena (twice the list's final size for a long APPENDS). */
-    if (ptc__seq_reserve(vm->arena, l, vm->nstack - start) < 0)
+    int rc = ptc__seq_reserve(vm->arena, l, vm->nstack - start);
+    for (size_t i = start; i < vm->nstack && rc == 0; i++)
+        rc = ptc__seq_push(vm->arena, l, vm->stack[i]);
+    if (rc == PTC_ELIMIT)
+        return VM_STRICTER(vm, PTC_ELIMIT, "a list would hold more than the limit of %zu items",
+                           (size_t)PTC__VALUE_MAX_ITEMS);
+    if (rc < 0)
         return VM_ERR(vm, PTC_ENOMEM, "out of memory growing a list");
-    for (size_t i = start; i < vm->nstack; i++)
-        if (ptc__seq_push(vm->arena, l, vm->stack[i]) < 0)
-            return VM_ERR(vm, PTC_ENOMEM, "out of memory growing a list");
     vm->nstack = start;
     return 0;
 }
@@ -744,10 +720,11 @@ static int op_build(ptc__vm *vm, ptc_error *err)
 static bool torch_starts_with(uint8_t op)
 {
     switch (op) {
-    case OP_MARK: case OP_NONE: case OP_NEWTRUE: case OP_NEWFALSE: case OP_EMPTY_TUPLE:
-    case OP_EMPTY_LIST: case OP_EMPTY_DICT: case OP_EMPTY_SET: case OP_BININT: case OP_BININT1:
-    case OP_BININT2: case OP_BINFLOAT: case OP_BINUNICODE: case OP_SHORT_BINSTRING: case OP_LONG1:
-    case OP_GLOBAL:
+    case PTC__OP_MARK: case PTC__OP_NONE: case PTC__OP_NEWTRUE: case PTC__OP_NEWFALSE:
+    case PTC__OP_EMPTY_TUPLE: case PTC__OP_EMPTY_LIST: case PTC__OP_EMPTY_DICT:
+    case PTC__OP_EMPTY_SET: case PTC__OP_BININT: case PTC__OP_BININT1: case PTC__OP_BININT2:
+    case PTC__OP_BINFLOAT: case PTC__OP_BINUNICODE: case PTC__OP_SHORT_BINSTRING:
+    case PTC__OP_LONG1: case PTC__OP_GLOBAL:
         return true;
     default:
         return false;
@@ -768,21 +745,21 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
         /* PROTO is read anywhere, as torch reads it: it only announces a protocol and changes
          * nothing that follows. A pickle may also start without it, with any opcode that pops
          * nothing. */
-        if (vm->nops == 1 && op != OP_PROTO && !torch_starts_with(op))
+        if (vm->nops == 1 && op != PTC__OP_PROTO && !torch_starts_with(op))
             return VM_ERR(vm, PTC_EFORMAT,
                           "the pickle does not start with PROTO 2 (first opcode %s)",
                           ptc__pickle_opname(op) ? ptc__pickle_opname(op) : "unknown");
         switch (op) {
-        case OP_PROTO:
+        case PTC__OP_PROTO:
             if ((rc = read_bytes(vm, 1, &p, err)) < 0)
                 return rc;
             /* Pickles of protocol 4 and 5 go on with FRAME, which torch refuses: named here,
              * since that is the reason. Any other protocol number is only a number. */
-            if (p[0] != 2 && vm->pos < vm->len && vm->data[vm->pos] == OP_FRAME)
+            if (p[0] != 2 && vm->pos < vm->len && vm->data[vm->pos] == PTC__OP_FRAME)
                 return VM_ERR(vm, PTC_EFORMAT, "pickle protocol %u; checkpoints use protocol 2",
                               p[0]);
             break;
-        case OP_STOP:
+        case PTC__OP_STOP:
             /* The result is the top of the innermost stack, as for torch and Python's pickle:
              * what lies below it was built and is dropped. */
             if (vm->nstack == floor_of(vm))
@@ -795,29 +772,29 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                                          (int64_t)(vm->p->base_offset + vm->pos),
                                          "%zu bytes after STOP", vm->len - vm->pos);
             return 0;
-        case OP_MARK:
+        case PTC__OP_MARK:
             if (vm->nmarks >= lim->max_depth)
                 return VM_STRICTER(vm, PTC_ELIMIT, "MARKs nest deeper than the limit %u",
                                    lim->max_depth);
             if ((rc = grow_array(vm, (void **)&vm->marks, &vm->capmarks, vm->nmarks + 1,
-                                 sizeof *vm->marks, err)) < 0)
+                                 sizeof *vm->marks, lim->max_depth, "MARK stack", err)) < 0)
                 return rc;
             vm->marks[vm->nmarks++] = vm->nstack;
             break;
-        case OP_NONE:
-        case OP_NEWFALSE:
-        case OP_NEWTRUE:
+        case PTC__OP_NONE:
+        case PTC__OP_NEWFALSE:
+        case PTC__OP_NEWTRUE:
             if (!(v = singleton(vm, op, err, &rc)) || (rc = push(vm, v, err)) < 0)
                 return rc;
             break;
-        case OP_BININT:
-        case OP_BININT1:
-        case OP_BININT2: {
-            size_t n = op == OP_BININT ? 4 : op == OP_BININT1 ? 1 : 2;
+        case PTC__OP_BININT:
+        case PTC__OP_BININT1:
+        case PTC__OP_BININT2: {
+            size_t n = op == PTC__OP_BININT ? 4 : op == PTC__OP_BININT1 ? 1 : 2;
             if ((rc = read_bytes(vm, n, &p, err)) < 0)
                 return rc;
-            int64_t x = op == OP_BININT ? (int64_t)(int32_t)ptc__le32(p)
-                        : op == OP_BININT1 ? p[0] : ptc__le16(p);
+            int64_t x = op == PTC__OP_BININT ? (int64_t)(int32_t)ptc__le32(p)
+                        : op == PTC__OP_BININT1 ? p[0] : ptc__le16(p);
             if (++vm->nobjects > lim->max_objects)
                 return VM_STRICTER(vm, PTC_ELIMIT, "too many objects");
             if (!(v = ptc__value_int(vm->arena, x)))
@@ -826,11 +803,11 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                 return rc;
             break;
         }
-        case OP_LONG1:
+        case PTC__OP_LONG1:
             if ((rc = op_long1(vm, err)) < 0)
                 return rc;
             break;
-        case OP_BINFLOAT: {
+        case PTC__OP_BINFLOAT: {
             if ((rc = read_bytes(vm, 8, &p, err)) < 0)
                 return rc;
             uint64_t bits = 0;
@@ -843,7 +820,7 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                 return rc;
             break;
         }
-        case OP_BINUNICODE: {
+        case PTC__OP_BINUNICODE: {
             if ((rc = read_bytes(vm, 4, &p, err)) < 0)
                 return rc;
             uint32_t n = ptc__le32(p);
@@ -853,7 +830,7 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                 return rc;
             break;
         }
-        case OP_SHORT_BINSTRING: {
+        case PTC__OP_SHORT_BINSTRING: {
             if ((rc = read_bytes(vm, 1, &p, err)) < 0)
                 return rc;
             size_t n = p[0];
@@ -863,35 +840,35 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                 return rc;
             break;
         }
-        case OP_EMPTY_TUPLE:
+        case PTC__OP_EMPTY_TUPLE:
             if ((rc = tuple_from(vm, vm->nstack, err)) < 0)
                 return rc;
             break;
-        case OP_TUPLE1:
-        case OP_TUPLE2:
-        case OP_TUPLE3: {
-            size_t n = (size_t)(op - OP_TUPLE1 + 1);
+        case PTC__OP_TUPLE1:
+        case PTC__OP_TUPLE2:
+        case PTC__OP_TUPLE3: {
+            size_t n = (size_t)(op - PTC__OP_TUPLE1 + 1);
             if ((rc = need(vm, n, op, err)) < 0 || (rc = tuple_from(vm, vm->nstack - n, err)) < 0)
                 return rc;
             break;
         }
-        case OP_TUPLE:
+        case PTC__OP_TUPLE:
             if ((rc = pop_mark(vm, op, &start, err)) < 0 || (rc = tuple_from(vm, start, err)) < 0)
                 return rc;
             break;
-        case OP_EMPTY_LIST:
-        case OP_EMPTY_DICT:
-        case OP_EMPTY_SET:
-            v = new_value(vm, op == OP_EMPTY_LIST ? PTC_VALUE_LIST
-                              : op == OP_EMPTY_DICT ? PTC_VALUE_DICT : PTC_VALUE_SET, err, &rc);
+        case PTC__OP_EMPTY_LIST:
+        case PTC__OP_EMPTY_DICT:
+        case PTC__OP_EMPTY_SET:
+            v = new_value(vm, op == PTC__OP_EMPTY_LIST ? PTC_VALUE_LIST
+                              : op == PTC__OP_EMPTY_DICT ? PTC_VALUE_DICT : PTC_VALUE_SET, err, &rc);
             if (!v || (rc = push(vm, v, err)) < 0)
                 return rc;
             break;
-        case OP_APPEND:
+        case PTC__OP_APPEND:
             if ((rc = need(vm, 2, op, err)) < 0 || (rc = op_appends(vm, vm->nstack - 1, op, err)) < 0)
                 return rc;
             break;
-        case OP_APPENDS:
+        case PTC__OP_APPENDS:
             if ((rc = pop_mark(vm, op, &start, err)) < 0)
                 return rc;
             if (start == 0 || start <= floor_of(vm))
@@ -899,11 +876,11 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             if ((rc = op_appends(vm, start, op, err)) < 0)
                 return rc;
             break;
-        case OP_SETITEM:
+        case PTC__OP_SETITEM:
             if ((rc = need(vm, 3, op, err)) < 0 || (rc = op_setitems(vm, vm->nstack - 2, op, err)) < 0)
                 return rc;
             break;
-        case OP_SETITEMS:
+        case PTC__OP_SETITEMS:
             if ((rc = pop_mark(vm, op, &start, err)) < 0)
                 return rc;
             if (start == 0 || start <= floor_of(vm))
@@ -911,12 +888,12 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             if ((rc = op_setitems(vm, start, op, err)) < 0)
                 return rc;
             break;
-        case OP_GLOBAL:
+        case PTC__OP_GLOBAL:
             if ((rc = op_global(vm, err)) < 0)
                 return rc;
             break;
-        case OP_REDUCE:
-        case OP_NEWOBJ: {
+        case PTC__OP_REDUCE:
+        case PTC__OP_NEWOBJ: {
             if ((rc = need(vm, 2, op, err)) < 0)
                 return rc;
             ptc_value *args = vm->stack[vm->nstack - 1];
@@ -932,7 +909,7 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                               ptc__pickle_opname(op),
                               ptc_value_kind_name((ptc_value_kind)args->kind));
             v = NULL;
-            rc = op == OP_REDUCE ? vm->p->hooks->reduce(vm->p->hooks->ud, vm, fn, args, &v, err)
+            rc = op == PTC__OP_REDUCE ? vm->p->hooks->reduce(vm->p->hooks->ud, vm, fn, args, &v, err)
                                  : vm->p->hooks->newobj(vm->p->hooks->ud, vm, fn, args, &v, err);
             if (rc < 0)
                 return rc;
@@ -943,11 +920,11 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                 return rc;
             break;
         }
-        case OP_BUILD:
+        case PTC__OP_BUILD:
             if ((rc = need(vm, 2, op, err)) < 0 || (rc = op_build(vm, err)) < 0)
                 return rc;
             break;
-        case OP_BINPERSID: {
+        case PTC__OP_BINPERSID: {
             if ((rc = need(vm, 1, op, err)) < 0)
                 return rc;
             ptc_value *pid = vm->stack[vm->nstack - 1];
@@ -959,27 +936,27 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             vm->stack[vm->nstack - 1] = v;
             break;
         }
-        case OP_BINPUT:
-        case OP_LONG_BINPUT:
-        case OP_BINGET:
-        case OP_LONG_BINGET: {
-            bool lng = op == OP_LONG_BINPUT || op == OP_LONG_BINGET;
+        case PTC__OP_BINPUT:
+        case PTC__OP_LONG_BINPUT:
+        case PTC__OP_BINGET:
+        case PTC__OP_LONG_BINGET: {
+            bool lng = op == PTC__OP_LONG_BINPUT || op == PTC__OP_LONG_BINGET;
             if ((rc = read_bytes(vm, lng ? 4 : 1, &p, err)) < 0)
                 return rc;
             uint32_t idx = lng ? ptc__le32(p) : p[0];
-            rc = (op == OP_BINPUT || op == OP_LONG_BINPUT) ? memo_put(vm, idx, err)
+            rc = (op == PTC__OP_BINPUT || op == PTC__OP_LONG_BINPUT) ? memo_put(vm, idx, err)
                                                            : memo_get(vm, idx, err);
             if (rc < 0)
                 return rc;
             break;
         }
-        case OP_STACK_GLOBAL:
-        case OP_INST:
-        case OP_OBJ:
-        case OP_EXT1:
-        case OP_EXT2:
-        case OP_EXT4:
-        case OP_NEWOBJ_EX:
+        case PTC__OP_STACK_GLOBAL:
+        case PTC__OP_INST:
+        case PTC__OP_OBJ:
+        case PTC__OP_EXT1:
+        case PTC__OP_EXT2:
+        case PTC__OP_EXT4:
+        case PTC__OP_NEWOBJ_EX:
             return VM_ERR(vm, PTC_EUNSAFE,
                           "opcode %s can reach a callable and is not allowed in a weights-only pickle",
                           ptc__pickle_opname(op));

@@ -10,7 +10,11 @@
 
 #include <string.h>
 
-void ptc__pw_init(ptc__pw *w) { memset(w, 0, sizeof *w); }
+void ptc__pw_init(ptc__pw *w)
+{
+    memset(w, 0, sizeof *w);
+    w->out.max = PTC__PW_MAX_BYTES;
+}
 
 void ptc__pw_free(ptc__pw *w)
 {
@@ -20,12 +24,15 @@ void ptc__pw_free(ptc__pw *w)
     memset(w, 0, sizeof *w);
 }
 
-bool ptc__pw_failed(const ptc__pw *w) { return w->failed; }
+bool ptc__pw_failed(const ptc__pw *w) { return w->failed != 0; }
+
+int ptc__pw_error(const ptc__pw *w) { return w->failed; }
 
 static void emit(ptc__pw *w, const void *p, size_t n)
 {
-    if (!w->failed && ptc__buf_append(&w->out, p, n) < 0)
-        w->failed = true;
+    int rc;
+    if (!w->failed && (rc = ptc__buf_append(&w->out, p, n)) < 0)
+        w->failed = rc;
 }
 
 void ptc__pw_op(ptc__pw *w, uint8_t op) { emit(w, &op, 1); }
@@ -60,7 +67,7 @@ static void insert(ptc__pw *w, const void *key, uint32_t idx)
         if (!keys || !vals) {
             ptc__free(keys);
             ptc__free(vals);
-            w->failed = true;
+            w->failed = PTC_ENOMEM;
             return;
         }
         const void **ok = w->keys;
@@ -108,14 +115,20 @@ bool ptc__pw_get(ptc__pw *w, const void *key)
     uint32_t idx;
     if (!key || !lookup(w, key, &idx))
         return false;
-    memo_op(w, 'h', 'j', idx); /* BINGET, LONG_BINGET */
+    memo_op(w, PTC__OP_BINGET, PTC__OP_LONG_BINGET, idx);
     return true;
 }
 
 void ptc__pw_put(ptc__pw *w, const void *key)
 {
+    /* LONG_BINPUT's index is a u32: that many memo entries and no more. */
+    if (w->next == PTC__PW_MAX_MEMO) {
+        if (!w->failed)
+            w->failed = PTC_ELIMIT;
+        return;
+    }
     uint32_t idx = w->next++;
-    memo_op(w, 'q', 'r', idx); /* BINPUT, LONG_BINPUT */
+    memo_op(w, PTC__OP_BINPUT, PTC__OP_LONG_BINPUT, idx);
     if (key)
         insert(w, key, idx);
 }
@@ -124,15 +137,15 @@ void ptc__pw_int(ptc__pw *w, int64_t v)
 {
     uint8_t b[10];
     if (v >= 0 && v <= 0xFF) {
-        b[0] = 'K';
+        b[0] = PTC__OP_BININT1;
         b[1] = (uint8_t)v;
         emit(w, b, 2);
     } else if (v >= 0 && v <= 0xFFFF) {
-        b[0] = 'M';
+        b[0] = PTC__OP_BININT2;
         ptc__put_le16(b + 1, (uint16_t)v);
         emit(w, b, 3);
     } else if (v >= INT32_MIN && v <= INT32_MAX) {
-        b[0] = 'J';
+        b[0] = PTC__OP_BININT;
         ptc__put_le32(b + 1, (uint32_t)(int32_t)v);
         emit(w, b, 5);
     } else {
@@ -151,11 +164,11 @@ void ptc__pw_int(ptc__pw *w, int64_t v)
 void ptc__pw_long(ptc__pw *w, const uint8_t *bytes, size_t n)
 {
     if (n > 255) {
-        uint8_t b[5] = {0x8b}; /* LONG4 */
+        uint8_t b[5] = {PTC__OP_LONG4};
         ptc__put_le32(b + 1, (uint32_t)n);
         emit(w, b, 5);
     } else {
-        uint8_t b[2] = {0x8a, (uint8_t)n}; /* LONG1 */
+        uint8_t b[2] = {PTC__OP_LONG1, (uint8_t)n};
         emit(w, b, 2);
     }
     emit(w, bytes, n);
@@ -163,7 +176,7 @@ void ptc__pw_long(ptc__pw *w, const uint8_t *bytes, size_t n)
 
 void ptc__pw_float(ptc__pw *w, double f)
 {
-    uint8_t b[9] = {'G'};
+    uint8_t b[9] = {PTC__OP_BINFLOAT};
     uint64_t bits;
     memcpy(&bits, &f, sizeof bits);
     for (int k = 0; k < 8; k++)
@@ -173,7 +186,12 @@ void ptc__pw_float(ptc__pw *w, double f)
 
 void ptc__pw_str(ptc__pw *w, const char *s, size_t n)
 {
-    uint8_t b[5] = {'X'};
+    if (n > UINT32_MAX) { /* BINUNICODE's length is a u32 (the output cap is smaller anyway) */
+        if (!w->failed)
+            w->failed = PTC_ELIMIT;
+        return;
+    }
+    uint8_t b[5] = {PTC__OP_BINUNICODE};
     ptc__put_le32(b + 1, (uint32_t)n);
     emit(w, b, 5);
     emit(w, s, n);
@@ -184,9 +202,9 @@ void ptc__pw_global(ptc__pw *w, const char *module, const char *name)
     /* Protocol 2 with fix_imports writes Python 2 names for the builtins. */
     if (strcmp(module, "builtins") == 0)
         module = "__builtin__";
-    ptc__pw_op(w, 'c');
+    ptc__pw_op(w, PTC__OP_GLOBAL);
     emit(w, module, strlen(module));
-    ptc__pw_op(w, '\n');
+    emit(w, "\n", 1);
     emit(w, name, strlen(name));
-    ptc__pw_op(w, '\n');
+    emit(w, "\n", 1);
 }

@@ -22,16 +22,42 @@
  *     ptc_walk_free(w);
  *     ptc_ckpt_close(c);
  *
- * Conventions that hold for every function below:
- *   - Functions that can fail return int: 0 on success, a negative PTC_E* code on failure. When a
- *     ptc_error pointer is given (it may be NULL) it receives the code and a message that names the
- *     member, the byte offset and the reason.
- *   - Every *_free / *_close accepts NULL.
- *   - Getters on a checkpoint return borrowed pointers that live as long as the checkpoint.
- *   - No function keeps global mutable state; distinct handles may be used from distinct threads.
- *     One handle must not be used from two threads at once. The one exception is the table of
- *     loaded modules (see "Modules" below): modules are loaded once per process, on first use,
- *     under a lock, and never unloaded.
+ * Conventions that hold for every function below (each function's comment says where it differs,
+ * and names its own error codes):
+ *   - Errors. Functions that can fail return int: 0 on success (or a count, where said), a
+ *     negative PTC_E* code on failure. When a ptc_error pointer is given (it may always be NULL)
+ *     it receives the code and a message that names the member, the byte offset and the reason;
+ *     on success its contents are unspecified. Every function that allocates can fail with
+ *     PTC_ENOMEM; an invalid argument (a required pointer NULL, a value out of its range) is
+ *     PTC_EINVAL unless said otherwise.
+ *   - NULL. Every *_free / *_close accepts NULL and does nothing. Getters that say so accept a
+ *     NULL handle and return 0, NULL or the value they name; the others (the tensor, storage
+ *     and report getters marked "t/s/r must not be NULL") do not check, as strlen does not.
+ *   - Lifetimes. What a getter returns is borrowed: it lives as long as the handle it came from
+ *     (a value or tensor read from a checkpoint: until ptc_ckpt_close; from a document: until
+ *     ptc_doc_free; from a report: until ptc_report_free), and the caller never frees it. Strings
+ *     said to be "static" live for ever. Input buffers and strings are used during the call only,
+ *     unless the function says it keeps them (ptc_ckpt_open_memory's buffer, a borrowed storage).
+ *   - Threads. Distinct handles may be used from distinct threads at once. One handle must not
+ *     be used from two threads at once, except that functions taking only const pointers to a
+ *     checkpoint and the values, tensors and storages read from it only read them: any number of
+ *     threads may call those on the same open checkpoint (a ptc_walk, a ptc_budget and a ptc_doc
+ *     are handles of their own: one thread each). Functions on no handle (ptc_strerror,
+ *     ptc_dtype_name, ptc_*_default ...) may be called from any thread at any time.
+ *   - Global state. libptc keeps exactly three process-wide things, and nothing else: (1) the
+ *     allocator (ptc_set_allocator: set it before the first handle is created and not again while
+ *     any handle or anything the library allocated exists; it is not locked); (2) the table of
+ *     loaded modules ("modules" below: filled on first use, under a lock, by any thread; modules
+ *     are never unloaded); (3) the table of temporary file names of the saves in progress, which
+ *     ptc_save_remove_temporaries reads (updated atomically by each save). Everything else lives
+ *     in the handles a caller creates.
+ *   - Every parameter struct (ptc_open_params, ptc_save_params, ptc_verify_params,
+ *     ptc_train_params, and those added later) starts with size_t size, which its *_default()
+ *     sets to the sizeof the caller was compiled with. Fill one with *_default() and then set
+ *     the fields you need. The library refuses a struct whose size is 0 or larger than its own
+ *     (PTC_EINVAL, "ptc_open_params: size N is not this library's M ..."), and reads only the
+ *     first size bytes of a smaller one (a program built against an older ptc.h), keeping its
+ *     own defaults for the fields added since.
  */
 #ifndef PTC_PTC_H
 #define PTC_PTC_H
@@ -56,6 +82,8 @@ extern "C" {
 #define PTC_VERSION_MINOR 1
 #define PTC_VERSION_PATCH 0
 #define PTC_VERSION_STRING "0.1.0"
+/* "0.1.0": the version of the library running, which may be newer than the PTC_VERSION_* the
+ * caller was compiled with. Static; never fails; any thread. */
 PTC_API const char *ptc_version(void);
 
 /* ---------------------------------------------------------------------------------------------
@@ -112,17 +140,27 @@ typedef struct ptc_error {
 
 #define PTC_ERR_STRICTER 0x1u
 
-PTC_API const char *ptc_strerror(int code); /* "malformed checkpoint"; never NULL */
-PTC_API const char *ptc_err_name(int code); /* "EFORMAT"; never NULL */
+/* The text and the name of a code: "malformed checkpoint", "EFORMAT" ("success"/"OK" for 0,
+ * "unknown error"/"EUNKNOWN" for any other value). Static strings, never NULL; never fail; any
+ * thread. */
+PTC_API const char *ptc_strerror(int code);
+PTC_API const char *ptc_err_name(int code);
 
 /* ---------------------------------------------------------------------------------------------
- * Allocation. Every allocation of the library goes through one allocator, replaceable per process
- * before the first handle is created (tests use it to fail the Nth allocation). The default wraps
- * malloc/realloc/free. The functions must behave like realloc: ptc_realloc(ctx, NULL, n) allocates,
- * ptc_realloc(ctx, p, 0) frees and returns NULL.
+ * Allocation. Every allocation of the library goes through one allocator (tests use it to fail the
+ * Nth allocation). The default wraps malloc/realloc/free. The function must behave like realloc:
+ * fn(ctx, NULL, n) allocates, fn(ctx, p, n) resizes, fn(ctx, p, 0) frees and returns NULL; it
+ * returns NULL when it cannot allocate (the library then fails with PTC_ENOMEM), and it may be
+ * called from every thread that uses the library, at once: it must be thread safe when handles
+ * are used from several threads. Module code (oneDNN, MPI, CUDA) allocates its own memory.
  */
 typedef void *(*ptc_realloc_fn)(void *ctx, void *ptr, size_t size);
-PTC_API void ptc_set_allocator(ptc_realloc_fn fn, void *ctx); /* NULL restores the default */
+/* Sets the process-wide allocator (one of the three global things above); fn NULL restores the
+ * default (ctx is then ignored). Never fails. Call it before the first handle is created, from one
+ * thread, and never while anything the library allocated still exists (memory is freed through
+ * the allocator that is set when it is freed): it is not synchronised. ctx is kept until the
+ * next call. */
+PTC_API void ptc_set_allocator(ptc_realloc_fn fn, void *ctx);
 
 /* ---------------------------------------------------------------------------------------------
  * Data types, with torch's names (ptc_dtype_name returns "float32", "bfloat16", "float8_e4m3fn" ...).
@@ -161,9 +199,12 @@ typedef enum ptc_dtype {
     PTC_DTYPE_COUNT
 } ptc_dtype;
 
-PTC_API const char *ptc_dtype_name(ptc_dtype dt);  /* NULL for an invalid value */
+/* Functions of a dtype keep no state: any thread, never fail except as said. */
+PTC_API const char *ptc_dtype_name(ptc_dtype dt);  /* static; NULL for an invalid value */
 PTC_API size_t ptc_dtype_size(ptc_dtype dt);       /* bytes per element; 0 for an invalid value */
-PTC_API int ptc_dtype_from_name(const char *name, ptc_dtype *out); /* PTC_ENOTFOUND if unknown */
+/* torch's name ("float32", "bfloat16") to the dtype: 0; PTC_ENOTFOUND when unknown; PTC_EINVAL
+ * when name or out is NULL. */
+PTC_API int ptc_dtype_from_name(const char *name, ptc_dtype *out);
 
 /* ---------------------------------------------------------------------------------------------
  * Limits. Every size in a file is checked against what the file holds and against these limits
@@ -181,12 +222,21 @@ typedef struct ptc_limits {
     uint32_t max_ndim;           /* dimensions of one tensor: 64 */
 } ptc_limits;
 
+/* Fills *l with the defaults above; l must not be NULL. Never fails; any thread. A ptc_limits is
+ * copied by the functions that take one: it need not outlive the call. */
 PTC_API void ptc_limits_default(ptc_limits *l);
 
 /* ---------------------------------------------------------------------------------------------
  * Values: the object tree a checkpoint's pickle describes. Values are borrowed from the checkpoint
- * that produced them and live until it is closed. The tree may share nodes (the same tensor or list
- * referenced twice); ptc rejects cycles at load time, so every walk terminates.
+ * that produced them and live until it is closed (or from the document that made them, until
+ * ptc_doc_free). The tree may share nodes (the same tensor or list referenced twice); ptc rejects
+ * cycles at load time, so every walk terminates.
+ *
+ * Every function of this section accepts v NULL (as a value of no kind: the getters fail with
+ * PTC_EINVAL, the others return 0 / NULL / PTC_VALUE_NONE), never allocates, and only reads: any
+ * number of threads may call them on the same tree. The typed getters return 0, or PTC_EINVAL when
+ * v is not of their kind (out is then untouched); their out pointers must not be NULL. Pointers
+ * they give (strings, bytes, items, keys) are borrowed from the tree.
  */
 typedef struct ptc_value ptc_value;
 typedef struct ptc_tensor ptc_tensor;
@@ -212,10 +262,11 @@ typedef enum ptc_value_kind {
     PTC_VALUE_OBJECT   /* an instance of a class a policy allowed (see ptc_policy_allow_global) */
 } ptc_value_kind;
 
-PTC_API ptc_value_kind ptc_value_kind_of(const ptc_value *v);
-PTC_API const char *ptc_value_kind_name(ptc_value_kind k); /* "none", "dict", "tensor", ... */
+PTC_API ptc_value_kind ptc_value_kind_of(const ptc_value *v); /* PTC_VALUE_NONE for NULL */
+PTC_API const char *ptc_value_kind_name(ptc_value_kind k); /* "none", "dict", ...; static */
 
 PTC_API int ptc_value_bool(const ptc_value *v, int *out);
+/* PTC_ERANGE when the int does not fit 64 bits (ptc_value_int_bytes reads it whole). */
 PTC_API int ptc_value_int(const ptc_value *v, int64_t *out);
 /* Two's-complement little-endian bytes of any int (the LONG1 encoding); borrowed. */
 PTC_API int ptc_value_int_bytes(const ptc_value *v, const uint8_t **bytes, size_t *len);
@@ -225,7 +276,8 @@ PTC_API int ptc_value_complex(const ptc_value *v, double *re, double *im);
 PTC_API int ptc_value_str(const ptc_value *v, const char **s, size_t *len);
 PTC_API int ptc_value_bytes(const ptc_value *v, const uint8_t **b, size_t *len);
 
-/* tuple, list, set, torch.Size: number of items and the i-th item. dict: number of pairs. */
+/* tuple, list, set, torch.Size: number of items and the i-th item. dict: number of pairs.
+ * ptc_value_len is 0 for another kind; ptc_value_item is NULL out of range or for another kind. */
 PTC_API size_t ptc_value_len(const ptc_value *v);
 PTC_API const ptc_value *ptc_value_item(const ptc_value *v, size_t i);
 /* dict pairs in insertion order. */
@@ -239,9 +291,10 @@ PTC_API int ptc_dict_is_ordered(const ptc_value *v);
 PTC_API const ptc_value *ptc_dict_attrs(const ptc_value *v);
 
 PTC_API int ptc_value_dtype(const ptc_value *v, ptc_dtype *out);
-/* device: type ("cpu", "cuda") and index (-1 when absent). */
+/* device: type ("cpu", "cuda"; borrowed) and index (-1 when absent). */
 PTC_API int ptc_value_device(const ptc_value *v, const char **type, int64_t *index);
-/* global and object: "module.name" of the global or class; object args and state (may be NULL). */
+/* global and object: "module.name" of the global or class (borrowed; NULL for another kind);
+ * object args and state (NULL when absent or for another kind). */
 PTC_API const char *ptc_value_global_name(const ptc_value *v);
 PTC_API const ptc_value *ptc_object_args(const ptc_value *v);
 PTC_API const ptc_value *ptc_object_state(const ptc_value *v);
@@ -251,6 +304,11 @@ PTC_API const ptc_tensor *ptc_value_tensor(const ptc_value *v); /* NULL unless a
  * Tensors and storages. A tensor views a storage: element (i0, i1, ...) lives at element index
  * storage_offset + sum(i_d * stride_d) of the storage. ptc proves at load time that every element a
  * tensor can address lies inside its storage, and that every storage lies inside its record.
+ *
+ * The getters below cannot fail and do not check their argument: t / s must not be NULL (as with
+ * strlen). What they return is borrowed from the tensor's checkpoint or document and lives as
+ * long as it. They only read: any number of threads may call them, ptc_tensor_read and
+ * ptc_tensor_sha256 included, on the same tensor at once.
  */
 PTC_API ptc_dtype ptc_tensor_dtype(const ptc_tensor *t);
 PTC_API int ptc_tensor_ndim(const ptc_tensor *t);
@@ -270,12 +328,14 @@ PTC_API const ptc_storage *ptc_tensor_storage(const ptc_tensor *t);
 /* Pointer to the element at storage_offset, in host byte order; borrowed. */
 PTC_API const void *ptc_tensor_data(const ptc_tensor *t);
 /* Copies the elements in row-major order, as little-endian bytes, with conj/neg applied, into dst
- * (which holds dst_len bytes, at least ptc_tensor_nbytes). */
+ * (which holds dst_len bytes, at least ptc_tensor_nbytes). 0; PTC_EINVAL when t is NULL, dst is
+ * NULL for a tensor with elements, or dst_len is too small (nothing is written then). */
 PTC_API int ptc_tensor_read(const ptc_tensor *t, void *dst, size_t dst_len, ptc_error *err);
-/* SHA-256 of the bytes ptc_tensor_read produces. */
+/* SHA-256 of the bytes ptc_tensor_read produces, into digest. 0; PTC_EINVAL when t or digest is
+ * NULL. Uses no heap. */
 PTC_API int ptc_tensor_sha256(const ptc_tensor *t, uint8_t digest[32], ptc_error *err);
 
-PTC_API const char *ptc_storage_key(const ptc_storage *s);      /* "0", "1", ... */
+PTC_API const char *ptc_storage_key(const ptc_storage *s);      /* "0", "1", ... (borrowed) */
 PTC_API const char *ptc_storage_location(const ptc_storage *s); /* "cpu", "cuda:0", ... */
 PTC_API ptc_dtype ptc_storage_dtype(const ptc_storage *s);
 PTC_API int64_t ptc_storage_nbytes(const ptc_storage *s);
@@ -290,14 +350,25 @@ PTC_API int ptc_storage_is_mapped(const ptc_storage *s);
  * ptc_policy_allow_global adds one exact "module.name" (torch's add_safe_globals); a reference to it
  * then becomes a PTC_VALUE_GLOBAL and calling it (REDUCE / NEWOBJ) builds a PTC_VALUE_OBJECT holding
  * the arguments, to which BUILD attaches the state. Modules sys, os, posix and nt can never be allowed.
+ *
+ * A policy is borrowed, not copied, by ptc_ckpt_open* and ptc_verify*: it must outlive every
+ * checkpoint opened with it. Once made and filled it is only read: any number of threads may open
+ * checkpoints with the same policy at once, as long as none calls ptc_policy_allow_global on it
+ * meanwhile.
  */
 typedef struct ptc_policy ptc_policy;
 typedef enum ptc_policy_base { PTC_POLICY_DEFAULT, PTC_POLICY_STRICT } ptc_policy_base;
 
+/* *out receives a new policy (free it with ptc_policy_free). PTC_EINVAL when out is NULL or base
+ * is not one of the two; PTC_ENOMEM. */
 PTC_API int ptc_policy_new(ptc_policy **out, ptc_policy_base base, ptc_error *err);
-PTC_API void ptc_policy_free(ptc_policy *p);
+PTC_API void ptc_policy_free(ptc_policy *p); /* accepts NULL */
+/* Allows one more global, "module.name" (copied). PTC_EINVAL when p or the name is NULL, the
+ * name is not of the form module.name, its module part is 256 bytes or more, or the module can
+ * never be allowed (sys, os, posix, nt); PTC_ENOMEM. */
 PTC_API int ptc_policy_allow_global(ptc_policy *p, const char *module_dot_name, ptc_error *err);
-/* 1 if the policy allows "module.name" (after torch's Python-2 name mapping). */
+/* 1 if the policy allows "module.name" (after torch's Python-2 name mapping); 0 otherwise and when
+ * any argument is NULL. Never fails; only reads p. */
 PTC_API int ptc_policy_allows(const ptc_policy *p, const char *module, const char *name);
 
 /* ---------------------------------------------------------------------------------------------
@@ -313,34 +384,56 @@ enum {
 };
 
 typedef struct ptc_open_params {
-    const ptc_policy *policy; /* NULL: the default policy */
-    const ptc_limits *limits; /* NULL: ptc_limits_default() */
+    size_t size;              /* sizeof(ptc_open_params), set by ptc_open_params_default */
+    const ptc_policy *policy; /* NULL: the default policy; borrowed: must outlive the checkpoint */
+    const ptc_limits *limits; /* NULL: ptc_limits_default(); copied */
     unsigned flags;           /* PTC_OPEN_* */
 } ptc_open_params;
 
+/* Fills *p with the defaults (size included); p must not be NULL. Never fails; any thread. */
 PTC_API void ptc_open_params_default(ptc_open_params *p);
 
-/* Opens a file by path. The file is mapped; stored records are used in place. */
+/* The three ways to open a checkpoint. *out receives the checkpoint (close it with
+ * ptc_ckpt_close), or NULL on failure. params NULL means ptc_open_params_default's; the struct
+ * itself is read during the call only. Errors: PTC_EINVAL (out NULL, path / read NULL, buf NULL
+ * with len > 0, a params size that is 0 or larger than this library's); PTC_EIO (the file cannot
+ * be opened, mapped or read, or read returned an error); PTC_ENOTZIP (neither a zip checkpoint,
+ * a legacy stream nor safetensors; the message says what it looks like); PTC_EFORMAT, PTC_EUNSAFE,
+ * PTC_ELIMIT, PTC_EUNSUPPORTED, PTC_ECRC (with PTC_OPEN_VERIFY_CRC), PTC_ERANGE: the file, with
+ * the member and offset in err; PTC_ENOMEM. Any number of threads may open checkpoints at once,
+ * with the same policy too.
+ *
+ * ptc_ckpt_open opens a file by path. The file is mapped; stored records are used in place (the
+ * file must not be truncated while the checkpoint is open). */
 PTC_API int ptc_ckpt_open(ptc_ckpt **out, const char *path, const ptc_open_params *params,
                           ptc_error *err);
-/* Opens a checkpoint held in memory. buf is borrowed and must outlive the checkpoint. */
+/* ptc_ckpt_open_memory: a checkpoint held in memory. buf is borrowed and must outlive the
+ * checkpoint; it is never written. */
 PTC_API int ptc_ckpt_open_memory(ptc_ckpt **out, const void *buf, size_t len,
                                  const ptc_open_params *params, ptc_error *err);
-/* Opens a checkpoint through a positional read callback: read(ctx, offset, buf, len) returns the
- * number of bytes read (short only at the end) or a negative value on error. size is the total
- * size. Records are read into memory that ptc owns. */
+/* ptc_ckpt_open_callback: through a positional read callback: read(ctx, offset, buf, len)
+ * returns the number of bytes read (short only at the end) or a negative value on error. size is
+ * the total size. Records are read into memory that ptc owns; read and ctx must stay valid until
+ * ptc_ckpt_close, and read is called from the thread that calls into the checkpoint. */
 typedef int64_t (*ptc_read_fn)(void *ctx, uint64_t offset, void *buf, size_t len);
 PTC_API int ptc_ckpt_open_callback(ptc_ckpt **out, ptc_read_fn read, void *ctx, uint64_t size,
                                    const ptc_open_params *params, ptc_error *err);
+/* Frees the checkpoint and everything borrowed from it (values, tensors, storages, names);
+ * accepts NULL. No other thread may be using the checkpoint. */
 PTC_API void ptc_ckpt_close(ptc_ckpt *c);
 
+/* Getters on an open checkpoint: they cannot fail, only read (any number of threads at once), and
+ * what they return is borrowed and lives until ptc_ckpt_close. ptc_ckpt_root, _nstorages,
+ * _storage, _nrecords, _record_name, _record_size, _file_size and _opcodes accept c NULL (NULL or
+ * 0); ptc_ckpt_format, _prefix and _byteorder need c. Indices out of range give NULL or 0. */
 PTC_API const ptc_value *ptc_ckpt_root(const ptc_ckpt *c);
 PTC_API ptc_format ptc_ckpt_format(const ptc_ckpt *c);
 PTC_API const char *ptc_ckpt_prefix(const ptc_ckpt *c);    /* zip: the archive prefix; legacy: "" */
-PTC_API const char *ptc_ckpt_byteorder(const ptc_ckpt *c); /* "little" or "big" */
+PTC_API const char *ptc_ckpt_byteorder(const ptc_ckpt *c); /* "little" or "big" (static) */
 PTC_API size_t ptc_ckpt_nstorages(const ptc_ckpt *c);
 PTC_API const ptc_storage *ptc_ckpt_storage(const ptc_ckpt *c, size_t i);
-/* Zip checkpoints: the records in central-directory order (name without prefix, size). */
+/* Zip checkpoints: the records in central-directory order (name without prefix, size); other
+ * formats have none (0). */
 PTC_API size_t ptc_ckpt_nrecords(const ptc_ckpt *c);
 PTC_API const char *ptc_ckpt_record_name(const ptc_ckpt *c, size_t i);
 PTC_API uint64_t ptc_ckpt_record_size(const ptc_ckpt *c, size_t i);
@@ -367,7 +460,8 @@ typedef struct ptc_budget {
 
 /* The default budget for walks over c; max_bytes nonzero replaces the byte budget (ptc's
  * --budget BYTES; bytes_explicit is then set and the exceeded-budget message says so). Nothing
- * charged yet. */
+ * charged yet. b NULL does nothing; c NULL gives the budget of an empty file. Never fails. A
+ * budget is the caller's plain struct (no allocation, nothing to free); one thread at a time. */
 PTC_API void ptc_budget_init(ptc_budget *b, const ptc_ckpt *c, uint64_t max_bytes);
 /* Charges nodes and bytes: 0, or PTC_ELIMIT (with the budget named in err) when either total would
  * pass its limit; the charge is then not made. b NULL charges nothing. */
@@ -382,7 +476,10 @@ PTC_API int ptc_budget_charge(ptc_budget *b, uint64_t nodes, uint64_t bytes, ptc
 
 /* Walks every tensor reachable from a value, depth-first in container order, with its path: dict
  * keys as written and list or tuple indices in decimal, joined by '.'. A tensor reached twice is
- * reported twice. The path pointer is valid until the next call. */
+ * reported twice. The path pointer is valid until the next call. ptc_walk_new: *out receives the
+ * walk (ptc_walk_free); root is borrowed and must outlive it (root NULL: an empty walk).
+ * PTC_EINVAL when out is NULL; PTC_ENOMEM. A walk is a handle: one thread at a time; several
+ * walks may run over the same tree in several threads at once. */
 typedef struct ptc_walk ptc_walk;
 PTC_API int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err);
 /* Charges every container and tensor the walk visits, one node each, to b (borrowed; it must
@@ -390,28 +487,38 @@ PTC_API int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err);
  * caller prints or copies each path: one tensor shared under 20,000 keys of a 1 MiB path is 20 GB
  * of paths); a walk without a budget is bounded only by the load-time tree check and
  * PTC_PATH_MAX. */
-PTC_API void ptc_walk_set_budget(ptc_walk *w, ptc_budget *b);
-/* 1 and the next tensor, 0 at the end, negative on error (ptc_walk_error says why). */
+PTC_API void ptc_walk_set_budget(ptc_walk *w, ptc_budget *b); /* w NULL: does nothing */
+/* 1 and the next tensor (path and tensor borrowed: the path until the next call, the tensor as
+ * long as its checkpoint), 0 at the end, negative on error: PTC_ELIMIT (the budget, PTC_PATH_MAX),
+ * PTC_ENOMEM; PTC_EINVAL when w is NULL. ptc_walk_error says why; after an error the walk is
+ * over. */
 PTC_API int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t);
-PTC_API const ptc_error *ptc_walk_error(const ptc_walk *w); /* the last failure; borrowed */
-PTC_API void ptc_walk_free(ptc_walk *w);
+/* The last failure; borrowed, until ptc_walk_free; NULL for w NULL. */
+PTC_API const ptc_error *ptc_walk_error(const ptc_walk *w);
+PTC_API void ptc_walk_free(ptc_walk *w); /* accepts NULL */
 
 /* A state dict entry by key ("conv1.weight"); follows nested dicts when the key is not found whole.
- * NULL if absent or not a tensor. */
+ * NULL if absent, not a tensor, or root or key is NULL. Borrowed from root's checkpoint; only
+ * reads (any thread); never fails otherwise. */
 PTC_API const ptc_tensor *ptc_state_dict_get(const ptc_value *root, const char *key);
 
 /* ---------------------------------------------------------------------------------------------
  * Building values to write. A document owns the nodes and the storages made through it; values
  * borrowed from an open checkpoint may be placed in a document's containers as they are (the
  * checkpoint must then stay open until the document is saved). Constructors return NULL when out
- * of memory or given invalid arguments; ptc_doc_error then holds the reason. A document is not
- * thread safe.
+ * of memory or given invalid arguments; ptc_doc_error then holds the reason (PTC_ENOMEM or
+ * PTC_EINVAL). Every function here accepts d NULL and then returns NULL (or PTC_EINVAL) without
+ * doing anything, so that a chain of constructors needs one check at the end; a NULL argument
+ * passed where a value is needed is PTC_EINVAL. What a document makes lives until ptc_doc_free.
+ * A document is a handle: one thread at a time (distinct documents in distinct threads).
  */
 typedef struct ptc_doc ptc_doc;
 
+/* *out receives an empty document (ptc_doc_free). PTC_EINVAL when out is NULL; PTC_ENOMEM. */
 PTC_API int ptc_doc_new(ptc_doc **out, ptc_error *err);
-PTC_API void ptc_doc_free(ptc_doc *d);
-PTC_API const ptc_error *ptc_doc_error(const ptc_doc *d); /* the last failure; borrowed */
+PTC_API void ptc_doc_free(ptc_doc *d); /* accepts NULL; frees every node and owned storage */
+/* The last failure; borrowed, until ptc_doc_free; NULL for d NULL. */
+PTC_API const ptc_error *ptc_doc_error(const ptc_doc *d);
 
 PTC_API ptc_value *ptc_doc_none(ptc_doc *d);
 PTC_API ptc_value *ptc_doc_bool(ptc_doc *d, int b);
@@ -429,10 +536,16 @@ PTC_API ptc_value *ptc_doc_device(ptc_doc *d, const char *type, int64_t index /*
 PTC_API ptc_value *ptc_doc_seq(ptc_doc *d, ptc_value_kind kind);
 /* An empty dict; ordered: collections.OrderedDict (what state_dict() returns) rather than dict. */
 PTC_API ptc_value *ptc_doc_dict(ptc_doc *d, int ordered);
+/* Appends item to a sequence this document made: 0; PTC_EINVAL (d, seq or item NULL, seq not a
+ * sequence); PTC_ENOMEM. item is borrowed (a node of this document or of an open
+ * checkpoint). */
 PTC_API int ptc_doc_push(ptc_doc *d, ptc_value *seq, const ptc_value *item);
-/* dict[key] = val, Python semantics (an equal key keeps its place and takes the new value). */
+/* dict[key] = val, Python semantics (an equal key keeps its place and takes the new value). 0;
+ * PTC_EINVAL (a NULL argument, dict not a dict, a key Python could not hash: a list, a dict);
+ * PTC_ENOMEM. key and val are borrowed as push's item. */
 PTC_API int ptc_doc_set(ptc_doc *d, ptc_value *dict, const ptc_value *key, const ptc_value *val);
-/* Attributes of an OrderedDict (a state dict's {'_metadata': ...}); attrs must be a dict of str. */
+/* Attributes of an OrderedDict (a state dict's {'_metadata': ...}); attrs must be a dict of str.
+ * 0; PTC_EINVAL (a NULL argument, dict not an OrderedDict, attrs not a dict of str). */
 PTC_API int ptc_doc_set_attrs(ptc_doc *d, ptc_value *dict, const ptc_value *attrs);
 
 /* A storage of nbytes bytes of dtype dt. data NULL and copy nonzero: zero-filled memory the document owns, to be
@@ -472,6 +585,7 @@ typedef enum ptc_save_format {
 } ptc_save_format;
 
 typedef struct ptc_save_params {
+    size_t size;              /* sizeof(ptc_save_params), set by ptc_save_params_default */
     ptc_save_format format;
     const char *archive_name; /* zip prefix; NULL: the file name without its last extension */
     int serialization_id;     /* write .data/serialization_id as torch >= 2.1 does (default 1) */
@@ -492,12 +606,22 @@ typedef struct ptc_save_params {
     ptc_budget *budget;
 } ptc_save_params;
 
+/* Fills *p with the defaults (size included); p must not be NULL. Never fails; any thread. */
 PTC_API void ptc_save_params_default(ptc_save_params *p);
+/* Writes root to path. params NULL: the defaults. 0; PTC_EINVAL (root or path NULL or empty, a
+ * params size that is 0 or larger than this library's, an invalid map_location, a tree the format
+ * cannot hold: safetensors needs a dict of str to tensors); PTC_EIO (creating, writing, syncing
+ * or renaming the file failed: the previous file is untouched); PTC_ELIMIT (the budget);
+ * PTC_EUNSUPPORTED (a dtype safetensors cannot hold); PTC_ENOMEM. root, the checkpoints it
+ * borrows from and params are read during the call only. Several threads may save at once, to
+ * distinct paths, even trees that share checkpoint values (saving only reads them); at most 16
+ * saves in progress at once are listed for ptc_save_remove_temporaries. */
 PTC_API int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *params,
                      ptc_error *err);
 /* Unlinks the named temporary files of the saves in progress in this process (none exist where
  * the file system has O_TMPFILE). Async-signal-safe: for a SIGINT/SIGTERM handler, which then
- * restores the default action and re-raises the signal; those saves cannot complete after it. */
+ * restores the default action and re-raises the signal; those saves cannot complete after it.
+ * Never fails (errno is preserved); any thread or signal handler, at any time. */
 PTC_API void ptc_save_remove_temporaries(void);
 
 /* ---------------------------------------------------------------------------------------------
@@ -516,12 +640,13 @@ PTC_API void ptc_save_remove_temporaries(void);
  * PTC_VERDICT_OK when it loads under the policy. Unsafe wins over malformed.
  */
 typedef enum ptc_verdict { PTC_VERDICT_OK, PTC_VERDICT_UNSAFE, PTC_VERDICT_MALFORMED } ptc_verdict;
-PTC_API const char *ptc_verdict_name(ptc_verdict v); /* "ok", "unsafe", "malformed" */
+PTC_API const char *ptc_verdict_name(ptc_verdict v); /* "ok", "unsafe", "malformed"; static */
 
 /* What torch 2.6 would do with torch.load(path, weights_only=True): PTC_TORCH_UNKNOWN only where
  * the container is ambiguous and the outcome depends on which member torch's zip reader picks. */
 typedef enum ptc_torch_answer { PTC_TORCH_LOADS, PTC_TORCH_REFUSES, PTC_TORCH_UNKNOWN } ptc_torch_answer;
-PTC_API const char *ptc_torch_answer_name(ptc_torch_answer a); /* "loads", "refuses", "unknown" */
+/* "loads", "refuses", "unknown"; static */
+PTC_API const char *ptc_torch_answer_name(ptc_torch_answer a);
 
 typedef struct ptc_finding {
     ptc_verdict verdict; /* PTC_VERDICT_UNSAFE or PTC_VERDICT_MALFORMED */
@@ -546,20 +671,29 @@ typedef struct ptc_global_ref {
 } ptc_global_ref;
 
 typedef struct ptc_verify_params {
-    const ptc_policy *policy; /* NULL: the default policy */
-    const ptc_limits *limits; /* NULL: ptc_limits_default() */
+    size_t size;              /* sizeof(ptc_verify_params), set by ptc_verify_params_default */
+    const ptc_policy *policy; /* NULL: the default policy; used during the call only */
+    const ptc_limits *limits; /* NULL: ptc_limits_default(); copied */
 } ptc_verify_params;
+
+/* Fills *p with the defaults (size included); p must not be NULL. Never fails; any thread. */
+PTC_API void ptc_verify_params_default(ptc_verify_params *p);
 
 typedef struct ptc_report ptc_report;
 
 /* Verify a file by path or in memory (buf borrowed for the call only). Returns 0 with a report
- * whatever the verdict; < 0 only when no report could be made (the path cannot be opened or read:
- * PTC_EIO; out of memory: PTC_ENOMEM). */
+ * whatever the verdict (*out: free it with ptc_report_free); < 0 only when no report could be made
+ * (*out is then NULL): the path cannot be opened or read, PTC_EIO; out of memory, PTC_ENOMEM;
+ * out or path NULL, buf NULL with len > 0, or a params size that is 0 or larger than this
+ * library's, PTC_EINVAL. params NULL: the defaults. Any number of threads may verify at once. */
 PTC_API int ptc_verify(ptc_report **out, const char *path, const ptc_verify_params *params,
                        ptc_error *err);
 PTC_API int ptc_verify_memory(ptc_report **out, const void *buf, size_t len,
                               const ptc_verify_params *params, ptc_error *err);
-PTC_API void ptc_report_free(ptc_report *r);
+PTC_API void ptc_report_free(ptc_report *r); /* accepts NULL */
+/* Getters on a report: they cannot fail and only read (any number of threads at once); what they
+ * return is borrowed and lives until ptc_report_free. ptc_report_verdict, _format and _torch need
+ * r (not NULL); the counts accept NULL (0); the items are NULL for r NULL or i out of range. */
 PTC_API ptc_verdict ptc_report_verdict(const ptc_report *r);
 /* The container as recognised ("zip", "legacy", "safetensors", "torchscript", "tar", "7z",
  * "unknown"). */
@@ -591,14 +725,20 @@ PTC_API uint64_t ptc_report_dropped(const ptc_report *r);
  * Every process of a run calls the same collective functions in the same order. A process that
  * meets an error in ptc_train must end the whole job with ptc_comm_abort (the others would wait
  * for it forever); ptc_comm_abort does not return for "mpi" and returns at once for "single".
- * Only the thread that opened a communicator may use it. */
+ * Only the thread that opened a communicator may use it, and a process opens at most one "mpi"
+ * communicator at a time (MPI itself is process-wide). */
 typedef struct ptc_comm ptc_comm;
 
+/* *out receives the communicator (ptc_comm_close), NULL on failure. Errors as above, and
+ * PTC_EINVAL for out NULL or an unknown kind; PTC_ENOMEM. */
 PTC_API int ptc_comm_open(ptc_comm **out, const char *kind, ptc_error *err);
-PTC_API int ptc_comm_rank(const ptc_comm *c);      /* 0 for NULL */
-PTC_API int ptc_comm_size(const ptc_comm *c);      /* 1 for NULL */
-PTC_API const char *ptc_comm_kind(const ptc_comm *c); /* "single" or "mpi" */
+PTC_API int ptc_comm_rank(const ptc_comm *c);      /* 0 for NULL; never fails */
+PTC_API int ptc_comm_size(const ptc_comm *c);      /* 1 for NULL; never fails */
+/* "single" or "mpi" (static); "single" for NULL */
+PTC_API const char *ptc_comm_kind(const ptc_comm *c);
+/* Waits for every process. 0 (at once for "single" or NULL); PTC_ECOMM when MPI fails. */
 PTC_API int ptc_comm_barrier(ptc_comm *c, ptc_error *err);
+/* Ends the whole job with exit status code ("mpi": does not return); NULL or "single": returns. */
 PTC_API void ptc_comm_abort(ptc_comm *c, int code);
 PTC_API void ptc_comm_close(ptc_comm *c); /* accepts NULL */
 
@@ -614,7 +754,12 @@ PTC_API void ptc_comm_close(ptc_comm *c); /* accepts NULL */
  *
  * ptc_plugins_list fills out[0..max) with every known module, loading those it finds and asking
  * each whether it can run on this machine (the one function here that loads every module), and
- * returns how many modules are known (4; out may be NULL to ask), or a negative PTC_E* code. */
+ * returns how many modules are known (4; out may be NULL to ask), or a negative PTC_E* code:
+ * PTC_EINVAL when max is negative. A module that is missing or cannot be loaded is not an error:
+ * its entry says why. out belongs to the caller; its strings are copies (path, summary, why) or
+ * static (kind, name). Any thread (the module table is locked); the modules it loads stay loaded.
+ * The search path is read when a module is first loaded (PTC_PLUGIN_PATH: the one place libptc
+ * reads the environment for modules). */
 typedef struct ptc_plugin_info {
     const char *kind;  /* "backend" or "comm" (static) */
     const char *name;  /* "dnnl", "cuda", "mpi", "nccl" (static) */
@@ -629,7 +774,41 @@ typedef struct ptc_plugin_info {
 
 PTC_API int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err);
 
+/* A caller's dataset for ptc_train and ptc_evaluate (ptc_train_params.train_source,
+ * test_source): count labelled images, each h x w interleaved 8-bit RGB (HWC: row by row, R, G, B
+ * per pixel), so that a C program trains on its own data without writing dataset files.
+ *
+ * get(ctx, i, hwc_rgb, label, err) writes image i (0 <= i < count) into hwc_rgb (h * w * 3 bytes,
+ * the library's buffer, valid during the call only) and its class into *label (0 <= label <
+ * the run's classes: ptc_train_params.num_classes, 10 by default), and returns 0, or a negative
+ * PTC_E* code (filling err when it can: the message reaches ptc_train's caller, prefixed with the
+ * source and the index) to stop the run with that code.
+ *
+ * When and where get runs: ptc_train and ptc_evaluate read the whole source into memory when
+ * they start (the loader's thread and a device backend then work on that copy, as for the
+ * built-in datasets), calling get once per index, in order 0, 1, ..., count - 1, on the thread
+ * that called ptc_train / ptc_evaluate, never after it returns and never concurrently: get need
+ * not be thread-safe, and ctx need only live until the call returns. (Only the first
+ * max_samples images are held when ptc_train_params.max_samples is set, but every image of the
+ * train source is read for the normalisation statistics.) The images must be 32 x 32 (h and w:
+ * the training recipe's RandomCrop(32, padding=4) and the 32 x 32 input; other sizes are
+ * refused with PTC_EUNSUPPORTED), count at least 1 and at most 2^22.
+ *
+ * size must be sizeof(ptc_source) or the size of an older, smaller version (ptc_source_default
+ * sets it); the library reads only the first size bytes. */
+typedef struct ptc_source {
+    size_t size;   /* sizeof(ptc_source) */
+    int64_t count; /* images */
+    int h, w;      /* every image's height and width: 32, 32 */
+    int (*get)(void *ctx, int64_t i, uint8_t *hwc_rgb, int64_t *label, ptc_error *err);
+    void *ctx;     /* passed to get */
+} ptc_source;
+
+/* Zeroes s and sets s->size (h and w 32). s NULL does nothing. Thread safe. */
+PTC_API void ptc_source_default(ptc_source *s);
+
 typedef struct ptc_train_params {
+    size_t size;          /* sizeof(ptc_train_params), set by ptc_train_params_default */
     const char *dataset;  /* "cifar10" or "fashion-mnist" (default) */
     const char *data_dir; /* NULL: ./data/cifar-10-batches-bin or /usr/share/datasets/fashion-mnist */
     int64_t max_samples;  /* use only the first N images of each split; 0: all */
@@ -677,6 +856,28 @@ typedef struct ptc_train_params {
      * there: the GPU's state as short text for a progress display, "gpu 97% 31.2/139.8 GiB 512 W
      * 61C" (fields the GPU cannot report are left out). NULL: not called. */
     void (*device_status)(void *ctx, const char *text);
+    /* The library reads no environment for these (only module search and launcher detection,
+     * which the modules section describes): the caller passes what it wants. */
+    int dnnl_winograd; /* 1: the dnnl backend's 3x3 stride-1 convolutions may use Winograd
+                          F(4x4, 3x3), faster with rounding a little further from torch's; 0 */
+    const char *visible_devices; /* CUDA_VISIBLE_DEVICES's value in this process, which maps the
+                                    training GPU to NVML's numbering for the GPU readings
+                                    (device_status); NULL: CUDA numbers the GPUs as NVML does */
+    /* The caller's own data instead of dataset and data_dir (see ptc_source): train_source for
+     * ptc_train (required when either is set; PTC_EINVAL without it), test_source for its
+     * evaluations and for ptc_evaluate (NULL: ptc_train evaluates on no images and reports
+     * accuracy 0 over 0 images). ptc_evaluate reads train_source too, for the normalisation
+     * statistics, unless source_mean and source_std are given. Borrowed: they and their ctx must
+     * stay valid until ptc_train / ptc_evaluate returns. Both NULL (default): the dataset named by
+     * dataset. */
+    const ptc_source *train_source, *test_source;
+    /* Classes of a source's labels and of the model's fc (1 to 256); 0 (default): 10. With a
+     * built-in dataset only 0 and 10 are accepted (PTC_EINVAL otherwise). */
+    int num_classes;
+    /* Normalize's constants for a source: mean and standard deviation per channel (R, G, B) of
+     * pixels scaled to [0, 1]. All six 0 (default): the train source's own statistics (computed
+     * over every pixel of every image, as for Fashion-MNIST). */
+    double source_mean[3], source_std[3];
 } ptc_train_params;
 
 typedef struct ptc_train_result {
@@ -692,12 +893,221 @@ typedef struct ptc_train_result {
     double allreduce_exposed_ms; /* per step: waiting for all-reduces after backward ended */
 } ptc_train_result;
 
+/* Fills *p with the defaults listed above (size included); p must not be NULL. Never fails; any
+ * thread. */
 PTC_API void ptc_train_params_default(ptc_train_params *p);
+/* One training run; *res (not NULL) receives its figures. p is read during the call only (its
+ * strings, comm and callbacks are used until ptc_train returns; the callbacks are called from the
+ * calling thread). Errors: PTC_EINVAL (p or res NULL, a params size that is 0 or larger than this
+ * library's, an unknown dataset, arch, backend, precision, schedule or lr_scaling, a value out of
+ * range); PTC_ENOTFOUND / PTC_EUNSUPPORTED (the backend's or communicator's module is not
+ * installed / cannot run here); PTC_EIO (the dataset, init, resume, save, checkpoint or metrics
+ * files, a device failure); the load errors of init and resume (PTC_EFORMAT ...); PTC_ECOMM (a
+ * collective failed: end the job with ptc_comm_abort); PTC_ENOMEM. Several threads may each run
+ * ptc_train with its own params and its own (or no) communicator. */
 PTC_API int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err);
 /* Test accuracy and mean cross-entropy of a state dict on p's dataset (dataset, data_dir,
- * max_samples, arch, backend, threads and batch_size are used). */
+ * max_samples, arch, backend, threads and batch_size are used): *accuracy, *loss and *count (the
+ * images evaluated), none of them NULL. weights is a path, opened, read and closed during the
+ * call. Errors as ptc_train's, and those of opening and loading weights (PTC_EIO, PTC_EFORMAT,
+ * PTC_EINVAL for a state dict that does not fit the model). Threads as ptc_train. */
 PTC_API int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accuracy,
                          double *loss, int64_t *count, ptc_error *err);
+
+/* ---------------------------------------------------------------------------------------------
+ * Models. A ptc_model is torchvision's ResNet-18 ("resnet18": resnet18(num_classes=N); or
+ * "resnet18-cifar": the same with conv1 a 3x3 stride-1 convolution and maxpool an Identity) on a
+ * backend, for a C program that runs inference or fine-tunes on its own data. Its state dict has
+ * exactly torchvision's keys, order, shapes and dtypes, so that it loads from and into torch with
+ * strict keys. Numerics are PyTorch's float32 (docs/numerics.md).
+ *
+ * Example: classify images with a state dict torch saved.
+ *
+ *     ptc_model_params mp; ptc_model_params_default(&mp);
+ *     ptc_model *m; ptc_ckpt *c; ptc_error err;
+ *     if (ptc_model_new(&m, &mp, &err) < 0 || ptc_ckpt_open(&c, "resnet18.pth", NULL, &err) < 0 ||
+ *         ptc_model_load(m, ptc_ckpt_root(c), PTC_LOAD_STRICT, &err) < 0)
+ *         fprintf(stderr, "%s\n", err.message);
+ *     ptc_ckpt_close(c);                      // the model holds copies of the parameters
+ *     ptc_model_forward(m, x, n, 32, 32, logits, &err);   // x: [n][3][32][32] normalised
+ *
+ * A model is one handle: it must not be used from two threads at once; distinct models may be
+ * used from distinct threads (each has its own backend instance). Every function below that takes
+ * an err accepts err NULL (the code is still returned).
+ */
+typedef struct ptc_model ptc_model;
+typedef struct ptc_sgd ptc_sgd;
+
+typedef struct ptc_model_params {
+    size_t size;           /* sizeof(ptc_model_params); set by ptc_model_params_default */
+    const char *arch;      /* "resnet18" (default) or "resnet18-cifar" */
+    int num_classes;       /* 10 */
+    const char *backend;   /* NULL or "auto": the best available (as ptc_train); "ref", "dnnl", "cuda" */
+    int threads;           /* 0: the backend's default */
+    int device;            /* GPU ordinal; -1: the local rank's or 0 */
+    const char *precision; /* NULL or "f32"; "bf16" on device backends */
+    uint64_t seed;         /* of the initialisation (torch.manual_seed(seed) as ptc train does) */
+    float mean[3], std[3]; /* ptc_model_classify's normalisation: the CIFAR-10 tutorial's by default */
+    int input_h, input_w;  /* ptc_model_classify resizes images to this size: 32 x 32 by default */
+} ptc_model_params;
+
+/* ptc_model_load's flags. */
+enum {
+    PTC_LOAD_STRICT = 1u << 0,          /* load_state_dict(strict=True): missing and unexpected
+                                           keys are errors */
+    PTC_LOAD_STRIP_PREFIX = 1u << 1,    /* remove a leading "module." (DDP) from every key that
+                                           has one, as torch's consume_prefix_in_state_dict_if_present */
+    PTC_LOAD_SKIP_MISMATCHED = 1u << 2  /* entries whose shape differs from the model's (a new
+                                           head) are left as they are instead of being errors */
+};
+
+/* Fills p with the defaults above (size included). Never fails; p NULL does nothing. Thread safe. */
+PTC_API void ptc_model_params_default(ptc_model_params *p);
+
+/* Makes a model with freshly initialised parameters (PyTorch's initialisation in distribution,
+ * drawn from p->seed) on p's backend, chosen as ptc_train chooses it. p NULL: the defaults.
+ * *m is set to the model (caller frees with ptc_model_free) or to NULL on failure.
+ * Errors: PTC_EINVAL (m NULL; an unknown arch, backend name or precision; num_classes outside
+ * [1, 2^20]; a params struct whose size is 0 or larger than this library's; an input size outside
+ * [32, 65536]; a std that is not positive or a mean or std that is not finite);
+ * PTC_ENOTFOUND / PTC_EUNSUPPORTED (the backend's module is not installed / cannot run here, bf16
+ * on a CPU backend); PTC_ENOMEM. Strings of p are copied: they need not outlive the call.
+ * Thread safe (distinct models). */
+PTC_API int ptc_model_new(ptc_model **m, const ptc_model_params *p, ptc_error *err);
+/* Frees the model and its backend instance; m NULL does nothing. */
+PTC_API void ptc_model_free(ptc_model *m);
+
+/* The model's settings: a copy of the params it was made with (num_classes as it is now, after
+ * ptc_model_reset_head; backend the name of the backend chosen, never NULL or "auto"). The
+ * strings are the model's and live until ptc_model_free. PTC_EINVAL when m or p is NULL or p->size
+ * is invalid (set p->size, e.g. with ptc_model_params_default, before the call: only that many
+ * bytes are written). */
+PTC_API int ptc_model_get_params(const ptc_model *m, ptc_model_params *p, ptc_error *err);
+/* The number of classes (the rows of fc.weight); 0 for NULL. */
+PTC_API int ptc_model_num_classes(const ptc_model *m);
+/* "resnet18" or "resnet18-cifar" (static); NULL for NULL. */
+PTC_API const char *ptc_model_arch(const ptc_model *m);
+/* The backend the model runs on: "ref", "dnnl" or "cuda" (static); NULL for NULL. */
+PTC_API const char *ptc_model_backend(const ptc_model *m);
+
+/* Sets the model's parameters and buffers from a state dict (what ptc_ckpt_root gives for a file
+ * torch.save(model.state_dict()) wrote), as torch's model.load_state_dict(state_dict, strict)
+ * does: a key matches when it names an entry of the model; float tensors of any dtype are
+ * converted to float32, integer ones for num_batches_tracked. The values are copied: the
+ * checkpoint may be closed afterwards. On failure the model is unchanged (torch leaves the
+ * entries it copied before raising; ptc checks everything first).
+ * Failures (PTC_EINVAL; err->message holds torch's RuntimeError text, cut to its size; the full
+ * text is ptc_model_load_text's): with PTC_LOAD_STRICT, any missing or unexpected key; with or
+ * without it, a tensor whose shape differs from the entry's (unless PTC_LOAD_SKIP_MISMATCHED) or
+ * a value that is not a tensor. A state dict that is not a dict, or has a key that is not a str:
+ * PTC_EINVAL. PTC_ENOMEM. m or state_dict NULL: PTC_EINVAL.
+ * Whatever the outcome, the lists of the load (missing, unexpected and skipped keys) are kept by
+ * the model for ptc_model_load_nkeys / ptc_model_load_key / ptc_model_load_text. */
+PTC_API int ptc_model_load(ptc_model *m, const ptc_value *state_dict, unsigned flags,
+                           ptc_error *err);
+
+/* The keys of the latest ptc_model_load, in torch's order. */
+typedef enum ptc_load_keys {
+    PTC_LOAD_MISSING,    /* entries of the model the state dict lacks (torch's missing_keys) */
+    PTC_LOAD_UNEXPECTED, /* keys of the state dict that name no entry (torch's unexpected_keys) */
+    PTC_LOAD_MISMATCHED  /* entries whose tensor had another shape (skipped, or the error) */
+} ptc_load_keys;
+/* How many keys of that kind; 0 for m NULL or before any load. */
+PTC_API size_t ptc_model_load_nkeys(const ptc_model *m, ptc_load_keys kind);
+/* The i-th key of that kind (as in the file, after PTC_LOAD_STRIP_PREFIX; bytes that are not
+ * printable escaped); NULL when out of range. Borrowed: lives until the next ptc_model_load or
+ * ptc_model_free. */
+PTC_API const char *ptc_model_load_key(const ptc_model *m, ptc_load_keys kind, size_t i);
+/* What torch prints for the latest load: "<All keys matched successfully>", the repr of its
+ * result "_IncompatibleKeys(missing_keys=[...], unexpected_keys=[...])" (a non-strict load with
+ * missing or unexpected keys), or the text of the RuntimeError it raises ("Error(s) in loading
+ * state_dict for ResNet:\n\tMissing key(s) in state_dict: ..."), uncut. "" before any load or for
+ * m NULL. Borrowed: lives until the next ptc_model_load or ptc_model_free. */
+PTC_API const char *ptc_model_load_text(const ptc_model *m);
+
+/* Forward in eval mode (BatchNorm uses its running statistics): x is [n][3][h][w] float32,
+ * already normalised, with h, w >= 32 (any size: the network ends with adaptive average pooling);
+ * logits receives [n][num_classes] float32. x and logits belong to the caller and are used during
+ * the call only. Errors: PTC_EINVAL (m, x or logits NULL, n < 1, h or w < 32, or a size whose
+ * activations would exceed 2^31 elements per tensor); PTC_ENOMEM; a backend's error (PTC_EIO for
+ * a device failure). Blocks until the logits are on the host. */
+PTC_API int ptc_model_forward(ptc_model *m, const float *x, int n, int h, int w, float *logits,
+                              ptc_error *err);
+/* Interleaved 8-bit RGB images [n][h][w][3] resized to the params' input_h x input_w as
+ * torchvision's Resize does on a uint8 tensor (bilinear, antialias; not resized when already that
+ * size), normalised with the params' mean and std, then the forward: classes receives the k best
+ * classes of each image, best first ([n][k]), probs (may be NULL) their softmax probabilities.
+ * Errors: PTC_EINVAL (NULL m, rgb or classes, n < 1, h or w < 1, k < 1 or k > num_classes);
+ * PTC_ENOMEM; a backend's error. */
+PTC_API int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, int w, int k,
+                               int *classes, float *probs, ptc_error *err);
+
+/* Replaces fc with a new nn.Linear(512, num_classes) initialised exactly as torch initialises
+ * one: the weight and bias are bit-equal to those of
+ *     torch.manual_seed(seed); torch.nn.Linear(512, num_classes)
+ * (torch's CPU generator, an mt19937 seeded with the low 32 bits of seed, as torch.manual_seed
+ * seeds it; kaiming_uniform_(a=sqrt(5)) on the weight, uniform(-1/sqrt(512), 1/sqrt(512)) on the
+ * bias). The new head is trainable (not frozen) whatever was frozen before; every other parameter
+ * and buffer is unchanged. An optimizer made before continues over the new head with no momentum
+ * for it (unlike torch, where an optimizer made before model.fc is replaced keeps the old fc's
+ * tensors: make the optimizer after this call to match a torch script). On PTC_EINVAL and
+ * PTC_ENOMEM the model is unchanged; a backend's failure to write the new values leaves a head of
+ * num_classes rows whose values are undefined. Errors: PTC_EINVAL (m NULL, num_classes < 1 or above 2^22); PTC_ENOMEM; a backend's
+ * error. Not thread safe for one model (a model is one handle). */
+PTC_API int ptc_model_reset_head(ptc_model *m, int num_classes, uint64_t seed, ptc_error *err);
+/* requires_grad off (frozen 1) or back on (0) for every parameter whose name starts with prefix
+ * (torchvision's names; "" is all, "layer4" matches "layer4.0.conv1.weight", "fc" the head).
+ * Buffers (running statistics, num_batches_tracked) are not parameters and are not affected. A
+ * frozen parameter is left entirely alone by ptc_model_train_step: no gradient, no weight decay,
+ * no momentum update (its optimizer state, if any, is kept for when it is unfrozen), as torch
+ * skips a parameter whose grad is None. As in torch, BatchNorm layers whose parameters are frozen
+ * still normalise with batch statistics and update their running statistics in training steps
+ * (the model is in training mode; freezing is not eval()). Backward stops below the last
+ * trainable parameter, so training the head alone costs about one forward. Errors: PTC_EINVAL (m
+ * or prefix NULL); PTC_ENOTFOUND (no parameter's name starts with prefix; nothing changes). Not
+ * thread safe for one model. */
+PTC_API int ptc_model_freeze(ptc_model *m, const char *prefix, int frozen, ptc_error *err);
+
+/* torch.optim.SGD(model.parameters(), lr, momentum, dampening, weight_decay, nesterov) over m's
+ * parameters: each step, for every parameter not frozen at that step, g = grad + weight_decay *
+ * p; with momentum, buf = g on the parameter's first step, else buf = momentum * buf + (1 -
+ * dampening) * g, and g = buf (or g + momentum * buf with nesterov); p -= lr * g. Frozen
+ * parameters are skipped entirely (see ptc_model_freeze).
+ * The momentum buffers belong to the optimizer, as in torch: a new optimizer starts without
+ * them, two optimizers of one model keep separate ones, and ptc_sgd_free releases them. They live
+ * in the model's backend (device memory for cuda), hence the lifetime rule: *opt must be freed
+ * before m, and used with m only. *opt is NULL on failure.
+ * Errors (torch's refusals, in its words): PTC_EINVAL (opt or m NULL, lr < 0, momentum < 0,
+ * weight_decay < 0, a dampening or any value that is NaN, nesterov with momentum <= 0 or
+ * dampening != 0); PTC_ENOMEM. Not thread safe with other calls on m. */
+PTC_API int ptc_sgd_new(ptc_sgd **opt, ptc_model *m, double lr, double momentum, double dampening,
+                        double weight_decay, int nesterov, ptc_error *err);
+/* Frees the optimizer and its momentum buffers; before its model is freed. NULL does nothing. */
+PTC_API void ptc_sgd_free(ptc_sgd *opt);
+/* The learning rate of the following steps (param_groups[0]["lr"] = lr in torch: a schedule).
+ * PTC_EINVAL (opt NULL, lr < 0 or NaN). */
+PTC_API int ptc_sgd_set_lr(ptc_sgd *opt, double lr, ptc_error *err);
+/* One training step, as a torch loop does it: model.train(); loss =
+ * F.cross_entropy(model(x), labels) (the mean over the batch); optimizer.zero_grad();
+ * loss.backward(); optimizer.step(). x is [n][3][h][w] float32, normalised, h, w >= 32 (any size,
+ * as ptc_model_forward); labels [n], each in [0, num_classes). BatchNorm uses batch statistics and
+ * updates its running statistics (momentum 0.1, unbiased variance) and num_batches_tracked.
+ * PyTorch's float32 numerics, as ptc train's step (docs/numerics.md); the loss is computed in
+ * double from the float32 logits. loss (may be NULL) receives the mean cross-entropy before the
+ * step. x, labels and loss are the caller's, used during the call only. Blocks until the step is
+ * done. Errors: PTC_EINVAL (m, opt, x or labels NULL; opt made for another model; n < 1; h or w
+ * < 32 or activations too large; a label outside the classes, checked before anything changes;
+ * every parameter frozen); PTC_ENOMEM; a backend's error (then the step may be partly applied).
+ * Not thread safe for one model. */
+PTC_API int ptc_model_train_step(ptc_model *m, ptc_sgd *opt, const float *x, const int64_t *labels,
+                                 int n, int h, int w, double *loss, ptc_error *err);
+
+/* The model's state dict built in doc (an OrderedDict with torchvision's keys, float32 tensors and
+ * int64 num_batches_tracked, and nn.Module's _metadata), for ptc_save: torch loads the file
+ * strictly into torchvision.models.resnet18(num_classes=N). *root belongs to doc and lives as long
+ * as it; the tensors hold copies of the current values. Errors: PTC_EINVAL (NULL m, doc or root);
+ * PTC_ENOMEM; a backend's error. */
+PTC_API int ptc_model_state_dict(ptc_model *m, ptc_doc *doc, ptc_value **root, ptc_error *err);
 
 /* =============================================================================================
  * What ptc's commands print, for embedders (issue 15, section 4): the text of file values, the

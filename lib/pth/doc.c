@@ -198,7 +198,12 @@ int ptc_doc_push(ptc_doc *d, ptc_value *seq, const ptc_value *item)
         return ptc__err(&d->err, PTC_EINVAL, "", -1, "ptc_doc_push: not a sequence");
     if (seq->kind == PTC_VALUE_SIZE && (item->kind != PTC_VALUE_INT || !item->u.i.fits))
         return ptc__err(&d->err, PTC_EINVAL, "", -1, "ptc_doc_push: torch.Size holds ints");
-    if (ptc__seq_push(d->arena, seq, (ptc_value *)item) < 0)
+    int rc = ptc__seq_push(d->arena, seq, (ptc_value *)item);
+    if (rc == PTC_ELIMIT)
+        return ptc__err(&d->err, PTC_ELIMIT, "", -1,
+                        "ptc_doc_push: a sequence holds at most %zu items",
+                        (size_t)PTC__VALUE_MAX_ITEMS);
+    if (rc < 0)
         return ptc__err(&d->err, PTC_ENOMEM, "", -1, "out of memory");
     return 0;
 }
@@ -253,6 +258,10 @@ ptc_storage *ptc_doc_storage(ptc_doc *d, ptc_dtype dt, int64_t nbytes, const voi
     if (!info || nbytes < 0 || nbytes % info->size || (uint64_t)nbytes > SIZE_MAX ||
         (!data && !copy && nbytes))
         return DOC_FAIL(d, PTC_EINVAL, "ptc_doc_storage: invalid dtype, size or data");
+    /* Every storage is saved as one zip record; this also caps owned[] (one entry a storage). */
+    if (d->nstorages >= PTC__ZIPW_MAX_RECORDS)
+        return DOC_FAIL(d, PTC_ELIMIT, "ptc_doc_storage: a document holds at most %zu storages",
+                        (size_t)PTC__ZIPW_MAX_RECORDS);
     ptc_storage *s = ptc__arena_alloc(d->arena, sizeof *s);
     char key[24];
     snprintf(key, sizeof key, "%llu", (unsigned long long)d->nstorages);

@@ -236,8 +236,9 @@ size_t ptc_key_text(const ptc_value *key, char *dst, size_t size)
 int ptc__key_text_append(ptc__buf *b, const ptc_value *key)
 {
     size_t n = ptc_key_text(key, NULL, 0);
-    if (ptc__buf_reserve(b, n + 1) < 0)
-        return PTC_ENOMEM;
+    int rc = ptc__buf_reserve(b, n + 1);
+    if (rc < 0)
+        return rc; /* PTC_ENOMEM, or PTC_ELIMIT past the buffer's cap (the walk's PTC_PATH_MAX) */
     ptc_key_text(key, (char *)b->data + b->len, n + 1);
     b->len += n;
     return 0;

@@ -2,7 +2,7 @@
  * legacy.c - the pickle-stream checkpoint format of PyTorch before 1.6 (still written by
  * torch.save(..., _use_new_zipfile_serialization=False)).
  *
- * On-disk layout (reference pth-format.md section 5.1): five protocol-2 pickles back to back -
+ * On-disk layout (docs/internals/legacy.md): five protocol-2 pickles back to back -
  *   1. the magic number 0x1950A86A20F9469CFC6C (a 10-byte LONG1),
  *   2. the protocol version 1001,
  *   3. a sys_info dict (read and ignored, as torch does),

@@ -40,9 +40,7 @@ void ptc_limits_default(ptc_limits *l)
 
 void ptc_open_params_default(ptc_open_params *p)
 {
-    p->policy = NULL;
-    p->limits = NULL;
-    p->flags = 0;
+    *p = (ptc_open_params){.size = sizeof *p, .policy = NULL, .limits = NULL, .flags = 0};
 }
 
 /* ---- storages --------------------------------------------------------------------------------- */
@@ -126,6 +124,12 @@ static int bind_record(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
 
 int ptc__ckpt_add_storage(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
 {
+    /* Each storage is a value the file built (a persistent id, a safetensors entry): no more
+     * than max_objects of them. The index below keeps uint32 positions. */
+    if (c->nstorages >= c->limits.max_objects || c->nstorages >= UINT32_MAX / 2)
+        return ptc__err_stricter(err, PTC_ELIMIT, "data.pkl", -1,
+                                 "more storages than the limit of %llu objects",
+                                 (unsigned long long)c->limits.max_objects);
     if (c->nstorages == c->capstorages) {
         size_t cap = c->capstorages ? c->capstorages * 2 : 64;
         if (ptc__budget_take(&c->budget, (cap - c->capstorages) * sizeof *c->storages, err,
@@ -440,14 +444,20 @@ static int sniff(ptc_ckpt *c, ptc_error *err)
         what = "looks like an HTML or XML page, not a checkpoint";
     else if (memmem(head, n, "PK\x03\x04", 4) || memmem(head, n, "PK\x05\x06", 4))
         what = "a zip archive that does not start at offset 0";
-    else if (head[0] == 0x80)
+    else if (head[0] == PTC__OP_PROTO)
         what = "a pickle that is not a torch.save stream";
     return ptc__err(err, PTC_ENOTZIP, "", 0, "%s", what);
 }
 
-static int open_common(ptc_ckpt **out, ptc__source *src, const ptc_open_params *params,
+static int open_common(ptc_ckpt **out, ptc__source *src, const ptc_open_params *caller,
                        ptc_error *err)
 {
+    ptc_open_params prm, *params = &prm;
+    ptc_open_params_default(&prm);
+    if (ptc__params_read(&prm, sizeof prm, caller, "ptc_open_params", err) < 0) {
+        ptc__source_close(src);
+        return PTC_EINVAL;
+    }
     ptc_ckpt *c = ptc__calloc(1, sizeof *c);
     if (!c) {
         ptc__source_close(src);

@@ -1,8 +1,8 @@
 /*
  * policy.c - which globals a checkpoint may reference.
  *
- * The default policy is torch 2.6's weights-only allowlist, all 128 entries (reference
- * pth-format.md section 4.2), matched by exact "module.name" after the Python-2 name mapping; the
+ * The default policy is torch 2.6's weights-only allowlist, all 128 entries (what they mean:
+ * docs/internals/pickle.md), matched by exact "module.name" after the Python-2 name mapping; the
  * strict policy keeps only what torch.save emits for tensors, state dicts and plain containers.
  * Users add exact names (the analogue of torch.serialization.add_safe_globals); modules sys, os,
  * posix and nt are blocked before anything else, whatever was added.
@@ -10,6 +10,10 @@
 #include "pth/pth.h"
 
 #include <string.h>
+
+/* The most globals ptc_policy_allow_global adds to one policy: each lookup scans them in turn,
+ * and a real program allows a handful (its own classes). */
+#define POLICY_MAX_EXTRA 4096
 
 struct ptc_policy {
     ptc_policy_base base;
@@ -237,6 +241,10 @@ int ptc_policy_allow_global(ptc_policy *p, const char *full, ptc_error *err)
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "ptc_policy_allow_global: module %s is blocked and can never be allowed",
                         module);
+    if (p->nextra >= POLICY_MAX_EXTRA)
+        return ptc__err(err, PTC_ELIMIT, "", -1,
+                        "ptc_policy_allow_global: a policy allows at most %d extra globals",
+                        POLICY_MAX_EXTRA);
     if (p->nextra == p->capextra) {
         size_t cap = p->capextra ? p->capextra * 2 : 8;
         char **n = ptc__realloc(p->extra, cap * sizeof *n);

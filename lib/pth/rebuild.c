@@ -628,6 +628,15 @@ static int codecs_encode(ptc__vm *vm, const ptc_value *args, ptc_value **out, pt
     return 0;
 }
 
+/* The error of a failed ptc__seq_push: out of memory, or a container past its item cap. */
+static int seq_err(ptc__vm *vm, int rc, ptc_error *err)
+{
+    if (rc == PTC_ELIMIT)
+        return HOOK_STRICTER(PTC_ELIMIT, "a container would hold more than the limit of %zu items",
+                             (size_t)PTC__VALUE_MAX_ITEMS);
+    return HOOK_ERR(PTC_ENOMEM, "out of memory");
+}
+
 static int make_seq(ptc__vm *vm, ptc_value_kind kind, const ptc_value *items, ptc_value **out,
                     ptc_error *err)
 {
@@ -646,16 +655,17 @@ static int make_seq(ptc__vm *vm, ptc_value_kind kind, const ptc_value *items, pt
                                    ptc__vm_member(vm), ptc__vm_offset(vm));
             if (rc < 0)
                 return rc;
-            if (seen->u.dict.n > before && ptc__seq_push(a, v, items->u.seq.items[i]) < 0)
-                return HOOK_ERR(PTC_ENOMEM, "out of memory");
+            if (seen->u.dict.n > before && (rc = ptc__seq_push(a, v, items->u.seq.items[i])) < 0)
+                return seq_err(vm, rc, err);
         }
     } else {
         for (size_t i = 0; i < items->u.seq.n; i++) {
             int64_t x;
             if (kind == PTC_VALUE_SIZE && !get_int(items->u.seq.items[i], &x))
                 return HOOK_ERR(PTC_EFORMAT, "torch.Size items must be ints");
-            if (ptc__seq_push(a, v, items->u.seq.items[i]) < 0)
-                return HOOK_ERR(PTC_ENOMEM, "out of memory");
+            int rc = ptc__seq_push(a, v, items->u.seq.items[i]);
+            if (rc < 0)
+                return seq_err(vm, rc, err);
         }
     }
     *out = v;
@@ -793,8 +803,11 @@ static int items_of(ptc__vm *vm, const ptc_value *src, const ptc_value **out, pt
         } else {
             item = src->u.dict.keys[i++];
         }
-        if (!item || ptc__seq_push(a, list, item) < 0)
+        if (!item)
             return HOOK_ERR(PTC_ENOMEM, "out of memory");
+        int rc = ptc__seq_push(a, list, item);
+        if (rc < 0)
+            return seq_err(vm, rc, err);
     }
     *out = list;
     return 0;

@@ -1,6 +1,6 @@
 /*
  * safetensors.c - reading and writing safetensors files (huggingface/safetensors), the format
- * whose safety rules ptc's own loader borrows (reference threat-model.md section 5).
+ * whose safety rules ptc's own loader borrows (docs/internals/safetensors.md, docs/security.md).
  *
  * On disk (all integers little-endian):
  *
@@ -696,60 +696,69 @@ static int check_metadata(const ptc_value *m, ptc_error *err)
 static int build_header(const wr_entry *ents, size_t n, const ptc_value *meta, char **out,
                         size_t *len, ptc_error *err)
 {
+    char *buf = NULL;
+    int rc;
     json_t *root = json_object();
-    bool ok = root != NULL;
-    if (ok && meta) {
+    if (!root)
+        goto nomem;
+    if (meta) {
         json_t *m = json_object();
-        ok = m && json_object_set_new(root, "__metadata__", m) == 0;
-        for (size_t i = 0; ok && i < ptc_value_len(meta); i++) {
+        if (!m || json_object_set_new(root, "__metadata__", m) != 0)
+            goto nomem;
+        for (size_t i = 0; i < ptc_value_len(meta); i++) {
             const char *k, *v;
             size_t kl, vl;
             ptc_value_str(ptc_dict_key(meta, i), &k, &kl);
             ptc_value_str(ptc_dict_value(meta, i), &v, &vl);
-            ok = json_object_setn_new(m, k, kl, json_stringn(v, vl)) == 0;
+            if (json_object_setn_new(m, k, kl, json_stringn(v, vl)) != 0)
+                goto nomem;
         }
     }
     /* Each container is attached to its parent as soon as it exists, so that freeing the root
      * frees everything (the *_new calls take the reference even when they fail). Fields go in
      * the order the library writes them: dtype, shape, data_offsets. */
-    for (size_t i = 0; ok && i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         const wr_entry *e = &ents[i];
         json_t *info = json_object();
-        if (json_object_setn_new(root, e->name, e->name_len, info) < 0) {
-            ok = false; /* info is gone */
-            break;
-        }
+        if (json_object_setn_new(root, e->name, e->name_len, info) < 0)
+            goto nomem; /* info is gone */
         json_t *shape = json_array(), *offs = json_array();
         int r1 = json_object_set_new(info, "dtype", json_string(st_dtypes[e->rank].name));
         int r2 = json_object_set_new(info, "shape", shape);
         int r3 = json_object_set_new(info, "data_offsets", offs);
-        ok = r1 == 0 && r2 == 0 && r3 == 0;
-        for (int d = 0; ok && d < ptc_tensor_ndim(e->t); d++)
-            ok = json_array_append_new(shape, json_integer(ptc_tensor_shape(e->t)[d])) == 0;
-        ok = ok && json_array_append_new(offs, json_integer((json_int_t)e->begin)) == 0 &&
-             json_array_append_new(offs, json_integer((json_int_t)e->end)) == 0;
+        if (r1 != 0 || r2 != 0 || r3 != 0)
+            goto nomem;
+        for (int d = 0; d < ptc_tensor_ndim(e->t); d++)
+            if (json_array_append_new(shape, json_integer(ptc_tensor_shape(e->t)[d])) != 0)
+                goto nomem;
+        if (json_array_append_new(offs, json_integer((json_int_t)e->begin)) != 0 ||
+            json_array_append_new(offs, json_integer((json_int_t)e->end)) != 0)
+            goto nomem;
     }
     /* Measured first, then dumped into memory of the library's allocator. */
-    size_t tl = ok ? json_dumpb(root, NULL, 0, JSON_COMPACT) : 0;
+    size_t tl = json_dumpb(root, NULL, 0, JSON_COMPACT);
     size_t padded = (tl + 7) / 8 * 8;
-    char *buf = tl && padded <= ST_MAX_HEADER ? ptc__malloc(padded + 1) : NULL;
-    if (buf && json_dumpb(root, buf, tl, JSON_COMPACT) != tl) {
-        ptc__free(buf);
-        buf = NULL;
+    if (tl && padded > ST_MAX_HEADER) {
+        rc = ptc__err(err, PTC_ELIMIT, "", -1,
+                      "the safetensors header would take %zu bytes; readers refuse more than %u",
+                      padded, ST_MAX_HEADER);
+        goto fail;
     }
+    if (!tl || !(buf = ptc__malloc(padded + 1)) || json_dumpb(root, buf, tl, JSON_COMPACT) != tl)
+        goto nomem;
     json_decref(root);
-    if (tl && padded > ST_MAX_HEADER)
-        return ptc__err(err, PTC_ELIMIT, "", -1,
-                        "the safetensors header would take %zu bytes; readers refuse more than %u",
-                        padded, ST_MAX_HEADER);
-    if (!buf)
-        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory building the safetensors header");
     buf[tl] = '\0';
     lowercase_escapes(buf);
     memset(buf + tl, ' ', padded - tl);
     *out = buf;
     *len = padded;
     return 0;
+nomem:
+    rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory building the safetensors header");
+fail:
+    json_decref(root);
+    ptc__free(buf);
+    return rc;
 }
 
 typedef struct wr_ctx {

@@ -74,6 +74,9 @@ static saved_storage *storage_entry(saver *s, const ptc_storage *st)
             if (s->st[s->index[i] - 1].s == st)
                 return &s->st[s->index[i] - 1];
     }
+    /* Each storage becomes one zip record: no more than the writer can list. */
+    if (s->nst >= PTC__ZIPW_MAX_RECORDS)
+        return NULL;
     if (s->nst == s->capst) {
         size_t cap = s->capst ? s->capst * 2 : 64;
         saved_storage *n = ptc__realloc(s->st, cap * sizeof *n);
@@ -127,14 +130,14 @@ static void const_str(saver *s, const void *key, const char *str)
 static void int_tuple(saver *s, const int64_t *v, int n)
 {
     if (n == 0) {
-        ptc__pw_op(&s->pw, ')');
+        ptc__pw_op(&s->pw, PTC__OP_EMPTY_TUPLE);
         return;
     }
     if (n > 3)
-        ptc__pw_op(&s->pw, '(');
+        ptc__pw_op(&s->pw, PTC__OP_MARK);
     for (int i = 0; i < n; i++)
         ptc__pw_int(&s->pw, v[i]);
-    ptc__pw_op(&s->pw, n > 3 ? 't' : (uint8_t)(0x85 + n - 1));
+    ptc__pw_op(&s->pw, n > 3 ? PTC__OP_TUPLE : (uint8_t)(PTC__OP_TUPLE1 + n - 1));
     ptc__pw_put(&s->pw, NULL);
 }
 
@@ -142,8 +145,8 @@ static void int_tuple(saver *s, const int64_t *v, int n)
 static void empty_ordered_dict(saver *s, const void *key)
 {
     global_once(s, &K_OD, "collections", "OrderedDict");
-    ptc__pw_op(&s->pw, ')');
-    ptc__pw_op(&s->pw, 'R');
+    ptc__pw_op(&s->pw, PTC__OP_EMPTY_TUPLE);
+    ptc__pw_op(&s->pw, PTC__OP_REDUCE);
     ptc__pw_put(&s->pw, key);
 }
 
@@ -163,7 +166,9 @@ static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad, boo
     bool v3 = untyped || t->dtype != st->dtype;
     saved_storage *e = storage_entry(s, t->storage);
     if (!e) {
-        fail(s, PTC_ENOMEM, "out of memory");
+        fail(s, s->nst >= PTC__ZIPW_MAX_RECORDS ? PTC_ELIMIT : PTC_ENOMEM,
+             s->nst >= PTC__ZIPW_MAX_RECORDS ? "more storages than a zip directory can list"
+                                             : "out of memory");
         return;
     }
     if (v3)
@@ -172,9 +177,9 @@ static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad, boo
         global_once(s, &K_V2, "torch._utils", "_rebuild_tensor_v2");
     if (from_type)
         global_once(s, &K_TENSOR, "torch", "Tensor");
-    ptc__pw_op(&s->pw, '(');
+    ptc__pw_op(&s->pw, PTC__OP_MARK);
     /* The persistent id: a new tuple each time, its parts shared. */
-    ptc__pw_op(&s->pw, '(');
+    ptc__pw_op(&s->pw, PTC__OP_MARK);
     const_str(s, &K_STORAGE, "storage");
     if (untyped)
         global_once(s, &K_UNTYPED, "torch.storage", "UntypedStorage");
@@ -194,38 +199,38 @@ static void tensor_reduce(saver *s, const ptc_tensor *t, bool requires_grad, boo
     }
     int64_t numel = untyped ? st->nbytes : st->nbytes / (int64_t)info->size;
     ptc__pw_int(&s->pw, numel);
-    ptc__pw_op(&s->pw, 't');
+    ptc__pw_op(&s->pw, PTC__OP_TUPLE);
     ptc__pw_put(&s->pw, NULL);
-    ptc__pw_op(&s->pw, 'Q');
+    ptc__pw_op(&s->pw, PTC__OP_BINPERSID);
     ptc__pw_int(&s->pw, t->offset);
     int_tuple(s, t->shape, t->ndim);
     int_tuple(s, t->stride, t->ndim);
-    ptc__pw_op(&s->pw, requires_grad ? 0x88 : 0x89);
+    ptc__pw_op(&s->pw, requires_grad ? PTC__OP_NEWTRUE : PTC__OP_NEWFALSE);
     empty_ordered_dict(s, NULL);
     if (v3)
         global_once(s, &K_DTYPE[t->dtype], "torch", ptc__dtype_info_of(t->dtype)->name);
     if (t->conj || t->neg) {
-        ptc__pw_op(&s->pw, '}');
+        ptc__pw_op(&s->pw, PTC__OP_EMPTY_DICT);
         ptc__pw_put(&s->pw, NULL);
         if (t->conj && t->neg)
-            ptc__pw_op(&s->pw, '(');
+            ptc__pw_op(&s->pw, PTC__OP_MARK);
         /* torch's metadata map lists neg before conj when both are set. */
         if (t->neg) {
             ptc__pw_str(&s->pw, "neg", 3);
             ptc__pw_put(&s->pw, NULL);
-            ptc__pw_op(&s->pw, 0x88);
+            ptc__pw_op(&s->pw, PTC__OP_NEWTRUE);
         }
         if (t->conj) {
             ptc__pw_str(&s->pw, "conj", 4);
             ptc__pw_put(&s->pw, NULL);
-            ptc__pw_op(&s->pw, 0x88);
+            ptc__pw_op(&s->pw, PTC__OP_NEWTRUE);
         }
-        ptc__pw_op(&s->pw, t->conj && t->neg ? 'u' : 's');
+        ptc__pw_op(&s->pw, t->conj && t->neg ? PTC__OP_SETITEMS : PTC__OP_SETITEM);
     }
-    ptc__pw_op(&s->pw, 't');
+    ptc__pw_op(&s->pw, PTC__OP_TUPLE);
     ptc__pw_put(&s->pw, NULL);
     if (!from_type)
-        ptc__pw_op(&s->pw, 'R');
+        ptc__pw_op(&s->pw, PTC__OP_REDUCE);
 }
 
 static int save_tensor(saver *s, const ptc_value *v, int depth)
@@ -237,30 +242,30 @@ static int save_tensor(saver *s, const ptc_value *v, int depth)
          * (_rebuild_parameter_with_state, (..., state)). */
         if (t->state) {
             global_once(s, &K_PARAM_STATE, "torch._utils", "_rebuild_parameter_with_state");
-            ptc__pw_op(&s->pw, '(');
+            ptc__pw_op(&s->pw, PTC__OP_MARK);
         } else {
             global_once(s, &K_PARAM, "torch._utils", "_rebuild_parameter");
         }
         tensor_reduce(s, t, false, false);
         ptc__pw_put(&s->pw, NULL);
-        ptc__pw_op(&s->pw, t->requires_grad ? 0x88 : 0x89);
+        ptc__pw_op(&s->pw, t->requires_grad ? PTC__OP_NEWTRUE : PTC__OP_NEWFALSE);
         empty_ordered_dict(s, NULL);
         if (t->state && save(s, t->state, depth + 1) < 0)
             return s->rc;
-        ptc__pw_op(&s->pw, t->state ? 't' : 0x87);
+        ptc__pw_op(&s->pw, t->state ? PTC__OP_TUPLE : PTC__OP_TUPLE3);
         ptc__pw_put(&s->pw, NULL);
-        ptc__pw_op(&s->pw, 'R');
+        ptc__pw_op(&s->pw, PTC__OP_REDUCE);
     } else if (t->state) {
         /* Tensor.__reduce_ex__ with attributes: (_rebuild_from_type_v2, (func, Tensor, args,
          * state)). */
         global_once(s, &K_FROM_TYPE, "torch._tensor", "_rebuild_from_type_v2");
-        ptc__pw_op(&s->pw, '(');
+        ptc__pw_op(&s->pw, PTC__OP_MARK);
         tensor_reduce(s, t, t->requires_grad, true);
         if (save(s, t->state, depth + 1) < 0)
             return s->rc;
-        ptc__pw_op(&s->pw, 't');
+        ptc__pw_op(&s->pw, PTC__OP_TUPLE);
         ptc__pw_put(&s->pw, NULL);
-        ptc__pw_op(&s->pw, 'R');
+        ptc__pw_op(&s->pw, PTC__OP_REDUCE);
     } else {
         tensor_reduce(s, t, t->requires_grad, false);
     }
@@ -276,7 +281,7 @@ static int batches(saver *s, const ptc_value *v, int depth)
     for (size_t start = 0; start < n; start += 1000) {
         size_t end = n - start > 1000 ? start + 1000 : n;
         if (end - start > 1)
-            ptc__pw_op(&s->pw, '(');
+            ptc__pw_op(&s->pw, PTC__OP_MARK);
         for (size_t i = start; i < end; i++) {
             if (dict) {
                 if (save(s, v->u.dict.keys[i], depth + 1) < 0 ||
@@ -287,9 +292,9 @@ static int batches(saver *s, const ptc_value *v, int depth)
             }
         }
         if (end - start > 1)
-            ptc__pw_op(&s->pw, dict ? 'u' : 'e');
+            ptc__pw_op(&s->pw, dict ? PTC__OP_SETITEMS : PTC__OP_APPENDS);
         else
-            ptc__pw_op(&s->pw, dict ? 's' : 'a');
+            ptc__pw_op(&s->pw, dict ? PTC__OP_SETITEM : PTC__OP_APPEND);
     }
     return 0;
 }
@@ -304,18 +309,24 @@ static int save_bytes(saver *s, const ptc_value *v, const void *key)
     for (size_t i = 0; i < v->u.s.n; i++) {
         uint8_t c = (uint8_t)v->u.s.p[i];
         uint8_t enc[2] = {(uint8_t)(0xC0 | (c >> 6)), (uint8_t)(0x80 | (c & 0x3F))};
-        if (ptc__buf_append(&u, c < 0x80 ? &c : enc, c < 0x80 ? 1 : 2) < 0) {
+        int rc = ptc__buf_append(&u, c < 0x80 ? &c : enc, c < 0x80 ? 1 : 2);
+        if (rc < 0) {
             ptc__buf_free(&u);
-            return fail(s, PTC_ENOMEM, "out of memory");
+            if (rc != PTC_ELIMIT)
+                return fail(s, PTC_ENOMEM, "out of memory");
+            char msg[128];
+            snprintf(msg, sizeof msg, "a bytes value of %zu bytes is more than a pickle may hold",
+                     v->u.s.n);
+            return fail(s, rc, msg);
         }
     }
     ptc__pw_str(&s->pw, u.data ? (const char *)u.data : "", u.len);
     ptc__buf_free(&u);
     ptc__pw_put(&s->pw, NULL);
     const_str(s, &K_LATIN1, "latin1");
-    ptc__pw_op(&s->pw, 0x86);
+    ptc__pw_op(&s->pw, PTC__OP_TUPLE2);
     ptc__pw_put(&s->pw, NULL);
-    ptc__pw_op(&s->pw, 'R');
+    ptc__pw_op(&s->pw, PTC__OP_REDUCE);
     ptc__pw_put(&s->pw, key);
     return 0;
 }
@@ -325,15 +336,15 @@ static int save_tuple(saver *s, const ptc_value *v, int depth)
 {
     size_t n = v->u.seq.n;
     if (n == 0) {
-        ptc__pw_op(&s->pw, ')');
+        ptc__pw_op(&s->pw, PTC__OP_EMPTY_TUPLE);
         return 0;
     }
     if (n > 3)
-        ptc__pw_op(&s->pw, '(');
+        ptc__pw_op(&s->pw, PTC__OP_MARK);
     for (size_t i = 0; i < n; i++)
         if (save(s, v->u.seq.items[i], depth + 1) < 0)
             return s->rc;
-    ptc__pw_op(&s->pw, n > 3 ? 't' : (uint8_t)(0x85 + n - 1));
+    ptc__pw_op(&s->pw, n > 3 ? PTC__OP_TUPLE : (uint8_t)(PTC__OP_TUPLE1 + n - 1));
     ptc__pw_put(&s->pw, v);
     return 0;
 }
@@ -345,8 +356,8 @@ static int save(saver *s, const ptc_value *v, int depth)
     if (depth > MAX_DEPTH)
         return fail(s, PTC_ELIMIT, "the value tree nests deeper than 1000 levels");
     switch (v->kind) {
-    case PTC_VALUE_NONE: ptc__pw_op(&s->pw, 'N'); return 0;
-    case PTC_VALUE_BOOL: ptc__pw_op(&s->pw, v->u.b ? 0x88 : 0x89); return 0;
+    case PTC_VALUE_NONE: ptc__pw_op(&s->pw, PTC__OP_NONE); return 0;
+    case PTC_VALUE_BOOL: ptc__pw_op(&s->pw, v->u.b ? PTC__OP_NEWTRUE : PTC__OP_NEWFALSE); return 0;
     case PTC_VALUE_INT:
         if (v->u.i.fits)
             ptc__pw_int(&s->pw, v->u.i.v);
@@ -373,35 +384,35 @@ static int save(saver *s, const ptc_value *v, int depth)
             global_once(s, &K_BYTEARRAY, "builtins", "bytearray");
             if (save_bytes(s, v, NULL) < 0)
                 return s->rc;
-            ptc__pw_op(&s->pw, 0x85);
+            ptc__pw_op(&s->pw, PTC__OP_TUPLE1);
             ptc__pw_put(&s->pw, NULL);
-            ptc__pw_op(&s->pw, 'R');
+            ptc__pw_op(&s->pw, PTC__OP_REDUCE);
             ptc__pw_put(&s->pw, v);
             return 0;
         }
         return save_bytes(s, v, v);
     case PTC_VALUE_TUPLE: return save_tuple(s, v, depth);
     case PTC_VALUE_LIST:
-        ptc__pw_op(&s->pw, ']');
+        ptc__pw_op(&s->pw, PTC__OP_EMPTY_LIST);
         ptc__pw_put(&s->pw, v);
         return batches(s, v, depth);
     case PTC_VALUE_DICT:
         if (v->flags & PTC__V_COUNTER) {
             /* Counter.__reduce__: (Counter, (dict(self),)) */
             global_once(s, &K_COUNTER, "collections", "Counter");
-            ptc__pw_op(&s->pw, '}');
+            ptc__pw_op(&s->pw, PTC__OP_EMPTY_DICT);
             ptc__pw_put(&s->pw, NULL);
             if (batches(s, v, depth) < 0)
                 return s->rc;
-            ptc__pw_op(&s->pw, 0x85);
+            ptc__pw_op(&s->pw, PTC__OP_TUPLE1);
             ptc__pw_put(&s->pw, NULL);
-            ptc__pw_op(&s->pw, 'R');
+            ptc__pw_op(&s->pw, PTC__OP_REDUCE);
             ptc__pw_put(&s->pw, v);
         } else {
             if (v->flags & PTC__V_ORDERED) {
                 empty_ordered_dict(s, v);
             } else {
-                ptc__pw_op(&s->pw, '}');
+                ptc__pw_op(&s->pw, PTC__OP_EMPTY_DICT);
                 ptc__pw_put(&s->pw, v);
             }
             if (batches(s, v, depth) < 0)
@@ -411,47 +422,48 @@ static int save(saver *s, const ptc_value *v, int depth)
         if (v->u.dict.attrs && v->u.dict.attrs->u.dict.n > 0) {
             if (save(s, v->u.dict.attrs, depth + 1) < 0)
                 return s->rc;
-            ptc__pw_op(&s->pw, 'b');
+            ptc__pw_op(&s->pw, PTC__OP_BUILD);
         }
         return 0;
     case PTC_VALUE_SET:
         /* set.__reduce__ under protocol 2: (set, (list(self),)) */
         global_once(s, &K_SET, "builtins", "set");
-        ptc__pw_op(&s->pw, ']');
+        ptc__pw_op(&s->pw, PTC__OP_EMPTY_LIST);
         ptc__pw_put(&s->pw, NULL);
         if (batches(s, v, depth) < 0)
             return s->rc;
-        ptc__pw_op(&s->pw, 0x85);
+        ptc__pw_op(&s->pw, PTC__OP_TUPLE1);
         ptc__pw_put(&s->pw, NULL);
-        ptc__pw_op(&s->pw, 'R');
+        ptc__pw_op(&s->pw, PTC__OP_REDUCE);
         ptc__pw_put(&s->pw, v);
         return 0;
     case PTC_VALUE_COMPLEX:
         global_once(s, &K_COMPLEX, "builtins", "complex");
         ptc__pw_float(&s->pw, v->u.c.re);
         ptc__pw_float(&s->pw, v->u.c.im);
-        ptc__pw_op(&s->pw, 0x86);
+        ptc__pw_op(&s->pw, PTC__OP_TUPLE2);
         ptc__pw_put(&s->pw, NULL);
-        ptc__pw_op(&s->pw, 'R');
+        ptc__pw_op(&s->pw, PTC__OP_REDUCE);
         ptc__pw_put(&s->pw, v);
         return 0;
     case PTC_VALUE_SIZE:
         /* torch.Size.__reduce__: (torch.Size, (tuple(self),)) */
         global_once(s, &K_SIZE, "torch", "Size");
         if (v->u.seq.n == 0) {
-            ptc__pw_op(&s->pw, ')');
+            ptc__pw_op(&s->pw, PTC__OP_EMPTY_TUPLE);
         } else {
             if (v->u.seq.n > 3)
-                ptc__pw_op(&s->pw, '(');
+                ptc__pw_op(&s->pw, PTC__OP_MARK);
             for (size_t i = 0; i < v->u.seq.n; i++)
                 if (save(s, v->u.seq.items[i], depth + 1) < 0)
                     return s->rc;
-            ptc__pw_op(&s->pw, v->u.seq.n > 3 ? 't' : (uint8_t)(0x85 + v->u.seq.n - 1));
+            ptc__pw_op(&s->pw, v->u.seq.n > 3 ? PTC__OP_TUPLE
+                                              : (uint8_t)(PTC__OP_TUPLE1 + v->u.seq.n - 1));
             ptc__pw_put(&s->pw, NULL);
         }
-        ptc__pw_op(&s->pw, 0x85);
+        ptc__pw_op(&s->pw, PTC__OP_TUPLE1);
         ptc__pw_put(&s->pw, NULL);
-        ptc__pw_op(&s->pw, 'R');
+        ptc__pw_op(&s->pw, PTC__OP_REDUCE);
         ptc__pw_put(&s->pw, v);
         return 0;
     case PTC_VALUE_DEVICE:
@@ -460,12 +472,12 @@ static int save(saver *s, const ptc_value *v, int depth)
         ptc__pw_put(&s->pw, NULL);
         if (v->u.dev.index >= 0) {
             ptc__pw_int(&s->pw, v->u.dev.index);
-            ptc__pw_op(&s->pw, 0x86);
+            ptc__pw_op(&s->pw, PTC__OP_TUPLE2);
         } else {
-            ptc__pw_op(&s->pw, 0x85);
+            ptc__pw_op(&s->pw, PTC__OP_TUPLE1);
         }
         ptc__pw_put(&s->pw, NULL);
-        ptc__pw_op(&s->pw, 'R');
+        ptc__pw_op(&s->pw, PTC__OP_REDUCE);
         ptc__pw_put(&s->pw, v);
         return 0;
     case PTC_VALUE_DTYPE:
@@ -483,12 +495,12 @@ static int save(saver *s, const ptc_value *v, int depth)
         }
         if (save(s, v->u.obj.args, depth + 1) < 0)
             return s->rc;
-        ptc__pw_op(&s->pw, 'R');
+        ptc__pw_op(&s->pw, PTC__OP_REDUCE);
         ptc__pw_put(&s->pw, v);
         if (v->u.obj.state) {
             if (save(s, v->u.obj.state, depth + 1) < 0)
                 return s->rc;
-            ptc__pw_op(&s->pw, 'b');
+            ptc__pw_op(&s->pw, PTC__OP_BUILD);
         }
         return 0;
     }
@@ -537,9 +549,7 @@ static uint64_t fnv(uint64_t h, const void *p, size_t n)
 
 void ptc_save_params_default(ptc_save_params *p)
 {
-    memset(p, 0, sizeof *p);
-    p->format = PTC_SAVE_AUTO;
-    p->serialization_id = 1;
+    *p = (ptc_save_params){.size = sizeof *p, .format = PTC_SAVE_AUTO, .serialization_id = 1};
 }
 
 static int save_pth(const ptc_value *root, const char *path, const ptc_save_params *p,
@@ -552,16 +562,23 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
     ptc__pw_init(&s.pw);
     ptc__zipw *w = NULL;
     int rc = 0;
-    ptc__pw_op(&s.pw, 0x80);
-    ptc__pw_op(&s.pw, 2);
+    ptc__pw_op(&s.pw, PTC__OP_PROTO);
+    ptc__pw_op(&s.pw, 2); /* the protocol number, PROTO's argument */
     if (save(&s, root, 0) < 0) {
         rc = s.rc;
+        goto out;
+    }
+    ptc__pw_op(&s.pw, PTC__OP_STOP);
+    if (ptc__pw_error(&s.pw) == PTC_ELIMIT) {
+        rc = ptc__err(err, PTC_ELIMIT, "data.pkl", -1,
+                      "the pickle would exceed %zu bytes or %lu memo entries, more than ptc "
+                      "reads back",
+                      (size_t)PTC__PW_MAX_BYTES, (unsigned long)PTC__PW_MAX_MEMO);
         goto done;
     }
-    ptc__pw_op(&s.pw, '.');
     if (ptc__pw_failed(&s.pw)) {
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory writing the pickle");
-        goto done;
+        goto out;
     }
     char prefix[256];
     if (p->archive_name)
@@ -579,19 +596,19 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
         ptc__escape(shown, sizeof shown, path, strlen(path), true);
         ptc__err_prefix(err, "%s would hold %llu bytes of tensor data in %zu storages: ", shown,
                         (unsigned long long)data, s.nst);
-        goto done;
+        goto out;
     }
     if ((rc = ptc__zipw_open(&w, path, prefix, err)) < 0)
-        goto done;
+        goto out;
     if ((rc = ptc__zipw_add(w, "data.pkl", s.pw.out.data, s.pw.out.len, err)) < 0 ||
         (rc = ptc__zipw_add(w, "byteorder", "little", 6, err)) < 0)
-        goto done;
+        goto out;
     done_bytes += s.pw.out.len;
     /* torch 2.6 writes the storages in sorted() order of their keys: "0", "1", "10", "100", ... */
     saved_storage *order = ptc__malloc((s.nst ? s.nst : 1) * sizeof *order);
     if (!order) {
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
-        goto done;
+        goto out;
     }
     if (s.nst)
         memcpy(order, s.st, s.nst * sizeof *order);
@@ -610,9 +627,9 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
     }
     ptc__free(order);
     if (rc < 0)
-        goto done;
+        goto out;
     if ((rc = ptc__zipw_add(w, "version", "3\n", 2, err)) < 0)
-        goto done;
+        goto out;
     if (p->serialization_id) {
         /* torch hashes the record names and CRCs with an unordered, process-specific hash; any
          * 40 digits are valid. ptc's are a deterministic function of the same inputs. */
@@ -627,11 +644,11 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
                  (unsigned long long)(h1 % 10000000000000000000ULL),
                  (unsigned long long)(h2 % 10000000000000000000ULL));
         if ((rc = ptc__zipw_add(w, ".data/serialization_id", id, 40, err)) < 0)
-            goto done;
+            goto out;
     }
     rc = ptc__zipw_finish(w, err);
     w = NULL;
-done:
+out:
     ptc__zipw_abort(w);
     ptc__pw_free(&s.pw);
     ptc__free(s.st);
@@ -659,10 +676,11 @@ int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *par
     if (!root || !path || !*path)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_save: missing value or path");
     ptc_save_params def;
-    if (!params) {
-        ptc_save_params_default(&def);
-        params = &def;
-    }
+    ptc_save_params_default(&def);
+    int rc = ptc__params_read(&def, sizeof def, params, "ptc_save_params", err);
+    if (rc < 0)
+        return rc;
+    params = &def;
     if (params->map_location && !device_tag(params->map_location))
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "ptc_save: map_location must be cpu, meta, mps, cuda[:N] or xpu[:N]");

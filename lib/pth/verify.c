@@ -40,6 +40,8 @@
 #include <zlib.h>
 
 #define REPORT_CAP 4096
+/* The most regions full scans may cover (cover()): PTC_ELIMIT beyond. */
+#define COVER_CAP ((size_t)1 << 21)
 #define SCAN_INFLATE_CAP (64u << 20)
 
 struct ptc_report {
@@ -173,7 +175,7 @@ typedef struct scan_ctx {
     uint64_t size;
     ptc__span *cov;   /* file bytes full scans read (sweep_file replays them quietly) */
     size_t ncov, capcov;
-    int fatal;        /* PTC_ENOMEM from the report */
+    int fatal;        /* PTC_ENOMEM from the report, PTC_ELIMIT past COVER_CAP */
 } scan_ctx;
 
 static bool name_ok(const char *s, size_t n)
@@ -333,6 +335,12 @@ static void cover(scan_ctx *c, uint64_t a, uint64_t b)
 {
     if (b <= a || c->fatal)
         return;
+    /* One span per full scan: one per record, five for a legacy file, so the default
+     * max_records keeps far below the cap. */
+    if (c->ncov >= COVER_CAP) {
+        c->fatal = PTC_ELIMIT;
+        return;
+    }
     if (c->ncov == c->capcov) {
         size_t cap = c->capcov ? c->capcov * 2 : 16;
         ptc__span *n = ptc__realloc(c->cov, cap * sizeof *n);
@@ -438,7 +446,7 @@ static bool looks_like_pickle(const uint8_t *data, size_t len)
 {
     if (len == 0)
         return false;
-    if (data[0] == 0x80)
+    if (data[0] == PTC__OP_PROTO)
         return true;
     size_t used = 0;
     ptc_error e;
@@ -819,9 +827,19 @@ static int scan_tar(scan_ctx *c, const uint8_t *map, uint64_t size)
 static const uint8_t legacy_magic[15] = {0x80, 0x02, 0x8A, 0x0A, 0x6C, 0xFC, 0x9C, 0x46,
                                          0xF9, 0x20, 0x6A, 0xA8, 0x50, 0x19, 0x2E};
 
-static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_params *params,
+void ptc_verify_params_default(ptc_verify_params *p)
+{
+    *p = (ptc_verify_params){.size = sizeof *p, .policy = NULL, .limits = NULL};
+}
+
+static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_params *caller,
                          ptc_error *err)
 {
+    ptc_verify_params prm, *params = &prm;
+    ptc_verify_params_default(&prm);
+    int prc = ptc__params_read(&prm, sizeof prm, caller, "ptc_verify_params", err);
+    if (prc < 0)
+        return prc;
     ptc_limits lim;
     ptc_limits_default(&lim);
     if (params && params->limits)
@@ -846,7 +864,11 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     }
 
     /* 1. The load. */
-    ptc_open_params op = {policy, &lim, PTC_OPEN_VERIFY_CRC};
+    ptc_open_params op;
+    ptc_open_params_default(&op);
+    op.policy = policy;
+    op.limits = &lim;
+    op.flags = PTC_OPEN_VERIFY_CRC;
     ptc_error le;
     const uint8_t *map = ptc__source_map(src);
     uint64_t size = ptc__source_size(src);
@@ -922,7 +944,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     } else {
         if (size >= 6 && memcmp(map, "7z\xBC\xAF\x27\x1C", 6) == 0)
             r->format = "7z";
-        else if (size && map[0] == 0x80)
+        else if (size && map[0] == PTC__OP_PROTO)
             r->format = "pickle";
         c.member = "";
         size_t first_reach = 0;
@@ -981,6 +1003,9 @@ fail:
     ptc_report_free(r);
     if (rc == PTC_ENOMEM)
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    if (rc == PTC_ELIMIT && c.ncov >= COVER_CAP)
+        return ptc__err(err, PTC_ELIMIT, "", -1, "more than %zu pickles to scan in one file",
+                        COVER_CAP);
     return rc;
 }
 

@@ -92,6 +92,8 @@ int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err)
     if (!w)
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
     w->root = root;
+    /* The path never holds more than PTC_PATH_MAX bytes and its NUL (see path_too_long). */
+    w->path.max = PTC_PATH_MAX + 1;
     *out = w;
     return 0;
 }
@@ -113,8 +115,14 @@ void ptc_walk_free(ptc_walk *w)
     ptc__free(w);
 }
 
+/* One frame per container on the way down. Below the top, each level adds at least a '.' to the
+ * path, so the stack is capped at PTC_PATH_MAX + 2 frames by the path's own cap. */
+#define WALK_MAX_FRAMES (PTC_PATH_MAX + 2)
+
 static int push_frame(ptc_walk *w, const ptc_value *v, size_t pathlen)
 {
+    if (w->n >= WALK_MAX_FRAMES)
+        return PTC_ELIMIT;
     if (w->n == w->cap) {
         size_t cap = w->cap ? w->cap * 2 : 16;
         walk_frame *st = ptc__realloc(w->st, cap * sizeof *st);
@@ -141,13 +149,14 @@ static const char *path_str(ptc_walk *w)
     return (const char *)w->path.data;
 }
 
-/* A path longer than PTC_PATH_MAX: refused before it grows further. */
+/* A path longer than PTC_PATH_MAX: refused before it grows further (the path buffer's cap stops
+ * the key that would cross it, so the length reached is not known). */
 static int path_too_long(ptc_walk *w, size_t depth)
 {
     return ptc__err(&w->err, PTC_ELIMIT, "", -1,
-                    "path longer than %zu bytes (%zu bytes at depth %zu): the file's dict keys "
-                    "make paths far longer than any checkpoint's; ptc refuses them",
-                    (size_t)PTC_PATH_MAX, w->path.len, depth);
+                    "path longer than %zu bytes (at depth %zu): the file's dict keys make paths "
+                    "far longer than any checkpoint's; ptc refuses them",
+                    (size_t)PTC_PATH_MAX, depth);
 }
 
 int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
@@ -189,16 +198,18 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
         if (rc == 0)
             rc = v->kind == PTC_VALUE_DICT ? ptc__key_text_append(&w->path, v->u.dict.keys[i])
                                            : ptc__buf_printf(&w->path, "%zu", i);
+        if (rc == PTC_ELIMIT || w->path.len > PTC_PATH_MAX)
+            return path_too_long(w, w->n);
         if (rc < 0)
             return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
-        if (w->path.len > PTC_PATH_MAX)
-            return path_too_long(w, w->n);
         if (c->kind == PTC_VALUE_TENSOR) {
             *path = path_str(w);
             *t = c->u.t;
             return *path ? 1 : w->err.code;
         }
-        if (push_frame(w, c, w->path.len) < 0)
+        if ((rc = push_frame(w, c, w->path.len)) == PTC_ELIMIT)
+            return path_too_long(w, w->n);
+        if (rc < 0)
             return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
     }
     return 0;
@@ -214,7 +225,10 @@ static int report_value(ptc_walk *w, const ptc_value *v, size_t depth, const ptc
     if (ptc__buf_reserve(&w->path, 1) < 0)
         return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
     w->path.data[w->path.len] = '\0';
-    if (descend(v) && ptc_value_len(v) > 0 && push_frame(w, v, w->path.len) < 0)
+    int rc = descend(v) && ptc_value_len(v) > 0 ? push_frame(w, v, w->path.len) : 0;
+    if (rc == PTC_ELIMIT)
+        return path_too_long(w, w->n);
+    if (rc < 0)
         return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
     *value = v;
     if (path)
@@ -259,10 +273,10 @@ int ptc_walk_next_value(ptc_walk *w, const ptc_value **value, const char **path,
         if (rc == 0)
             rc = v->kind == PTC_VALUE_DICT ? ptc__key_text_append(&w->path, v->u.dict.keys[i])
                                            : ptc__buf_printf(&w->path, "%zu", i);
+        if (rc == PTC_ELIMIT || w->path.len > PTC_PATH_MAX)
+            return path_too_long(w, w->n);
         if (rc < 0)
             return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
-        if (w->path.len > PTC_PATH_MAX)
-            return path_too_long(w, w->n);
         return report_value(w, c, w->n, value, path, len, depth);
     }
     return 0;

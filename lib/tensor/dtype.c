@@ -1,6 +1,6 @@
 /*
  * dtype.c - the table of dtypes torch 2.6 can save: names as torch spells them, element sizes,
- * the legacy storage class each one is pickled with (reference pth-format.md section 3.3), and byte
+ * the legacy storage class each one is pickled with (docs/internals/pickle.md), and byte
  * swapping for big-endian files.
  */
 #include "tensor/tensor.h"

@@ -8,14 +8,14 @@
  * run.
  *
  * NVML numbers GPUs by PCI bus order, CUDA by speed unless CUDA_DEVICE_ORDER=PCI_BUS_ID, and
- * CUDA_VISIBLE_DEVICES renumbers them: the CUDA ordinal is mapped through CUDA_VISIBLE_DEVICES
- * (an index or a GPU-/MIG- UUID), and taken as NVML's index when it is not set, which holds on
+ * CUDA_VISIBLE_DEVICES renumbers them: the CUDA ordinal is mapped through CUDA_VISIBLE_DEVICES's
+ * value, which the caller passes in (the library reads no environment here: lib/base/env.h),
+ * an index or a GPU-/MIG- UUID, and taken as NVML's index when there is none, which holds on
  * machines whose GPUs are all alike (every data-parallel machine ptc targets).
  */
 #include "train/gpumon.h"
 
 #include "base/base.h"
-#include "base/env.h"
 
 #include <ctype.h>
 #include <dlfcn.h>
@@ -64,10 +64,10 @@ struct ptc__gpumon {
     unsigned valid;
 };
 
-/* The k-th entry of CUDA_VISIBLE_DEVICES into buf; 0 when the variable is not set. */
-static int visible_entry(int k, char *buf, size_t n)
+/* The k-th entry of the visible-device list v (CUDA_VISIBLE_DEVICES's value) into buf; 0 when v
+ * is NULL (the variable is not set). */
+static int visible_entry(const char *v, int k, char *buf, size_t n)
 {
-    const char *v = ptc__getenv("CUDA_VISIBLE_DEVICES");
     if (!v)
         return 0;
     for (int i = 0; i < k && v; i++) {
@@ -84,10 +84,10 @@ static int visible_entry(int k, char *buf, size_t n)
     return 1;
 }
 
-static int find_device(ptc__gpumon *m, int ordinal)
+static int find_device(ptc__gpumon *m, int ordinal, const char *visible)
 {
     char e[128];
-    if (!visible_entry(ordinal, e, sizeof e))
+    if (!visible_entry(visible, ordinal, e, sizeof e))
         return m->api.by_index((unsigned)ordinal, &m->dev) == 0 ? 0 : -1;
     const char *s = e;
     while (*s == ' ')
@@ -104,18 +104,18 @@ static int find_device(ptc__gpumon *m, int ordinal)
     return -1;
 }
 
-ptc__gpumon *ptc__gpumon_open_lib(const char *path, int cuda_ordinal, double interval_s)
+ptc__gpumon *ptc__gpumon_open_lib(const char *path, int cuda_ordinal, const char *visible,
+                                  double interval_s)
 {
     if (!path || cuda_ordinal < 0)
         return NULL;
     void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!lib)
         return NULL; /* no driver: no monitor, by design */
+    int inited = 0;
     ptc__gpumon *m = ptc__calloc(1, sizeof *m);
-    if (!m) {
-        dlclose(lib);
-        return NULL;
-    }
+    if (!m)
+        goto fail;
     m->lib = lib;
     m->interval = interval_s;
     m->cuda_ordinal = cuda_ordinal;
@@ -137,30 +137,27 @@ ptc__gpumon *ptc__gpumon_open_lib(const char *path, int cuda_ordinal, double int
     };
     for (size_t i = 0; i < sizeof syms / sizeof *syms; i++) {
         void *f = dlsym(lib, syms[i].name);
-        if (!f && syms[i].needed) {
-            dlclose(lib);
-            ptc__free(m);
-            return NULL;
-        }
+        if (!f && syms[i].needed)
+            goto fail;
         memcpy((char *)&m->api + syms[i].off, &f, sizeof f);
     }
-    if (m->api.init() != 0) {
-        dlclose(lib);
-        ptc__free(m);
-        return NULL;
-    }
-    if (find_device(m, cuda_ordinal) < 0) {
-        m->api.shutdown();
-        dlclose(lib);
-        ptc__free(m);
-        return NULL;
-    }
+    if (m->api.init() != 0)
+        goto fail;
+    inited = 1;
+    if (find_device(m, cuda_ordinal, visible) < 0)
+        goto fail;
     return m;
+fail:
+    if (inited)
+        m->api.shutdown();
+    dlclose(lib);
+    ptc__free(m);
+    return NULL;
 }
 
-ptc__gpumon *ptc__gpumon_open(int cuda_ordinal, double interval_s)
+ptc__gpumon *ptc__gpumon_open(int cuda_ordinal, const char *visible, double interval_s)
 {
-    return ptc__gpumon_open_lib("libnvidia-ml.so.1", cuda_ordinal, interval_s);
+    return ptc__gpumon_open_lib("libnvidia-ml.so.1", cuda_ordinal, visible, interval_s);
 }
 
 void ptc__gpumon_close(ptc__gpumon *m)

@@ -31,13 +31,14 @@ typedef struct ptc__gpu_sample {
     double temp_c;
 } ptc__gpu_sample;
 
-/* A monitor of the GPU that CUDA calls cuda_ordinal in this process (CUDA_VISIBLE_DEVICES is
- * followed to NVML's numbering: an index, or a GPU-/MIG- UUID); NULL when NVML or the device
- * cannot be had (no error: monitoring is optional). interval_s: the least time between samples
- * (2 s in training). */
-ptc__gpumon *ptc__gpumon_open(int cuda_ordinal, double interval_s);
+/* A monitor of the GPU that CUDA calls cuda_ordinal in this process; visible is the value of
+ * CUDA_VISIBLE_DEVICES in this process (NULL: not set), followed to NVML's numbering: an index,
+ * or a GPU-/MIG- UUID. NULL when NVML or the device cannot be had (no error: monitoring is
+ * optional). interval_s: the least time between samples (2 s in training). */
+ptc__gpumon *ptc__gpumon_open(int cuda_ordinal, const char *visible, double interval_s);
 /* The same from the NVML library at path (tests load a stand-in). */
-ptc__gpumon *ptc__gpumon_open_lib(const char *path, int cuda_ordinal, double interval_s);
+ptc__gpumon *ptc__gpumon_open_lib(const char *path, int cuda_ordinal, const char *visible,
+                                  double interval_s);
 void ptc__gpumon_close(ptc__gpumon *m); /* accepts NULL */
 
 /* A sample at time now_s (seconds, any monotonic origin) when interval_s has passed since the

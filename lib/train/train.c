@@ -46,22 +46,24 @@
 
 void ptc_train_params_default(ptc_train_params *p)
 {
-    memset(p, 0, sizeof *p);
-    p->dataset = "fashion-mnist";
-    p->arch = "resnet18";
-    p->epochs = 10;
-    p->batch_size = 128;
-    p->lr = 0.01;
-    p->momentum = 0.9;
-    p->weight_decay = 5e-4;
-    p->schedule = "constant";
-    p->shuffle = 1;
-    p->augment = 1;
-    p->eval_every = 2;
-    p->bucket_cap_mb = 25;
-    p->device = -1;
-    p->precision = "f32";
-    p->device_comm = "auto";
+    *p = (ptc_train_params){
+        .size = sizeof *p,
+        .dataset = "fashion-mnist",
+        .arch = "resnet18",
+        .epochs = 10,
+        .batch_size = 128,
+        .lr = 0.01,
+        .momentum = 0.9,
+        .weight_decay = 5e-4,
+        .schedule = "constant",
+        .shuffle = 1,
+        .augment = 1,
+        .eval_every = 2,
+        .bucket_cap_mb = 25,
+        .device = -1,
+        .precision = "f32",
+        .device_comm = "auto",
+    };
 }
 
 int ptc__dataset_from_name(const char *name, ptc__data_format *out)
@@ -97,7 +99,8 @@ static int resolve(const ptc_train_params *p, recipe *re, ptc_error *err)
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "unknown architecture \"%s\" (resnet18, resnet18-cifar)", p->arch);
     re->arch = (ptc__arch)a;
-    re->sgd = (ptc__sgd_params){p->lr, p->momentum, p->dampening, p->weight_decay, p->nesterov};
+    re->sgd = (ptc__sgd_params){.lr = p->lr, .momentum = p->momentum, .dampening = p->dampening,
+                                .weight_decay = p->weight_decay, .nesterov = p->nesterov};
     re->comm = p->comm;
     re->world = ptc_comm_size(p->comm);
     re->rank = ptc_comm_rank(p->comm);
@@ -151,6 +154,17 @@ typedef struct run {
     ptc__normalizer nz; /* Normalize's table, for images_batch */
     FILE *metrics;
     float *logits, *dlogits;
+    /* ptc__train_ex's progress, carried from one epoch to the next */
+    ptc_train_result *res;
+    ptc__schedule sched;
+    int start_epoch;      /* from the checkpoint resumed, else 0 */
+    int64_t step;         /* optimizer steps taken, the resumed ones included */
+    double lr;            /* the last step's learning rate (rc.lr before the first step) */
+    bool stop;            /* max_steps reached */
+    double t_warm;        /* when the WARMUP_STEPS-th step ended (0: not yet) */
+    double t_other;       /* seconds spent on evaluations and checkpoints after t_warm */
+    int64_t images;       /* images trained on by this rank in this run */
+    int64_t warm_images;  /* images at t_warm */
 } run;
 
 /* --threads 0 with several ranks on one machine: the CPUs this process may use shared among
@@ -169,7 +183,7 @@ static int open_backend(const ptc_train_params *p, int threads, const ptc__backe
                         ptc__be **be, ptc_error *err)
 {
     ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = threads, .tf32 = p->tf32,
-                         .deterministic = p->deterministic};
+                         .deterministic = p->deterministic, .winograd = p->dnnl_winograd};
     if (!p->precision || strcmp(p->precision, "f32") == 0 || strcmp(p->precision, "float32") == 0)
         bp.precision = PTC__PREC_F32;
     else if (strcmp(p->precision, "bf16") == 0 || strcmp(p->precision, "bfloat16") == 0)
@@ -287,6 +301,22 @@ static int forward_batch(ptc__model *m, const ptc__bimg *im, const ptc__normaliz
 
 /* ---- evaluation ------------------------------------------------------------------------------- */
 
+/* A loss sum, correct count and image count over every rank (each rank's own when alone): an
+ * epoch's training totals, an evaluation's. */
+static int totals_over_ranks(ptc_comm *comm, double *loss_sum, int64_t *right, int64_t *seen,
+                             ptc_error *err)
+{
+    if (!comm || comm->size == 1)
+        return 0;
+    int64_t counts[2] = {*right, *seen};
+    int rc = comm->ops->allreduce(comm, counts, 2, PTC__C_I64, PTC__C_SUM, err);
+    if (rc == 0)
+        rc = comm->ops->allreduce(comm, loss_sum, 1, PTC__C_F64, PTC__C_SUM, err);
+    *right = counts[0];
+    *seen = counts[1];
+    return rc;
+}
+
 /* The test split, sharded over the ranks without padding (rank r takes r, r + world, ...); the
  * counts and the loss sum are all-reduced, so every rank gets the totals over every image once. */
 static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
@@ -294,34 +324,32 @@ static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
                     double *loss, int64_t *count, double *ips, ptc_error *err)
 {
     int64_t *idx = NULL, n = 0;
+    ptc__loader *l = NULL;
+    float *logits = NULL;
+    double t0 = 0, total = 0;
+    int64_t right = 0, seen = 0;
     int rc = ptc__eval_shard(d->test.n, ptc_comm_size(comm), ptc_comm_rank(comm), &idx, &n, err);
     if (rc < 0)
-        return rc;
+        goto out;
     ptc__loader_params lp = {.split = &d->test, .indices = idx, .nindices = n,
                              .batch_size = batch, .nbuffers = 2, .augment = false,
                              .draws_only = im != NULL};
     memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
     memcpy(lp.std, d->norm_std, sizeof lp.std);
-    ptc__loader *l = NULL;
-    float *logits = ptc__malloc((size_t)batch * PTC__DATA_CLASSES * sizeof *logits);
-    if (!logits) {
-        ptc__free(idx);
-        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    if (!(logits = ptc__malloc((size_t)batch * (size_t)d->classes * sizeof *logits))) {
+        rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+        goto out;
     }
-    if ((rc = ptc__loader_start(&l, &lp, err)) < 0) {
-        ptc__free(logits);
-        ptc__free(idx);
-        return rc;
-    }
-    double t0 = now(), total = 0;
-    int64_t right = 0, seen = 0;
+    if ((rc = ptc__loader_start(&l, &lp, err)) < 0)
+        goto out;
+    t0 = now();
     ptc__batch *b;
     while ((rc = ptc__loader_next(l, &b, err)) > 0) {
         double bl = 0;
         int64_t bc = 0;
         rc = forward_batch(m, im, nz, b, 0, logits, err);
         if (rc == 0)
-            rc = ptc__cross_entropy(logits, b->labels, b->n, PTC__DATA_CLASSES, &bl, NULL, &bc,
+            rc = ptc__cross_entropy(logits, b->labels, b->n, d->classes, &bl, NULL, &bc,
                                     err);
         int bn = b->n;
         ptc__loader_release(b);
@@ -331,25 +359,18 @@ static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
         right += bc;
         seen += bn;
     }
-    ptc__loader_stop(l);
-    ptc__free(logits);
-    ptc__free(idx);
-    if (rc < 0)
-        return rc;
-    if (comm && comm->size > 1) {
-        int64_t counts[2] = {right, seen};
-        if ((rc = comm->ops->allreduce(comm, counts, 2, PTC__C_I64, PTC__C_SUM, err)) < 0 ||
-            (rc = comm->ops->allreduce(comm, &total, 1, PTC__C_F64, PTC__C_SUM, err)) < 0)
-            return rc;
-        right = counts[0];
-        seen = counts[1];
-    }
+    if (rc < 0 || (rc = totals_over_ranks(comm, &total, &right, &seen, err)) < 0)
+        goto out;
     double dt = now() - t0;
     *count = seen;
     *acc = seen ? (double)right / (double)seen : 0;
     *loss = seen ? total / (double)seen : 0;
     *ips = dt > 0 ? (double)seen / dt : 0;
-    return 0;
+out:
+    ptc__loader_stop(l);
+    ptc__free(logits);
+    ptc__free(idx);
+    return rc;
 }
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
@@ -511,7 +532,7 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
                       "%s is not a ptc training checkpoint (epoch, step, model_state_dict and "
                       "optimizer_state_dict are needed)",
                       path);
-        goto done;
+        goto out;
     }
     /* Checkpoints before "world" was written came from one process. */
     if ((rc = checked_int(root, "epoch", 0, epochs, -1,
@@ -520,13 +541,13 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
         (rc = checked_int(root, "step", 0, e * MAX_STEPS_PER_EPOCH, -1,
                           "steps taken: at most 4194304 per completed epoch", path, &s, err)) < 0 ||
         (rc = checked_int(root, "world", 1, MAX_WORLD, 1, "a process count", path, &w, err)) < 0)
-        goto done;
+        goto out;
     if (w != world) {
         rc = ptc__err(err, PTC_EINVAL, "", -1,
                       "%s was written by a run of %lld process(es); resuming it with %d would "
                       "change every epoch's sample order (use the same number of processes)",
                       path, (long long)w, world);
-        goto done;
+        goto out;
     }
     /* torch.optim.SGD.state_dict(): at most one state per parameter, keyed by its index; one
      * parameter group listing every parameter. */
@@ -536,14 +557,14 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
                       "%s: optimizer_state_dict.state is not a dict of at most %lld entries (one "
                       "per parameter of the model)",
                       path, (long long)nparams);
-        goto done;
+        goto out;
     }
     if (groups && (ptc_value_kind_of(groups) != PTC_VALUE_LIST || ptc_value_len(groups) != 1)) {
         rc = ptc__err(err, PTC_EFORMAT, "", -1,
                       "%s: optimizer_state_dict.param_groups is not a list of one group (ptc "
                       "trains with one)",
                       path);
-        goto done;
+        goto out;
     }
     const ptc_value *g0 = groups ? ptc_value_item(groups, 0) : NULL;
     if (g0 && ptc_value_kind_of(g0) != PTC_VALUE_DICT) {
@@ -551,7 +572,7 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
                       "%s: optimizer_state_dict.param_groups[0] (of kind %s) is not a dict of the "
                       "group's settings",
                       path, ptc_value_kind_name(ptc_value_kind_of(g0)));
-        goto done;
+        goto out;
     }
     uint8_t seen[1024] = {0};
     for (size_t k = 0; state && k < ptc_value_len(state); k++) {
@@ -565,7 +586,7 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
                           "%s: optimizer_state_dict.state entry %zu is not a dict whose "
                           "momentum_buffer is a tensor",
                           path, k);
-            goto done;
+            goto out;
         }
         if (ptc_value_kind_of(kv) != PTC_VALUE_INT || ptc_value_int(kv, &key) < 0 || key < 0 ||
             key >= nparams || key >= (int64_t)sizeof seen || seen[key]++) {
@@ -573,7 +594,7 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
                           "%s: optimizer_state_dict.state entry %zu: its key is not a parameter "
                           "index from 0 to %lld, or repeats one",
                           path, k, (long long)nparams - 1);
-            goto done;
+            goto out;
         }
     }
     rc = ptc__model_load_state_dict(m, sd, NULL, 1, err);
@@ -613,7 +634,7 @@ static int resume(ptc__model *m, const char *path, int world, int epochs, int *e
             rc = ptc__model_write_momentum(m, e2, buf, err);
     }
     ptc__free(buf);
-done:
+out:
     ptc_ckpt_close(c);
     if (rc == 0) {
         *epoch = (int)e; /* e <= epochs, an int */
@@ -665,26 +686,16 @@ static int load_data(const recipe *re, bool test_only, ptc__dataset **out, ptc_e
 {
     const ptc_train_params *p = re->p;
     ptc__data_params dp = ptc__data_params_default();
-    dp.format = re->format;
+    dp.format = p->train_source || p->test_source ? PTC__DATA_SOURCE : re->format;
+    dp.train_source = p->train_source;
+    dp.test_source = p->test_source;
+    dp.classes = p->num_classes;
+    memcpy(dp.mean, p->source_mean, sizeof dp.mean);
+    memcpy(dp.std, p->source_std, sizeof dp.std);
     dp.dir = p->data_dir;
     dp.keep = p->max_samples > 0 ? p->max_samples : 0;
     dp.test_only = test_only;
     return ptc__dataset_new(out, &dp, err);
-}
-
-/* The epoch's loss sum, correct count and images over every rank (each rank's own when alone). */
-static int epoch_totals(ptc_comm *comm, double *loss_sum, int64_t *right, int64_t *seen,
-                        ptc_error *err)
-{
-    if (!comm || comm->size == 1)
-        return 0;
-    int64_t counts[2] = {*right, *seen};
-    int rc = comm->ops->allreduce(comm, counts, 2, PTC__C_I64, PTC__C_SUM, err);
-    if (rc == 0)
-        rc = comm->ops->allreduce(comm, loss_sum, 1, PTC__C_F64, PTC__C_SUM, err);
-    *right = counts[0];
-    *seen = counts[1];
-    return rc;
 }
 
 /* Rank 0 writes path once every rank has finished the work it holds (a barrier first). */
@@ -783,7 +794,7 @@ static int train_step(run *r, const ptc__batch *b, double lr, int64_t step, doub
         rc = forward_batch(r->model, r->img_train, &r->nz, b, 1, dev ? NULL : r->logits, err);
     if (rc == 0)
         rc = dev ? ptc__model_loss(r->model, b->labels, err)
-                 : ptc__cross_entropy(r->logits, b->labels, b->n, PTC__DATA_CLASSES, loss,
+                 : ptc__cross_entropy(r->logits, b->labels, b->n, r->data->classes, loss,
                                       r->dlogits, correct, err);
     if (rc == 0 && r->reducer)
         ptc__reducer_prepare(r->reducer);
@@ -835,7 +846,347 @@ static int collect(run *r, epoch_sums *es, int epoch, int64_t total, ptc_train_r
 
 int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err)
 {
-    return ptc__train_ex(p, 0, res, err);
+    ptc_train_params prm; /* the caller's struct, whatever ptc.h it was built with (params.c) */
+    ptc_train_params_default(&prm);
+    int rc = ptc__params_read(&prm, sizeof prm, p, "ptc_train_params", err);
+    return rc < 0 ? rc : ptc__train_ex(p ? &prm : NULL, 0, res, err);
+}
+
+/* ---- the steps of a run ------------------------------------------------------------------------
+ *
+ * ptc__train_ex is: plan (check and resolve the parameters), setup (backend, device communicator,
+ * dataset, model, weights, reducer, outputs), the epochs (each: its steps, its report, an
+ * evaluation when due, a checkpoint), finish (throughput, the final save, the summary line) and
+ * teardown (run_free). Each step below does one of these; the run's state between them lives in
+ * struct run. */
+
+/* The parameters resolved and checked, the result initialised, the schedule parsed. */
+static int plan(run *r, ptc_error *err)
+{
+    const ptc_train_params *p = r->p;
+    int rc = resolve(p, &r->rc, err);
+    if (rc < 0)
+        return rc;
+    r->res->test_accuracy = r->res->test_loss = -1;
+    r->res->world = r->rc.world;
+    if (p->batch_size < 1 || p->epochs < 1 || p->eval_every < 0 || !(p->bucket_cap_mb > 0) ||
+        p->bucket_cap_mb > 4096)
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "batch size and epochs must be at least 1, eval-every at least 0, the "
+                        "bucket size between 0 and 4096 MiB");
+    if (ptc__schedule_parse(&r->sched, p->schedule ? p->schedule : "constant", r->rc.lr) < 0)
+        return ptc__err(err, PTC_EINVAL, "", -1, "unknown schedule \"%s\"", p->schedule);
+    r->lr = r->rc.lr;
+    return 0;
+}
+
+/* The backend first, then the gradient communicator: a missing module or GPU is reported before
+ * the dataset is read. */
+static int setup_compute(run *r, ptc_error *err)
+{
+    const ptc_train_params *p = r->p;
+    int rc = open_backend(p, threads_per_rank(p->threads, p->comm), &r->ops, &r->be, err);
+    if (rc == 0)
+        rc = open_device_comm(r, err);
+    return rc;
+}
+
+/* The model on the backend, its starting weights (p->init, then p->resume, which also gives the
+ * epoch and step to start from), and with several ranks the reducer of its gradients. */
+static int setup_model(run *r, int host_input, ptc_error *err)
+{
+    const ptc_train_params *p = r->p;
+    ptc__model_params mp = {.arch = r->rc.arch, .num_classes = r->data->classes, .ops = r->ops,
+                            .be = r->be, .seed = p->seed};
+    int rc = ptc__model_new(&r->model, &mp, err);
+    if (rc == 0 && !host_input)
+        rc = upload_splits(r, false, err);
+    if (rc == 0 && p->init)
+        rc = load_weights(r->model, p->init, err);
+    if (rc == 0 && p->resume)
+        rc = resume(r->model, p->resume, r->rc.world, p->epochs, &r->start_epoch, &r->step, err);
+    if (rc == 0 && r->rc.world > 1) {
+        ptc__reducer_params rp = {.first_bucket_bytes = (size_t)1 << 20,
+                                  .bucket_bytes = (size_t)(p->bucket_cap_mb * 1048576.0),
+                                  .device_comm = r->dcomm};
+        rc = ptc__reducer_new(&r->reducer, r->rc.comm, r->model, &rp, err);
+        if (rc == 0 && p->sync_bn)
+            ptc__model_set_bn_sync(r->model, sum_over_ranks, r->rc.comm);
+    }
+    return rc;
+}
+
+/* Rank 0's metrics file (appended to when resuming) and GPU monitor, and the logits buffers. */
+static int setup_outputs(run *r, ptc_error *err)
+{
+    const ptc_train_params *p = r->p;
+    if (p->metrics && r->rc.rank == 0 &&
+        !(r->metrics = fopen(p->metrics, r->start_epoch ? "a" : "w")))
+        return ptc__err(err, PTC_EIO, "", -1, "cannot write %s", p->metrics);
+    if (r->rc.rank == 0 && r->ops->device_info) {
+        void *stream;
+        int dev;
+        if (r->ops->device_info(r->be, &stream, &dev, NULL) == 0)
+            r->mon = ptc__gpumon_open(dev, p->visible_devices, GPU_SAMPLE_S); /* NULL without NVML */
+    }
+    size_t logit_bytes = (size_t)p->batch_size * (size_t)r->data->classes * sizeof(float);
+    if (!(r->logits = ptc__malloc(logit_bytes)) || !(r->dlogits = ptc__malloc(logit_bytes)))
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    return 0;
+}
+
+/* Everything a run holds, in this order; what is opened is released by run_free, also on
+ * failure. */
+static int setup(run *r, int host_input, ptc_error *err)
+{
+    int rc = setup_compute(r, err);
+    if (rc == 0)
+        rc = load_data(&r->rc, false, &r->data, err);
+    if (rc == 0)
+        rc = setup_model(r, host_input, err);
+    if (rc == 0)
+        rc = setup_outputs(r, err);
+    if (rc == 0) {
+        int64_t shard = ptc__sampler_count(r->data->train.n, r->rc.world, false);
+        int64_t per_epoch = (shard + r->p->batch_size - 1) / r->p->batch_size;
+        r->sched.total = per_epoch * r->p->epochs;
+    }
+    return rc;
+}
+
+/* The run's first log line: model, data, backend, batch, and the processes with their buckets. */
+static void announce(const run *r)
+{
+    const ptc_train_params *p = r->p;
+    const ptc__dataset *d = r->data;
+    const int world = r->rc.world;
+    char procs[160] = "", kind[64];
+    if (world > 1) {
+        ptc__reducer_stats st;
+        ptc__reducer_get_stats(r->reducer, &st);
+        snprintf(kind, sizeof kind, "%s%s%s", r->dcomm ? ptc_comm_kind(r->dcomm) : "",
+                 r->dcomm ? " over " : "", ptc_comm_kind(r->rc.comm));
+        snprintf(procs, sizeof procs, ", %d processes (%s, %d buckets of gradients, %.1f MiB%s)",
+                 world, kind, st.nbuckets, (double)st.bytes / 1048576.0,
+                 p->sync_bn ? ", synchronised batchnorm" : "");
+    }
+    say(p, "ptc train: %s on %s, %lld training and %lld test images, backend %s, batch %d%s, "
+           "%d epoch(s)%s%s",
+        ptc__arch_name(r->rc.arch), ptc__dataset_name(d),
+        (long long)d->train.n, (long long)d->test.n, r->ops->name, p->batch_size,
+        world > 1 ? " per process" : "", p->epochs, procs, r->start_epoch ? " (resumed)" : "");
+}
+
+/* After a step of bn images: the counters, the loss into the totals (or left pending on the
+ * backend), the warm-up mark of the throughput clock, the GPU's state, and max_steps. */
+static void count_step(run *r, epoch_sums *ep, int epoch, int64_t total, int bn, double loss,
+                       int64_t correct)
+{
+    r->step++;
+    ep->seen += bn;
+    r->images += bn;
+    if (ptc__model_has_device_loss(r->model)) {
+        ep->pending = 1;
+        ep->pending_n = bn;
+        ep->pending_seen = ep->seen;
+    } else {
+        account(r, ep, epoch, total, bn, ep->seen, loss, correct, r->res);
+    }
+    if (r->step == WARMUP_STEPS) {
+        r->t_warm = now();
+        r->warm_images = r->images;
+    }
+    if (r->mon)
+        gpu_tick(r, epoch + 1, r->step);
+    if (r->p->max_steps > 0 && r->step >= r->p->max_steps)
+        r->stop = true;
+}
+
+/* Every batch the loader gives (total images in the epoch's shard), one step each, until the
+ * loader ends or max_steps stops the run. */
+static int train_batches(run *r, ptc__loader *l, int epoch, int64_t total, epoch_sums *ep,
+                         ptc_error *err)
+{
+    ptc__batch *b;
+    int rc = 0;
+    while (!r->stop && (rc = ptc__loader_next(l, &b, err)) > 0) {
+        double loss = 0;
+        int64_t correct = 0;
+        r->lr = ptc__schedule_lr(&r->sched, r->step, epoch);
+        /* the previous step's loss, before this step's replaces it on the backend */
+        rc = collect(r, ep, epoch, total, r->res, err);
+        if (rc == 0)
+            rc = train_step(r, b, r->lr, r->step, &loss, &correct, err);
+        int bn = b->n;
+        ptc__loader_release(b);
+        if (rc < 0)
+            return rc;
+        count_step(r, ep, epoch, total, bn, loss, correct);
+    }
+    return rc;
+}
+
+/* The epoch's training: this rank's shard in the sampler's order, through the loader, and the
+ * totals over every rank into *ep; *secs is its duration. */
+static int train_epoch(run *r, int epoch, epoch_sums *ep, double *secs, ptc_error *err)
+{
+    const ptc_train_params *p = r->p;
+    const ptc__dataset *d = r->data;
+    const int rank = r->rc.rank;
+    ptc__sampler_params sp = {.n = d->train.n, .world = r->rc.world, .rank = rank,
+                              .shuffle = p->shuffle != 0, .drop_last = false, .seed = p->seed};
+    int64_t *idx = NULL, n = 0;
+    ptc__loader *l = NULL;
+    int rc = ptc__sampler_indices(&sp, (uint64_t)epoch, &idx, &n, err);
+    if (rc < 0)
+        goto out;
+    ptc__loader_params lp = {.split = &d->train, .indices = idx, .nindices = n,
+                             .batch_size = p->batch_size, .nbuffers = 3,
+                             .augment = p->augment != 0, .draws_only = r->img_train != NULL,
+                             .seed = p->seed,
+                             .rank = (uint64_t)rank, .epoch = (uint64_t)epoch};
+    memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
+    memcpy(lp.std, d->norm_std, sizeof lp.std);
+    if ((rc = ptc__loader_start(&l, &lp, err)) < 0)
+        goto out;
+    double t0 = now();
+    rc = train_batches(r, l, epoch, n, ep, err);
+    ptc__loader_stop(l);
+    if (rc == 0)
+        rc = collect(r, ep, epoch, n, r->res, err);
+    if (rc == 0)
+        rc = totals_over_ranks(r->rc.comm, &ep->loss_sum, &ep->right, &ep->seen, err);
+    *secs = now() - t0;
+out:
+    ptc__free(idx);
+    return rc;
+}
+
+/* The epoch's log line and metrics record, with the GPU's readings over the epoch. */
+static void report_epoch(run *r, int epoch, const epoch_sums *ep, double secs)
+{
+    const ptc_train_params *p = r->p;
+    const double loss_sum = ep->loss_sum;
+    const int64_t right = ep->right, seen = ep->seen;
+    say(p, "epoch %d/%d: loss %.4f, train accuracy %.2f%%, %.0f images/s, %.1f s", epoch + 1,
+        p->epochs, seen ? loss_sum / (double)seen : 0,
+        seen ? 100.0 * (double)right / (double)seen : 0, secs > 0 ? (double)seen / secs : 0, secs);
+    char gpu[320] = ""; /* the epoch's GPU readings: utilisation and power averaged */
+    if (r->mon) {
+        ptc__gpu_sample es;
+        char warn[256];
+        if (ptc__gpumon_epoch(r->mon, &es) > 0)
+            ptc__gpumon_json(&es, gpu, sizeof gpu);
+        if (ptc__gpumon_epoch_warning(r->mon, epoch + 1, warn, sizeof warn))
+            say(p, "warning: %s", warn);
+        ptc__gpumon_epoch_reset(r->mon);
+    }
+    metric(r,
+           "{\"event\": \"epoch\", \"epoch\": %d, \"step\": %lld, \"loss\": %.6f, "
+           "\"accuracy\": %.6f, \"lr\": %.8g, \"images_per_sec\": %.1f, \"seconds\": %.3f%s}",
+           epoch + 1, (long long)r->step, seen ? loss_sum / (double)seen : 0,
+           seen ? (double)right / (double)seen : 0, r->lr, secs > 0 ? (double)seen / secs : 0,
+           secs, gpu);
+}
+
+/* The test split after every eval_every-th epoch and after the last one. */
+static int evaluate_epoch(run *r, int epoch, ptc_error *err)
+{
+    const ptc_train_params *p = r->p;
+    ptc_train_result *res = r->res;
+    bool last = epoch + 1 == p->epochs || r->stop;
+    if (!(p->eval_every > 0 && (epoch + 1) % p->eval_every == 0) && !last)
+        return 0;
+    int64_t count;
+    int rc = evaluate(r->model, r->data, r->img_test, &r->nz, p->batch_size, r->rc.comm,
+                      &res->test_accuracy, &res->test_loss, &count, &res->eval_images_per_sec,
+                      err);
+    if (rc < 0)
+        return rc;
+    say(p, "epoch %d: test accuracy %.2f%% (%lld images), test loss %.4f", epoch + 1,
+        100.0 * res->test_accuracy, (long long)count, res->test_loss);
+    metric(r,
+           "{\"event\": \"eval\", \"epoch\": %d, \"step\": %lld, \"test_accuracy\": %.6f, "
+           "\"test_loss\": %.6f, \"images\": %lld, \"images_per_sec\": %.1f}",
+           epoch + 1, (long long)r->step, res->test_accuracy, res->test_loss, (long long)count,
+           res->eval_images_per_sec);
+    return 0;
+}
+
+/* One epoch: training, its report, an evaluation when due and the checkpoint. The evaluation and
+ * the checkpoint are left out of the throughput clock. */
+static int run_epoch(run *r, int epoch, ptc_error *err)
+{
+    epoch_sums ep = {0};
+    double secs = 0;
+    int rc = train_epoch(r, epoch, &ep, &secs, err);
+    if (rc < 0)
+        return rc;
+    r->res->epochs_done = epoch + 1;
+    report_epoch(r, epoch, &ep, secs);
+    double t_aside = now();
+    if ((rc = evaluate_epoch(r, epoch, err)) < 0)
+        return rc;
+    if (r->p->checkpoint &&
+        (rc = save_rank0(r, r->p->checkpoint, epoch + 1, r->step, r->lr, 1, err)) < 0)
+        return rc;
+    if (r->t_warm > 0)
+        r->t_other += now() - t_aside;
+    return 0;
+}
+
+/* The run's throughput (training time after the warm-up steps, evaluations and saves left out)
+ * and the reducer's timings into the result; *copy_ms is the per-step time spent copying
+ * gradients into the buckets and the averages back. */
+static void measure(run *r, double *copy_ms)
+{
+    ptc_train_result *res = r->res;
+    res->steps = r->step;
+    double t_train = now() - r->t_warm - r->t_other;
+    if (r->t_warm > 0 && r->images > r->warm_images && t_train > 0)
+        res->train_images_per_sec = (double)(r->images - r->warm_images) * r->rc.world / t_train;
+    *copy_ms = 0;
+    if (r->reducer) {
+        ptc__reducer_stats st;
+        ptc__reducer_get_stats(r->reducer, &st);
+        res->allreduce_ms = 1e3 * st.allreduce_seconds;
+        res->allreduce_exposed_ms = st.steps ? 1e3 * st.exposed_seconds / (double)st.steps : 0;
+        *copy_ms = st.steps ? 1e3 * st.pack_seconds / (double)st.steps : 0;
+    }
+}
+
+/* The model's state dict to p->save (rank 0), when asked. */
+static int save_model(run *r, ptc_error *err)
+{
+    const ptc_train_params *p = r->p;
+    if (!p->save)
+        return 0;
+    int rc = save_rank0(r, p->save, r->res->epochs_done, r->step, r->lr, 0, err);
+    if (rc == 0)
+        say(p, "saved the model's state dict to %s", p->save);
+    return rc;
+}
+
+/* The metrics file's last record. */
+static void write_summary(run *r, double copy_ms)
+{
+    const ptc_train_result *res = r->res;
+    const int world = r->rc.world;
+    char dist[256] = "";
+    if (world > 1)
+        snprintf(dist, sizeof dist,
+                 ", \"allreduce_ms_per_step\": %.3f, \"allreduce_exposed_ms_per_step\": %.3f, "
+                 "\"bucket_copy_ms_per_step\": %.3f, \"allreduce_hidden_fraction\": %.4f",
+                 res->allreduce_ms, res->allreduce_exposed_ms, copy_ms,
+                 res->allreduce_ms > 0
+                     ? fmax(0.0, 1.0 - res->allreduce_exposed_ms / res->allreduce_ms)
+                     : 0.0);
+    metric(r,
+           "{\"event\": \"summary\", \"train_images_per_sec\": %.1f, \"eval_images_per_sec\": "
+           "%.1f, \"epochs\": %d, \"steps\": %lld, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
+           "\"world\": %d%s}",
+           res->train_images_per_sec, res->eval_images_per_sec, res->epochs_done,
+           (long long)r->step, res->test_accuracy, res->test_loss, world, dist);
 }
 
 int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *res, ptc_error *err)
@@ -843,221 +1194,24 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
     ptc__err_clear(err);
     if (!p || !res)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_train: missing argument");
-    run r = {.p = p};
     memset(res, 0, sizeof *res);
-    int rc = resolve(p, &r.rc, err);
+    run r = {.p = p, .res = res};
+    int rc = plan(&r, err);
     if (rc < 0)
         return rc;
-    res->test_accuracy = res->test_loss = -1;
-    res->world = r.rc.world;
-    if (p->batch_size < 1 || p->epochs < 1 || p->eval_every < 0 || !(p->bucket_cap_mb > 0) ||
-        p->bucket_cap_mb > 4096)
-        return ptc__err(err, PTC_EINVAL, "", -1,
-                        "batch size and epochs must be at least 1, eval-every at least 0, the "
-                        "bucket size between 0 and 4096 MiB");
-    ptc__schedule sched;
-    if (ptc__schedule_parse(&sched, p->schedule ? p->schedule : "constant", r.rc.lr) < 0)
-        return ptc__err(err, PTC_EINVAL, "", -1, "unknown schedule \"%s\"", p->schedule);
-    const int world = r.rc.world, rank = r.rc.rank;
-    /* The backend first: a missing module or GPU is reported before the dataset is read. */
-    rc = open_backend(p, threads_per_rank(p->threads, p->comm), &r.ops, &r.be, err);
+    if ((rc = setup(&r, host_input, err)) < 0)
+        goto out;
+    announce(&r);
+    for (int epoch = r.start_epoch; epoch < p->epochs && !r.stop && rc == 0; epoch++)
+        rc = run_epoch(&r, epoch, err);
+    /* the figures also after a failed epoch; the model is saved only after a complete run */
+    double copy_ms;
+    measure(&r, &copy_ms);
     if (rc == 0)
-        rc = open_device_comm(&r, err);
+        rc = save_model(&r, err);
     if (rc == 0)
-        rc = load_data(&r.rc, false, &r.data, err);
-    ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, p->seed};
-    if (rc == 0)
-        rc = ptc__model_new(&r.model, &mp, err);
-    if (rc == 0 && !host_input)
-        rc = upload_splits(&r, false, err);
-    if (rc == 0 && p->init)
-        rc = load_weights(r.model, p->init, err);
-    int start_epoch = 0;
-    int64_t step = 0;
-    if (rc == 0 && p->resume)
-        rc = resume(r.model, p->resume, world, p->epochs, &start_epoch, &step, err);
-    if (rc == 0 && world > 1) {
-        ptc__reducer_params rp = {(size_t)1 << 20, (size_t)(p->bucket_cap_mb * 1048576.0),
-                                  r.dcomm};
-        rc = ptc__reducer_new(&r.reducer, r.rc.comm, r.model, &rp, err);
-        if (rc == 0 && p->sync_bn)
-            ptc__model_set_bn_sync(r.model, sum_over_ranks, r.rc.comm);
-    }
-    if (rc == 0 && p->metrics && rank == 0 &&
-        !(r.metrics = fopen(p->metrics, start_epoch ? "a" : "w")))
-        rc = ptc__err(err, PTC_EIO, "", -1, "cannot write %s", p->metrics);
-    if (rc == 0 && rank == 0 && r.ops->device_info) {
-        void *stream;
-        int dev;
-        if (r.ops->device_info(r.be, &stream, &dev, NULL) == 0)
-            r.mon = ptc__gpumon_open(dev, GPU_SAMPLE_S); /* NULL without NVML: no monitoring */
-    }
-    size_t logit_bytes = (size_t)p->batch_size * PTC__DATA_CLASSES * sizeof(float);
-    if (rc == 0 && (!(r.logits = ptc__malloc(logit_bytes)) || !(r.dlogits = ptc__malloc(logit_bytes))))
-        rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
-    if (rc < 0) {
-        run_free(&r);
-        return rc;
-    }
-    const ptc__dataset *d = r.data;
-    int64_t shard = ptc__sampler_count(d->train.n, world, false);
-    int64_t per_epoch = (shard + p->batch_size - 1) / p->batch_size;
-    sched.total = per_epoch * p->epochs;
-    char procs[160] = "", kind[64];
-    if (world > 1) {
-        ptc__reducer_stats st;
-        ptc__reducer_get_stats(r.reducer, &st);
-        snprintf(kind, sizeof kind, "%s%s%s", r.dcomm ? ptc_comm_kind(r.dcomm) : "",
-                 r.dcomm ? " over " : "", ptc_comm_kind(r.rc.comm));
-        snprintf(procs, sizeof procs, ", %d processes (%s, %d buckets of gradients, %.1f MiB%s)",
-                 world, kind, st.nbuckets, (double)st.bytes / 1048576.0,
-                 p->sync_bn ? ", synchronised batchnorm" : "");
-    }
-    say(p, "ptc train: %s on %s, %lld training and %lld test images, backend %s, batch %d%s, "
-           "%d epoch(s)%s%s",
-        ptc__arch_name(r.rc.arch), r.rc.format == PTC__DATA_CIFAR10 ? "CIFAR-10" : "Fashion-MNIST",
-        (long long)d->train.n, (long long)d->test.n, r.ops->name, p->batch_size,
-        world > 1 ? " per process" : "", p->epochs, procs, start_epoch ? " (resumed)" : "");
-    /* throughput: training time after the warm-up steps, evaluations and saves left out */
-    double t_warm = 0, t_other = 0, lr = r.rc.lr;
-    int64_t warm_images = 0, images = 0;
-    bool stop = false;
-    for (int epoch = start_epoch; epoch < p->epochs && !stop && rc == 0; epoch++) {
-        ptc__sampler_params sp = {d->train.n, world, rank, p->shuffle != 0, false, p->seed};
-        int64_t *idx = NULL, n = 0;
-        if ((rc = ptc__sampler_indices(&sp, (uint64_t)epoch, &idx, &n, err)) < 0)
-            break;
-        ptc__loader_params lp = {.split = &d->train, .indices = idx, .nindices = n,
-                                 .batch_size = p->batch_size, .nbuffers = 3,
-                                 .augment = p->augment != 0, .draws_only = r.img_train != NULL,
-                                 .seed = p->seed,
-                                 .rank = (uint64_t)rank, .epoch = (uint64_t)epoch};
-        memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
-        memcpy(lp.std, d->norm_std, sizeof lp.std);
-        ptc__loader *l;
-        if ((rc = ptc__loader_start(&l, &lp, err)) < 0) {
-            ptc__free(idx);
-            break;
-        }
-        double t_epoch = now();
-        epoch_sums ep = {0};
-        const bool dev_loss = ptc__model_has_device_loss(r.model);
-        ptc__batch *b;
-        while (!stop && (rc = ptc__loader_next(l, &b, err)) > 0) {
-            double loss = 0;
-            int64_t correct = 0;
-            lr = ptc__schedule_lr(&sched, step, epoch);
-            /* the previous step's loss, before this step's replaces it on the backend */
-            rc = collect(&r, &ep, epoch, n, res, err);
-            if (rc == 0)
-                rc = train_step(&r, b, lr, step, &loss, &correct, err);
-            int bn = b->n;
-            ptc__loader_release(b);
-            if (rc < 0)
-                break;
-            step++;
-            ep.seen += bn;
-            images += bn;
-            if (dev_loss) {
-                ep.pending = 1;
-                ep.pending_n = bn;
-                ep.pending_seen = ep.seen;
-            } else {
-                account(&r, &ep, epoch, n, bn, ep.seen, loss, correct, res);
-            }
-            if (step == WARMUP_STEPS) {
-                t_warm = now();
-                warm_images = images;
-            }
-            if (r.mon)
-                gpu_tick(&r, epoch + 1, step);
-            if (p->max_steps > 0 && step >= p->max_steps)
-                stop = true;
-        }
-        ptc__loader_stop(l);
-        ptc__free(idx);
-        if (rc < 0 || (rc = collect(&r, &ep, epoch, n, res, err)) < 0 ||
-            (rc = epoch_totals(r.rc.comm, &ep.loss_sum, &ep.right, &ep.seen, err)) < 0)
-            break;
-        const double loss_sum = ep.loss_sum;
-        const int64_t right = ep.right, seen = ep.seen;
-        double secs = now() - t_epoch;
-        res->epochs_done = epoch + 1;
-        say(p, "epoch %d/%d: loss %.4f, train accuracy %.2f%%, %.0f images/s, %.1f s", epoch + 1,
-            p->epochs, seen ? loss_sum / (double)seen : 0, seen ? 100.0 * (double)right / (double)seen : 0,
-            secs > 0 ? (double)seen / secs : 0, secs);
-        char gpu[320] = ""; /* the epoch's GPU readings: utilisation and power averaged */
-        if (r.mon) {
-            ptc__gpu_sample es;
-            char warn[256];
-            if (ptc__gpumon_epoch(r.mon, &es) > 0)
-                ptc__gpumon_json(&es, gpu, sizeof gpu);
-            if (ptc__gpumon_epoch_warning(r.mon, epoch + 1, warn, sizeof warn))
-                say(p, "warning: %s", warn);
-            ptc__gpumon_epoch_reset(r.mon);
-        }
-        metric(&r,
-               "{\"event\": \"epoch\", \"epoch\": %d, \"step\": %lld, \"loss\": %.6f, "
-               "\"accuracy\": %.6f, \"lr\": %.8g, \"images_per_sec\": %.1f, \"seconds\": %.3f%s}",
-               epoch + 1, (long long)step, seen ? loss_sum / (double)seen : 0,
-               seen ? (double)right / (double)seen : 0, lr, secs > 0 ? (double)seen / secs : 0,
-               secs, gpu);
-        bool last = epoch + 1 == p->epochs || stop;
-        double t_aside = now();
-        if ((p->eval_every > 0 && (epoch + 1) % p->eval_every == 0) || last) {
-            int64_t count;
-            if ((rc = evaluate(r.model, d, r.img_test, &r.nz, p->batch_size, r.rc.comm,
-                               &res->test_accuracy, &res->test_loss, &count,
-                               &res->eval_images_per_sec, err)) < 0)
-                break;
-            say(p, "epoch %d: test accuracy %.2f%% (%lld images), test loss %.4f", epoch + 1,
-                100.0 * res->test_accuracy, (long long)count, res->test_loss);
-            metric(&r,
-                   "{\"event\": \"eval\", \"epoch\": %d, \"step\": %lld, \"test_accuracy\": %.6f, "
-                   "\"test_loss\": %.6f, \"images\": %lld, \"images_per_sec\": %.1f}",
-                   epoch + 1, (long long)step, res->test_accuracy, res->test_loss,
-                   (long long)count, res->eval_images_per_sec);
-        }
-        if (p->checkpoint &&
-            (rc = save_rank0(&r, p->checkpoint, epoch + 1, step, lr, 1, err)) < 0)
-            break;
-        if (t_warm > 0)
-            t_other += now() - t_aside;
-    }
-    res->steps = step;
-    double t_train = now() - t_warm - t_other;
-    if (t_warm > 0 && images > warm_images && t_train > 0)
-        res->train_images_per_sec = (double)(images - warm_images) * world / t_train;
-    double copy_ms = 0; /* per step: gradients into buckets and the averages back */
-    if (r.reducer) {
-        ptc__reducer_stats st;
-        ptc__reducer_get_stats(r.reducer, &st);
-        res->allreduce_ms = 1e3 * st.allreduce_seconds;
-        res->allreduce_exposed_ms = st.steps ? 1e3 * st.exposed_seconds / (double)st.steps : 0;
-        copy_ms = st.steps ? 1e3 * st.pack_seconds / (double)st.steps : 0;
-    }
-    if (rc == 0 && p->save) {
-        rc = save_rank0(&r, p->save, res->epochs_done, step, lr, 0, err);
-        if (rc == 0)
-            say(p, "saved the model's state dict to %s", p->save);
-    }
-    if (rc == 0) {
-        char dist[256] = "";
-        if (world > 1)
-            snprintf(dist, sizeof dist,
-                     ", \"allreduce_ms_per_step\": %.3f, \"allreduce_exposed_ms_per_step\": %.3f, "
-                     "\"bucket_copy_ms_per_step\": %.3f, \"allreduce_hidden_fraction\": %.4f",
-                     res->allreduce_ms, res->allreduce_exposed_ms, copy_ms,
-                     res->allreduce_ms > 0
-                         ? fmax(0.0, 1.0 - res->allreduce_exposed_ms / res->allreduce_ms)
-                         : 0.0);
-        metric(&r,
-               "{\"event\": \"summary\", \"train_images_per_sec\": %.1f, \"eval_images_per_sec\": "
-               "%.1f, \"epochs\": %d, \"steps\": %lld, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
-               "\"world\": %d%s}",
-               res->train_images_per_sec, res->eval_images_per_sec, res->epochs_done,
-               (long long)step, res->test_accuracy, res->test_loss, world, dist);
-    }
+        write_summary(&r, copy_ms);
+out:
     run_free(&r);
     return rc;
 }
@@ -1066,6 +1220,11 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
                  int64_t *count, ptc_error *err)
 {
     ptc__err_clear(err);
+    ptc_train_params prm; /* the caller's struct, whatever ptc.h it was built with (params.c) */
+    ptc_train_params_default(&prm);
+    if (p && ptc__params_read(&prm, sizeof prm, p, "ptc_train_params", err) < 0)
+        return PTC_EINVAL;
+    p = p ? &prm : NULL;
     if (!p || !weights || !accuracy || !loss || !count || p->batch_size < 1)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_evaluate: invalid arguments");
     run r = {.p = p};
@@ -1074,7 +1233,8 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
         rc = open_backend(p, p->threads, &r.ops, &r.be, err);
     if (rc == 0)
         rc = load_data(&r.rc, true, &r.data, err);
-    ptc__model_params mp = {r.rc.arch, PTC__DATA_CLASSES, r.ops, r.be, 0};
+    ptc__model_params mp = {.arch = r.rc.arch, .num_classes = r.data ? r.data->classes : 0,
+                            .ops = r.ops, .be = r.be, .seed = 0};
     if (rc == 0)
         rc = ptc__model_new(&r.model, &mp, err);
     if (rc == 0)
@@ -1087,4 +1247,11 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
                       count, &ips, err);
     run_free(&r);
     return rc;
+}
+
+/* The backend choice of ptc_train, for ptc_model_new (lib/nn/model.c): one rule for both. */
+int ptc__train_open_backend(const ptc_train_params *p, const ptc__backend_ops **ops, ptc__be **be,
+                            ptc_error *err)
+{
+    return open_backend(p, p->threads, ops, be, err);
 }

@@ -23,4 +23,9 @@ int ptc__dataset_from_name(const char *name, ptc__data_format *out);
 int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *res,
                   ptc_error *err);
 
+/* ptc_train's choice and opening of the backend from p's backend, precision, device, threads,
+ * tf32 and deterministic (ptc_model_new uses it too). */
+int ptc__train_open_backend(const ptc_train_params *p, const ptc__backend_ops **ops, ptc__be **be,
+                            ptc_error *err);
+
 #endif /* PTC_TRAIN_TRAIN_H */

@@ -5,6 +5,9 @@
 #   state_dicts.py    resnet18 state dicts load into torchvision; training resumes bit-identically
 #   byte_identity.py  ptc writes the same bytes as torch.save (serialization id aside)
 #   kill_save.py      a save killed by SIGKILL leaves the old or the new file, never a mix
+#   check_model.py    the public model API: logits at several input sizes within 2x torch f32's
+#                     distance to a float64 oracle, `ptc load` printing torch's load_state_dict
+#                     text byte for byte, ptc_model_state_dict loading strictly into torchvision
 #
 #   check_variants.py what older torch releases wrote (backward hooks None, OrderedDict from
 #                     pairs, lists, typed storages read as another dtype, CUDA locations):
@@ -13,10 +16,15 @@
 #                     storages, module. prefixes, TorchScript, safetensors): read as torch 2.6
 #                     reads them; fetched once into ~/.cache/ptc-wild (about 184 MB), and a
 #                     registry that cannot be reached fails the tier
+#   check_finetune.py examples/finetune's result loads strictly into torchvision and gives
+#                     torch's logits; ptc_model_reset_head is torch's nn.Linear to the bit;
+#                     ptc_model_train_step (fc, layer4+fc) against torch float64/float32
 #   check_read_f64.py ptc_tensor_read_f64 and ptc_float_text on every numeric dtype (every bit
 #                     pattern of the 8- and 16-bit floats) equal torch's float64 and repr
 #   check_corpus_torch.py  live torch 2.6 on every hostile-corpus file against `ptc verify`'s
 #                     prediction, and ptc's allowlist against torch's own list of safe globals
+#   check_opcodes.py  lib/pickle/opcodes.h against Python's pickletools (bytes, argument layouts,
+#                     protocols) and torch's 34-opcode subset
 #
 # Each script's output is printed; the status is 1 if any failed, 0 otherwise. A script that exits
 # 77 (it could not run: torchvision missing, say) is a failure too: the tier never passes by
@@ -57,7 +65,7 @@ case $ver in
 esac
 echo "interop: torch $ver under $("$py" -c 'import sys; print("Python", sys.version.split()[0])')"
 
-scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_zip64_local check_variants check_wild check_read_f64"}
+scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_finetune check_zip64_local check_variants check_wild check_model check_opcodes check_read_f64"}
 failed= passed=
 for s in $scripts; do
     echo

@@ -11,6 +11,11 @@
 #      malloc calloc realloc free                      (every allocation goes through the
 #                                                       replaceable allocator; only
 #                                                       lib/base/alloc.c may call the C library)
+#      getenv secure_getenv ptc__getenv                (the library reads the environment only to
+#                                                       discover modules and launchers, in
+#                                                       lib/base/env.[ch], plugin.c, module.c and
+#                                                       lib/dist/comm.c; anything else a caller
+#                                                       tunes is a parameter: lib/base/env.h)
 #    Matching is on whole words followed by '(', after comments and string and character
 #    literals are removed, so ptc__malloc(, "free(" in a message and ops->free( are fine.
 # 2. clang-format --dry-run over the C sources of lib/ tools/ tests/ examples/, when .clang-format
@@ -71,6 +76,8 @@ FNR == 1 { in_comment = 0; in_assert = 0 }
     banned = "sprintf|vsprintf|strcpy|strcat|atoi|atol|gets|exit|abort"
     if (FILENAME !~ /(^|\/)lib\/base\/alloc\.c$/)
         banned = banned "|malloc|calloc|realloc|free"
+    if (FILENAME !~ /(^|\/)lib\/(base\/(env\.[ch]|plugin\.c|module\.c)|dist\/comm\.c)$/)
+        banned = banned "|getenv|secure_getenv|ptc__getenv"
     rest = out
     while (match(rest, "(^|[^A-Za-z0-9_.>])(" banned ")[ \t]*\\(")) {
         call = substr(rest, RSTART, RLENGTH)

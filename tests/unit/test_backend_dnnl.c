@@ -5,10 +5,10 @@
  * 4 (torchvision's stem on 32x32 inputs: 7x7/2 conv, maxpool, then 8/4/2/1 spatial; and the CIFAR
  * stem: 3x3/1 conv, no maxpool, 32/16/8/4), and each output is compared as
  *     max |dnnl - ref| / max |ref|  <=  1e-5    (per tensor).
- * The convolutions run twice: direct (the default) and with PTC_DNNL_WINOGRAD=1. SGD is compared
- * bit for bit (both compute torch's fused multiply-adds). PTC_TEST_VERBOSE=1 prints every
- * comparison. Also: tensor_write -> tensor_read is exact for every role and layout; maxpool breaks
- * ties and treats padding like torch; the fused-relu workspace and the maxpool argmax are not
+ * The convolutions run twice: direct (the default) and with Winograd allowed (params.winograd).
+ * SGD is compared bit for bit (both compute torch's fused multiply-adds). PTC_TEST_VERBOSE=1
+ * prints every comparison. Also: tensor_write -> tensor_read is exact for every role and layout;
+ * maxpool breaks ties and treats padding like torch; the fused-relu workspace and the maxpool argmax are not
  * trusted once their tensor changed; NaN goes through relu and batchnorm as in torch; tensors and
  * plans of another instance are refused; every allocation failure is a clean PTC_ENOMEM; and a
  * conv -> bn+relu -> conv training step runs without any activation reorder in the steady state
@@ -41,7 +41,7 @@ int main(void)
 
 static const ptc__backend_ops *R = &ptc__backend_ref, *D = &ptc__backend_dnnl;
 static ptc__be *rb, *db;
-static int wino; /* db is the instance opened with PTC_DNNL_WINOGRAD=1 */
+static int wino; /* db is the instance opened with params.winograd = 1 */
 /* oneDNN runs AVX2 or AVX-512 kernels here, the processors the layouts are chosen for: the tests
  * of "no reorder" apply (older ones run backward convolutions as GEMMs on plain layouts). */
 static int tuned;
@@ -864,9 +864,9 @@ int main(void)
     test_roundtrip();
     /* Convolutions, direct (the default), then with Winograd allowed for 3x3 stride 1. */
     ptc__be *direct = db, *wdb;
-    setenv("PTC_DNNL_WINOGRAD", "1", 1);
-    int wrc = D->open(&wdb, &p, &err);
-    unsetenv("PTC_DNNL_WINOGRAD");
+    ptc__be_params wp = p;
+    wp.winograd = 1;
+    int wrc = D->open(&wdb, &wp, &err);
     CHECK_CODE(wrc, 0, &err);
     for (wino = 0; wino < 2 && (wino == 0 || wrc == 0); wino++) {
         db = wino ? wdb : direct;

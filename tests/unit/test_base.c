@@ -1,7 +1,7 @@
 /*
  * test_base.c - the base layer: error names and messages, checked arithmetic, escaping and UTF-8
  * validation, SHA-256 against the FIPS 180-4 examples, arenas, buffers, budgets and the
- * replaceable allocator.
+ * replaceable allocator, and the size check of parameter structs.
  */
 #include "base/base.h"
 
@@ -180,6 +180,17 @@ static void test_memory(void)
     CHECK_INT(ptc__buf_printf(&b, "%d-%s", 42, "x"), 0);
     CHECK(b.len == 4 && memcmp(b.data, "42-x", 4) == 0);
     ptc__buf_free(&b);
+    /* The cap: a buffer grows to max bytes and no further (PTC_ELIMIT, contents kept). */
+    ptc__buf capped = {.max = 100};
+    char hundred[100];
+    memset(hundred, 'a', sizeof hundred);
+    CHECK_INT(ptc__buf_append(&capped, hundred, sizeof hundred), 0);
+    CHECK_INT(ptc__buf_append(&capped, "x", 1), PTC_ELIMIT);
+    CHECK_INT(ptc__buf_printf(&capped, "%d", 7), PTC_ELIMIT);
+    CHECK(capped.len == 100 && capped.cap <= 100);
+    ptc__buf_free(&capped);
+    CHECK_INT(ptc__buf_reserve(&b, PTC__BUF_MAX_DEFAULT + 1), PTC_ELIMIT);
+    CHECK_INT(ptc__buf_reserve(&b, SIZE_MAX), PTC_ELIMIT);
     ptc_error err;
     ptc__budget small = {0, 100};
     CHECK_CODE(ptc__budget_take(&small, 101, &err, "data/0", -1), PTC_ELIMIT, &err);
@@ -376,6 +387,84 @@ static void test_afile(void)
     rmdir(g_dir);
 }
 
+/* Parameter structs carry their size (base/params.c): 0 or larger than the library's is refused
+ * with PTC_EINVAL naming the struct; a smaller one (a caller built against an older ptc.h) is read
+ * up to its size and the rest keeps the library's defaults. */
+static void test_params(void)
+{
+    ptc_error err;
+    /* The helper: an "older" struct that ends after flags's predecessor; garbage beyond its size
+     * must not be read. */
+    ptc_open_params dst, src;
+    ptc_open_params_default(&dst);
+    CHECK_INT(dst.size, sizeof dst);
+    memset(&src, 0xa5, sizeof src);
+    src.size = offsetof(ptc_open_params, limits);
+    src.policy = NULL;
+    CHECK_CODE(ptc__params_read(&dst, sizeof dst, &src, "ptc_open_params", &err), 0, &err);
+    CHECK_INT(dst.size, sizeof dst);
+    CHECK(dst.limits == NULL);
+    CHECK_INT(dst.flags, 0);
+    CHECK_CODE(ptc__params_read(&dst, sizeof dst, NULL, "ptc_open_params", &err), 0, &err);
+
+    /* Each public entry point, with size 0, larger than the library's, and smaller. */
+    ptc_open_params op;
+    ptc_open_params_default(&op);
+    ptc_ckpt *c = NULL;
+    op.size = 0;
+    CHECK_CODE(ptc_ckpt_open_memory(&c, "", 0, &op, &err), PTC_EINVAL, &err);
+    CHECK(strstr(err.message, "ptc_open_params: size 0 is not this library's") != NULL);
+    op.size = sizeof op + 8;
+    CHECK_CODE(ptc_ckpt_open_memory(&c, "", 0, &op, &err), PTC_EINVAL, &err);
+    CHECK(strstr(err.message, "ptc_open_params: size") != NULL);
+    /* An older caller's struct: limits and flags are not there (a pointer the library would crash
+     * on if it read it); the empty input is then refused for what it is. */
+    memset(&op, 0xa5, sizeof op);
+    op.size = offsetof(ptc_open_params, limits);
+    op.policy = NULL;
+    CHECK_CODE(ptc_ckpt_open_memory(&c, "", 0, &op, &err), PTC_ENOTZIP, &err);
+    CHECK(c == NULL);
+    printf("  ptc_open_params: size 0 and size+8 refused, an older size read up to its end\n");
+
+    ptc_verify_params vp;
+    ptc_verify_params_default(&vp);
+    CHECK_INT(vp.size, sizeof vp);
+    ptc_report *r = NULL;
+    vp.size = 0;
+    CHECK_CODE(ptc_verify_memory(&r, "", 0, &vp, &err), PTC_EINVAL, &err);
+    CHECK(strstr(err.message, "ptc_verify_params: size 0") != NULL);
+    memset(&vp, 0xa5, sizeof vp);
+    vp.size = offsetof(ptc_verify_params, limits);
+    vp.policy = NULL;
+    CHECK_CODE(ptc_verify_memory(&r, "", 0, &vp, &err), 0, &err);
+    CHECK(r && ptc_report_verdict(r) == PTC_VERDICT_MALFORMED);
+    ptc_report_free(r);
+
+    ptc_save_params sp;
+    ptc_save_params_default(&sp);
+    CHECK_INT(sp.size, sizeof sp);
+    sp.size = sizeof sp * 2;
+    ptc_doc *d = NULL;
+    CHECK_CODE(ptc_doc_new(&d, &err), 0, &err);
+    ptc_value *root = d ? ptc_doc_dict(d, 1) : NULL;
+    CHECK_CODE(ptc_save(root, "/nonexistent-dir/x.pth", &sp, &err), PTC_EINVAL, &err);
+    CHECK(strstr(err.message, "ptc_save_params: size") != NULL);
+    ptc_doc_free(d);
+
+    ptc_train_params tp;
+    ptc_train_params_default(&tp);
+    CHECK_INT(tp.size, sizeof tp);
+    tp.size = 0;
+    ptc_train_result res;
+    CHECK_CODE(ptc_train(&tp, &res, &err), PTC_EINVAL, &err);
+    CHECK(strstr(err.message, "ptc_train_params: size 0") != NULL);
+    double acc, loss;
+    int64_t count;
+    CHECK_CODE(ptc_evaluate(&tp, "w.pth", &acc, &loss, &count, &err), PTC_EINVAL, &err);
+    CHECK(strstr(err.message, "ptc_train_params: size 0") != NULL);
+    printf("  ptc_verify_params, ptc_save_params, ptc_train_params: checked the same way\n");
+}
+
 int main(void)
 {
     test_errors();
@@ -385,5 +474,6 @@ int main(void)
     test_crc32();
     test_memory();
     test_afile();
+    test_params();
     return check_exit("test_base");
 }

@@ -1,9 +1,9 @@
 /*
  * test_gpumon.c - lib/train/gpumon.c against a stand-in NVML (tests/unit/fake_nvml.c, loaded
  * from the build tree through ptc__gpumon_open_lib): the device picked for a CUDA ordinal (with
- * and without CUDA_VISIBLE_DEVICES), the sample fields, the progress text and the JSON members,
- * calls that fail, the sampling interval, the epoch's summary and the under-50% warning, and no
- * monitor (and no error) when the library is missing or NVML does not start. No GPU needed.
+ * and without a CUDA_VISIBLE_DEVICES value), the sample fields, the progress text and the JSON
+ * members, calls that fail, the sampling interval, the epoch's summary and the under-50% warning,
+ * and no monitor (and no error) when the library is missing or NVML does not start. No GPU needed.
  */
 #include "ptc/ptc.h"
 #include "train/gpumon.h"
@@ -44,57 +44,56 @@ static void reset_fake(void)
 
 static void test_missing(void)
 {
-    CHECK(ptc__gpumon_open_lib("/nonexistent/libnvidia-ml.so.1", 0, 2.0) == NULL);
+    CHECK(ptc__gpumon_open_lib("/nonexistent/libnvidia-ml.so.1", 0, NULL, 2.0) == NULL);
     reset_fake();
     fake->fail = 1; /* nvmlInit_v2 fails: the driver is not loaded */
-    CHECK(ptc__gpumon_open_lib(lib_path, 0, 2.0) == NULL);
+    CHECK(ptc__gpumon_open_lib(lib_path, 0, NULL, 2.0) == NULL);
     CHECK_INT(fake->inits, 0);
     reset_fake();
-    CHECK(ptc__gpumon_open_lib(lib_path, 2, 2.0) == NULL); /* only 2 devices */
+    CHECK(ptc__gpumon_open_lib(lib_path, 2, NULL, 2.0) == NULL); /* only 2 devices */
     CHECK_INT(fake->inits, 0);                             /* shut down again */
-    CHECK(ptc__gpumon_open_lib(lib_path, -1, 2.0) == NULL);
+    CHECK(ptc__gpumon_open_lib(lib_path, -1, NULL, 2.0) == NULL);
     ptc__gpumon_close(NULL);
 }
 
 static void test_device_choice(void)
 {
     reset_fake();
-    unsetenv("CUDA_VISIBLE_DEVICES");
-    ptc__gpumon *m = ptc__gpumon_open_lib(lib_path, 1, 2.0);
+    const char *vis = NULL;
+    ptc__gpumon *m = ptc__gpumon_open_lib(lib_path, 1, vis, 2.0);
     CHECK(m != NULL);
     CHECK_INT(fake->last_handle, 1);
     ptc__gpumon_close(m);
     CHECK_INT(fake->inits, 0);
 
-    setenv("CUDA_VISIBLE_DEVICES", "1,0", 1);
-    m = ptc__gpumon_open_lib(lib_path, 0, 2.0);
+    vis = "1,0";
+    m = ptc__gpumon_open_lib(lib_path, 0, vis, 2.0);
     CHECK(m != NULL);
     CHECK_INT(fake->last_handle, 1); /* CUDA's 0 is NVML's 1 */
     ptc__gpumon_close(m);
-    m = ptc__gpumon_open_lib(lib_path, 1, 2.0);
+    m = ptc__gpumon_open_lib(lib_path, 1, vis, 2.0);
     CHECK(m != NULL);
     CHECK_INT(fake->last_handle, 0);
     ptc__gpumon_close(m);
-    CHECK(ptc__gpumon_open_lib(lib_path, 2, 2.0) == NULL); /* not visible */
+    CHECK(ptc__gpumon_open_lib(lib_path, 2, vis, 2.0) == NULL); /* not visible */
 
-    setenv("CUDA_VISIBLE_DEVICES", "GPU-fake-1", 1);
+    vis = "GPU-fake-1";
     fake->last_handle = -1;
-    m = ptc__gpumon_open_lib(lib_path, 0, 2.0);
+    m = ptc__gpumon_open_lib(lib_path, 0, vis, 2.0);
     CHECK(m != NULL);
     CHECK_INT(fake->last_handle, 1);
     ptc__gpumon_close(m);
-    setenv("CUDA_VISIBLE_DEVICES", "GPU-other", 1);
-    CHECK(ptc__gpumon_open_lib(lib_path, 0, 2.0) == NULL);
-    setenv("CUDA_VISIBLE_DEVICES", "bogus", 1);
-    CHECK(ptc__gpumon_open_lib(lib_path, 0, 2.0) == NULL);
-    unsetenv("CUDA_VISIBLE_DEVICES");
+    vis = "GPU-other";
+    CHECK(ptc__gpumon_open_lib(lib_path, 0, vis, 2.0) == NULL);
+    vis = "bogus";
+    CHECK(ptc__gpumon_open_lib(lib_path, 0, vis, 2.0) == NULL);
     CHECK_INT(fake->inits, 0);
 }
 
 static void test_fields(void)
 {
     reset_fake();
-    ptc__gpumon *m = ptc__gpumon_open_lib(lib_path, 0, 2.0);
+    ptc__gpumon *m = ptc__gpumon_open_lib(lib_path, 0, NULL, 2.0);
     CHECK(m != NULL);
     if (!m)
         return;
@@ -150,7 +149,7 @@ static void test_fields(void)
 static void test_epoch(void)
 {
     reset_fake();
-    ptc__gpumon *m = ptc__gpumon_open_lib(lib_path, 1, 2.0);
+    ptc__gpumon *m = ptc__gpumon_open_lib(lib_path, 1, NULL, 2.0);
     CHECK(m != NULL);
     if (!m)
         return;

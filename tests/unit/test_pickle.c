@@ -316,6 +316,16 @@ static void test_limits(void)
     }
     *r++ = '.';
     CHECK_CODE(run(t3, (size_t)(r - t3), &v, &err), PTC_ELIMIT, &err);
+    /* The memo is an array indexed by memo index, capped at max_memo entries: index 3 fits a
+     * limit of 4, index 4 does not, even with a single entry set (the array would grow to it). */
+    ptc_limits saved = limits;
+    limits.max_memo = 4;
+    static const char memo_ok[] = "\x80\x02NNNNNq\x03.", memo_over[] = "\x80\x02NNNNNq\x04.";
+    CHECK_CODE(run(memo_ok, sizeof memo_ok - 1, &v, &err), 0, &err);
+    CHECK_CODE(run(memo_over, sizeof memo_over - 1, &v, &err), PTC_ELIMIT, &err);
+    CHECK(strstr(err.message, "more than the limit of 4 memo entries") != NULL);
+    CHECK(err.flags & PTC_ERR_STRICTER);
+    limits = saved;
 }
 
 typedef struct scan_log {

@@ -1,12 +1,14 @@
 /*
  * test_pth.c - torch semantics through the public API: the vectors written by torch 2.6 (values,
  * views, shared storage, dtypes, nested training checkpoints, legacy stream), the three ways to
- * open, zero-copy versus copies, policies, limits and format dispatch. Expected values come from
- * the reference specification (shared/reference/pth-format.md section 11) and from what the
- * vectors' generator saved (arange, ones), never from ptc's own output.
+ * open, zero-copy versus copies, policies, limits, format dispatch, and one checkpoint read from
+ * several threads. Expected values come from the reference specification
+ * (shared/reference/pth-format.md section 11) and from what the vectors' generator saved (arange,
+ * ones), never from ptc's own output.
  */
 #include "ptc/ptc.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1081,6 +1083,88 @@ static void test_walk_path_budget(void)
     ptc_doc_free(d);
 }
 
+/* ptc.h's thread rules: any number of threads may open checkpoints at once with one shared
+ * policy, and may read one open checkpoint at once (each with its own walk): every thread must
+ * see the digests one thread alone computes. */
+#define NTHREADS 4
+#define MAXT 64
+struct reader {
+    const ptc_value *root;
+    const ptc_policy *policy;
+    uint8_t digest[MAXT][32];
+    int n, failures;
+};
+
+static void *read_all(void *arg)
+{
+    struct reader *r = arg;
+    ptc_error err;
+    ptc_walk *w = NULL;
+    const char *path;
+    const ptc_tensor *t;
+    r->n = 0;
+    if (ptc_walk_new(&w, r->root, &err) < 0) {
+        r->failures++;
+        return NULL;
+    }
+    while (ptc_walk_next(w, &path, &t) > 0 && r->n < MAXT)
+        if (ptc_tensor_sha256(t, r->digest[r->n++], &err) < 0)
+            r->failures++;
+    ptc_walk_free(w);
+    /* and a checkpoint of its own, opened with the shared policy */
+    ptc_open_params op;
+    ptc_open_params_default(&op);
+    op.policy = r->policy;
+    for (int i = 0; i < 20; i++) {
+        ptc_ckpt *c = NULL;
+        if (ptc_ckpt_open(&c, vec("train_ckpt.pt"), &op, &err) < 0)
+            r->failures++;
+        ptc_ckpt_close(c);
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    ptc_policy *policy = NULL;
+    ptc_error err;
+    CHECK_CODE(ptc_policy_new(&policy, PTC_POLICY_DEFAULT, &err), 0, &err);
+    ptc_open_params op;
+    ptc_open_params_default(&op);
+    op.policy = policy;
+    ptc_ckpt *c = NULL;
+    CHECK_CODE(ptc_ckpt_open(&c, vec("train_ckpt.pt"), &op, &err), 0, &err);
+    if (!c) {
+        ptc_policy_free(policy);
+        return;
+    }
+    static struct reader one, many[NTHREADS];
+    one.root = ptc_ckpt_root(c);
+    one.policy = policy;
+    read_all(&one);
+    CHECK(one.n > 1 && one.n < MAXT);
+    pthread_t th[NTHREADS];
+    int started = 0;
+    for (int i = 0; i < NTHREADS; i++) {
+        many[i].root = one.root;
+        many[i].policy = policy;
+        if (pthread_create(&th[i], NULL, read_all, &many[i]) == 0)
+            started++;
+    }
+    CHECK_INT(started, NTHREADS);
+    for (int i = 0; i < started; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < started; i++) {
+        CHECK_INT(many[i].failures, 0);
+        CHECK_INT(many[i].n, one.n);
+        CHECK(memcmp(many[i].digest, one.digest, sizeof one.digest) == 0);
+    }
+    printf("  %d threads: %d tensors of one open checkpoint hashed alike, 20 opens each with one "
+           "shared policy\n", started, one.n);
+    ptc_ckpt_close(c);
+    ptc_policy_free(policy);
+}
+
 int main(void)
 {
     const char *top = getenv("top_srcdir");
@@ -1099,5 +1183,6 @@ int main(void)
     test_stricter_flag();
     test_writer_variants();
     test_dispatch_and_limits();
+    test_threads();
     return check_exit("test_pth");
 }

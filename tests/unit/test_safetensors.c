@@ -520,7 +520,7 @@ static void test_write_identical(void)
         if (rc < 0)
             continue;
         ptc_save_params p;
-        memset(&p, 0, sizeof p);
+        ptc_save_params_default(&p);
         p.format = PTC_SAVE_SAFETENSORS;
         p.metadata = metadata_of(st);
         /* library file -> ptc -> file: the same bytes */
@@ -606,7 +606,7 @@ static void test_write_errors(void)
     }
     int before = dir_entries();
     ptc_save_params p;
-    memset(&p, 0, sizeof p);
+    ptc_save_params_default(&p);
 
     ptc_value *list = ptc__value_new(a, PTC_VALUE_LIST);
     CHECK_CODE(ptc__save_safetensors(list, out, &p, &err), PTC_EINVAL, &err);
@@ -741,7 +741,7 @@ static void test_alloc_failures(void)
                 alloc_count = 0;
                 if (rc == 0) {
                     ptc_save_params p;
-                    memset(&p, 0, sizeof p);
+                    ptc_save_params_default(&p);
                     p.metadata = metadata_of(c);
                     rc = ptc__save_safetensors(ptc_ckpt_root(c), out, &p, &err);
                 }
