@@ -574,7 +574,7 @@ static int save_pth(const ptc_value *root, const char *path, const ptc_save_para
                       "the pickle would exceed %zu bytes or %lu memo entries, more than ptc "
                       "reads back",
                       (size_t)PTC__PW_MAX_BYTES, (unsigned long)PTC__PW_MAX_MEMO);
-        goto done;
+        goto out;
     }
     if (ptc__pw_failed(&s.pw)) {
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory writing the pickle");
