@@ -16,7 +16,6 @@
 
 #include <errno.h>
 #include <getopt.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -207,113 +206,41 @@ static size_t utf8_decode(const uint8_t *s, size_t n, uint32_t *cp)
     return len;
 }
 
-/* Characters that are valid UTF-8 yet act on a terminal (C1 controls such as CSI U+009B) or make
- * the shown text differ from the stored text (bidi overrides, isolates, line separators, and the
- * invisible soft hyphen, zero-width spaces and joiners, word joiner, byte order mark and tags). */
-static int is_hidden(uint32_t cp)
+/* Escapes s[0..n) with ptc_escape (or, for JSON, ptc_json_escape_hidden) and writes it to f: through
+ * a stack buffer for short text, else one allocation; if that fails, piece by piece (a character
+ * cut between two pieces is then escaped byte by byte: only under memory exhaustion). */
+static void put_escaped(FILE *f, const void *s, size_t n, unsigned flags, int json)
 {
-    return (cp >= 0x80 && cp <= 0x9F) || cp == 0xAD || cp == 0x061C ||
-           (cp >= 0x200B && cp <= 0x200F) || cp == 0x2028 || cp == 0x2029 ||
-           (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) ||
-           (cp >= 0x2066 && cp <= 0x2069) || cp == 0xFEFF || (cp >= 0xE0000 && cp <= 0xE007F);
-}
-
-/* Escapes the character at s[0..n) into out (at most 16 bytes); returns the output length and
- * stores the number of input bytes consumed in *used. */
-static size_t escape_one(const uint8_t *s, size_t n, unsigned flags, char out[16], size_t *used)
-{
-    static const char hex[] = "0123456789abcdef";
-    uint8_t c = s[0];
-    uint32_t cp = 0;
-    size_t seq, o = 0;
-
-    *used = 1;
-    if ((c == '\\' && !(flags & CLI_ESC_RAW_BACKSLASH)) || (c == '"' && (flags & CLI_ESC_QUOTE))) {
-        out[0] = '\\';
-        out[1] = (char)c;
-        return 2;
+    const char *p = s;
+    char small[1024];
+    size_t len = json ? ptc_json_escape_hidden(NULL, 0, p, n) : ptc_escape(NULL, 0, p, n, flags);
+    char *out = len < sizeof small ? small : malloc(len + 1);
+    if (!out) {
+        for (size_t i = 0; i < n; i += 200) {
+            size_t k = n - i < 200 ? n - i : 200;
+            size_t m = json ? ptc_json_escape_hidden(small, sizeof small, p + i, k)
+                            : ptc_escape(small, sizeof small, p + i, k, flags);
+            fwrite(small, 1, m, f);
+        }
+        return;
     }
-    if (c >= 0x20 && c < 0x7F) {
-        out[0] = (char)c;
-        return 1;
-    }
-    if (c == '\n' || c == '\t' || c == '\r') {
-        out[0] = '\\';
-        out[1] = c == '\n' ? 'n' : c == '\t' ? 't' : 'r';
-        return 2;
-    }
-    seq = c >= 0x80 ? utf8_decode(s, n, &cp) : 0;
-    if (seq > 1 && !is_hidden(cp)) {
-        memcpy(out, s, seq);
-        *used = seq;
-        return seq;
-    }
-    /* A control byte, a byte of invalid UTF-8, or every byte of a hidden character (at most 3
-     * bytes, so 12 output bytes). */
-    if (seq < 1)
-        seq = 1;
-    for (size_t i = 0; i < seq; i++) {
-        out[o++] = '\\';
-        out[o++] = 'x';
-        out[o++] = hex[s[i] >> 4];
-        out[o++] = hex[s[i] & 15];
-    }
-    *used = seq;
-    return o;
+    if (json)
+        ptc_json_escape_hidden(out, len + 1, p, n);
+    else
+        ptc_escape(out, len + 1, p, n, flags);
+    fwrite(out, 1, len, f);
+    if (out != small)
+        free(out);
 }
 
 void cli_escape_put(FILE *f, const void *s, size_t n, unsigned flags)
 {
-    const uint8_t *p = s;
-    size_t i = 0;
-    while (i < n) {
-        /* Write runs of plain ASCII in one call; escape everything else one character at a time. */
-        size_t run = i;
-        while (run < n && p[run] >= 0x20 && p[run] < 0x7F &&
-               !(p[run] == '\\' && !(flags & CLI_ESC_RAW_BACKSLASH)) &&
-               !(p[run] == '"' && (flags & CLI_ESC_QUOTE)))
-            run++;
-        if (run > i) {
-            fwrite(p + i, 1, run - i, f);
-            i = run;
-            continue;
-        }
-        char out[16];
-        size_t used;
-        size_t k = escape_one(p + i, n - i, flags, out, &used);
-        fwrite(out, 1, k, f);
-        i += used;
-    }
+    put_escaped(f, s, n, flags, 0);
 }
 
 void cli_put_json_text(FILE *f, const char *s, size_t n)
 {
-    const uint8_t *p = (const uint8_t *)s;
-    size_t i = 0, start = 0;
-    uint32_t cp;
-    while (i < n) {
-        size_t k = p[i] < 0x80 ? 1 : utf8_decode(p + i, n - i, &cp);
-        if (k > 1 && is_hidden(cp)) {
-            fwrite(p + start, 1, i - start, f);
-            fprintf(f, "\\u%04x", (unsigned)cp);
-            start = i + k;
-        }
-        i += k ? k : 1;
-    }
-    fwrite(p + start, 1, n - start, f);
-}
-
-int cli_utf8_valid(const void *s, size_t n)
-{
-    const uint8_t *p = s;
-    uint32_t cp;
-    for (size_t i = 0; i < n;) {
-        size_t k = utf8_decode(p + i, n - i, &cp);
-        if (k == 0)
-            return 0;
-        i += k;
-    }
-    return 1;
+    put_escaped(f, s, n, 0, 1);
 }
 
 /* East Asian wide and emoji ranges, which terminals draw two columns wide (after Markus Kuhn's
@@ -411,15 +338,11 @@ void cli_buf_printf(cli_buf *b, const char *fmt, ...)
 
 void cli_buf_escape(cli_buf *b, const void *s, size_t n, unsigned flags)
 {
-    const uint8_t *p = s;
-    size_t i = 0;
-    while (i < n && !b->oom) {
-        char out[16];
-        size_t used;
-        size_t k = escape_one(p + i, n - i, flags, out, &used);
-        cli_buf_putn(b, out, k);
-        i += used;
-    }
+    size_t len = ptc_escape(NULL, 0, s, n, flags);
+    if (buf_reserve(b, len) < 0)
+        return;
+    ptc_escape(b->data + b->len, len + 1, s, n, flags);
+    b->len += len;
 }
 
 void cli_buf_truncate(cli_buf *b, size_t len)
@@ -459,75 +382,6 @@ void cli_format_bytes(char *dst, size_t dstsz, uint64_t n)
         u++;
     }
     snprintf(dst, dstsz, "%.1f %s", v, units[u]);
-}
-
-void cli_format_double(char *dst, size_t dstsz, double x)
-{
-    char e[40];
-    if (isnan(x)) {
-        snprintf(dst, dstsz, "nan");
-        return;
-    }
-    if (isinf(x)) {
-        snprintf(dst, dstsz, "%s", x > 0 ? "inf" : "-inf");
-        return;
-    }
-    /* The fewest significant digits that read back exactly, in "d.ddde+XX" form. */
-    for (int prec = 0; prec <= 17; prec++) {
-        snprintf(e, sizeof e, "%.*e", prec, x);
-        if (strtod(e, NULL) == x)
-            break;
-    }
-    /* Split into sign, digits and decimal exponent, then lay out as Python's repr does: fixed
-     * notation for exponents -4..15, scientific otherwise. */
-    const char *p = e;
-    int neg = *p == '-';
-    if (neg)
-        p++;
-    char digits[24];
-    size_t nd = 0;
-    for (; *p && *p != 'e'; p++)
-        if (*p >= '0' && *p <= '9' && nd < sizeof digits - 1)
-            digits[nd++] = *p;
-    while (nd > 1 && digits[nd - 1] == '0')
-        nd--;
-    digits[nd] = '\0';
-    int exp10 = *p == 'e' ? (int)strtol(p + 1, NULL, 10) : 0;
-
-    char out[64];
-    size_t o = 0;
-    if (neg)
-        out[o++] = '-';
-    if (exp10 >= -4 && exp10 < 16) {
-        if (exp10 < 0) {
-            out[o++] = '0';
-            out[o++] = '.';
-            for (int i = -1; i > exp10; i--)
-                out[o++] = '0';
-            for (size_t i = 0; i < nd; i++)
-                out[o++] = digits[i];
-        } else {
-            size_t nint = (size_t)exp10 + 1;
-            for (size_t i = 0; i < nint; i++)
-                out[o++] = i < nd ? digits[i] : '0';
-            out[o++] = '.';
-            if (nd > nint)
-                for (size_t i = nint; i < nd; i++)
-                    out[o++] = digits[i];
-            else
-                out[o++] = '0';
-        }
-        out[o] = '\0';
-    } else {
-        out[o++] = digits[0];
-        if (nd > 1) {
-            out[o++] = '.';
-            for (size_t i = 1; i < nd; i++)
-                out[o++] = digits[i];
-        }
-        snprintf(out + o, sizeof out - o, "e%c%02d", exp10 < 0 ? '-' : '+', abs(exp10));
-    }
-    snprintf(dst, dstsz, "%s", out);
 }
 
 uint64_t cli_add_sat(uint64_t a, uint64_t b)
@@ -629,46 +483,6 @@ void cli_progress_start_mode(cli_progress *p, const char *what, uint64_t total, 
 
 /* ---- paths ---------------------------------------------------------------------------------- */
 
-/* Decimal digits of a two's-complement little-endian int, as lib/pth/walk.c writes them in paths
- * (ints longer than 256 bytes become "<int of N bytes>" there, and here). */
-static void key_bigint(cli_buf *b, const uint8_t *bytes, size_t n)
-{
-    uint8_t mag[256];
-    char digits[700];
-    size_t nd = 0;
-    if (n > sizeof mag) {
-        cli_buf_printf(b, "<int of %zu bytes>", n);
-        return;
-    }
-    int neg = n && (bytes[n - 1] & 0x80);
-    unsigned carry = 1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned v = neg ? (unsigned)(uint8_t)~bytes[i] + carry : bytes[i];
-        mag[i] = (uint8_t)v;
-        carry = neg ? v >> 8 : 0;
-    }
-    size_t len = n;
-    while (len && mag[len - 1] == 0)
-        len--;
-    while (len) {
-        unsigned rem = 0;
-        for (size_t i = len; i-- > 0;) {
-            unsigned cur = (rem << 8) | mag[i];
-            mag[i] = (uint8_t)(cur / 10);
-            rem = cur % 10;
-        }
-        digits[nd++] = (char)('0' + rem);
-        while (len && mag[len - 1] == 0)
-            len--;
-    }
-    if (nd == 0)
-        digits[nd++] = '0';
-    if (neg)
-        cli_buf_puts(b, "-");
-    for (size_t i = nd; i-- > 0;)
-        cli_buf_putn(b, &digits[i], 1);
-}
-
 int cli_path_check(size_t len, size_t depth, ptc_error *err)
 {
     if (len <= PTC_PATH_MAX)
@@ -677,13 +491,17 @@ int cli_path_check(size_t len, size_t depth, ptc_error *err)
         err->code = PTC_ELIMIT;
         err->offset = -1;
         err->member[0] = '\0';
-        char where[64] = "";
+        /* ptc_walk_next's words where the depth is known (its capped path does not know the
+         * length reached), the length otherwise */
+        char where[64];
         if (depth)
-            snprintf(where, sizeof where, " at depth %zu", depth);
+            snprintf(where, sizeof where, "at depth %zu", depth);
+        else
+            snprintf(where, sizeof where, "%zu bytes", len);
         snprintf(err->message, sizeof err->message,
-                 "path longer than %zu bytes (%zu bytes%s): the file's dict keys make paths far "
+                 "path longer than %zu bytes (%s): the file's dict keys make paths far "
                  "longer than any checkpoint's; ptc refuses them",
-                 (size_t)PTC_PATH_MAX, len, where);
+                 (size_t)PTC_PATH_MAX, where);
     }
     return PTC_ELIMIT;
 }
@@ -699,62 +517,9 @@ void cli_buf_msg_name(cli_buf *b, const char *s, size_t len)
 
 void cli_key_text(cli_buf *b, const ptc_value *key)
 {
-    const char *s;
-    size_t len;
-    int64_t x;
-    const uint8_t *bytes;
-    int flag;
-    double f;
-    ptc_dtype dt;
-    ptc_value_kind k = key ? ptc_value_kind_of(key) : PTC_VALUE_NONE;
-
-    if (!key) {
-        cli_buf_puts(b, "?");
+    size_t len = ptc_key_text(key, NULL, 0);
+    if (buf_reserve(b, len) < 0)
         return;
-    }
-    switch (k) {
-    case PTC_VALUE_STR:
-        if (ptc_value_str(key, &s, &len) == 0)
-            cli_buf_putn(b, s, len);
-        return;
-    case PTC_VALUE_INT:
-        if (ptc_value_int(key, &x) == 0)
-            cli_buf_printf(b, "%lld", (long long)x);
-        else if (ptc_value_int_bytes(key, &bytes, &len) == 0)
-            key_bigint(b, bytes, len);
-        return;
-    case PTC_VALUE_BOOL:
-        cli_buf_puts(b, ptc_value_bool(key, &flag) == 0 && flag ? "True" : "False");
-        return;
-    case PTC_VALUE_NONE:
-        cli_buf_puts(b, "None");
-        return;
-    case PTC_VALUE_FLOAT:
-        if (ptc_value_float(key, &f) < 0) {
-            cli_buf_puts(b, "?");
-        } else if (isnan(f)) {
-            cli_buf_puts(b, "nan");
-        } else if (isinf(f)) {
-            cli_buf_puts(b, f < 0 ? "-inf" : "inf");
-        } else {
-            /* The walk's form: the shortest %g that reads back, ".0" added to integral values. */
-            char tmp[40];
-            for (int prec = 1; prec <= 17; prec++) {
-                snprintf(tmp, sizeof tmp, "%.*g", prec, f);
-                if (strtod(tmp, NULL) == f)
-                    break;
-            }
-            cli_buf_printf(b, "%s%s", tmp, strpbrk(tmp, ".en") ? "" : ".0");
-        }
-        return;
-    case PTC_VALUE_DTYPE:
-        if (ptc_value_dtype(key, &dt) == 0 && ptc_dtype_name(dt))
-            cli_buf_printf(b, "torch.%s", ptc_dtype_name(dt));
-        else
-            cli_buf_puts(b, "torch.?");
-        return;
-    default:
-        cli_buf_printf(b, "<%s>", ptc_value_kind_name(k));
-        return;
-    }
+    ptc_key_text(key, b->data + b->len, len + 1);
+    b->len += len;
 }

@@ -85,27 +85,18 @@ void cli_getopt_reset(void);
 int cli_finish(int status);
 
 /* ---- escaping ---------------------------------------------------------------------------------
- * Printable ASCII and valid UTF-8 pass through; backslash becomes "\\"; newline, tab and carriage
- * return become "\n", "\t", "\r"; every other control byte (C0, DEL), every byte of a C1 control
- * (U+0080..U+009F) or of a character that reorders or hides text (bidi overrides and isolates,
- * U+2028/U+2029) and every byte of invalid UTF-8 becomes "\xNN". The result never holds a byte a
- * terminal would act on, and it is unambiguous: distinct inputs give distinct outputs. */
+ * The library's ptc_escape (<ptc/ptc.h> says what it escapes and how), written to a FILE or a
+ * cli_buf. The result never holds a byte a terminal would act on, and it is unambiguous. */
 enum {
-    CLI_ESC_QUOTE = 1u << 0,        /* also escape '"' (for text shown between double quotes) */
-    CLI_ESC_RAW_BACKSLASH = 1u << 1 /* leave '\\' alone: for text libptc already escaped */
+    CLI_ESC_QUOTE = PTC_ESC_QUOTE,               /* also escape '"' */
+    CLI_ESC_RAW_BACKSLASH = PTC_ESC_RAW_BACKSLASH /* leave '\\' alone: text libptc escaped */
 };
 
 /* Writes s[0..n) escaped to f. */
 void cli_escape_put(FILE *f, const void *s, size_t n, unsigned flags);
 
-/* Writes JSON text (valid UTF-8, as a JSON library produces it) to f, replacing each hidden
- * character (C1 controls, bidi overrides, see above) by its \uXXXX escape. JSON libraries escape
- * only C0 controls; hidden characters can occur only inside strings, where \uXXXX means the same,
- * so the document parses to the same value and stays readable UTF-8. */
+/* Writes JSON text to f as ptc_json_escape_hidden gives it (hidden characters as \uXXXX). */
 void cli_put_json_text(FILE *f, const char *s, size_t n);
-
-/* 1 when s[0..n) is valid UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF). */
-int cli_utf8_valid(const void *s, size_t n);
 
 /* Columns a string of printable UTF-8 occupies on a terminal (East Asian wide characters and
  * emoji count two), for aligning columns. */
@@ -135,9 +126,7 @@ void cli_buf_free(cli_buf *b);
 /* ---- numbers ----------------------------------------------------------------------------------
  * "40 B", "1.5 KiB", "44.7 MiB" (binary units, one decimal). */
 void cli_format_bytes(char *dst, size_t dstsz, uint64_t n);
-/* The shortest text that reads back as the same double, spelled as Python's repr does: "0.1",
- * "5.0", "1e-05", "nan", "inf", "-inf". */
-void cli_format_double(char *dst, size_t dstsz, double x);
+/* (A double as Python's repr spells it: ptc_float_text.) */
 /* Saturating addition, for totals over counts a file controls. */
 uint64_t cli_add_sat(uint64_t a, uint64_t b);
 
@@ -166,10 +155,9 @@ enum { CLI_PROGRESS_NEVER = 0, CLI_PROGRESS_ALWAYS = 1, CLI_PROGRESS_AUTO = -1 }
 void cli_progress_start_mode(cli_progress *p, const char *what, uint64_t total, int mode);
 
 /* ---- paths ------------------------------------------------------------------------------------
- * Appends the path segment ptc_walk_next writes for a dict key (lib/pth/walk.c): a str as it is
- * (raw; escape the whole path when printing it), an int in decimal, True/False/None, a float in
- * the walk's shortest-round-trip form, torch.<dtype>, and "<kind>" for anything else. Commands
- * that walk the tree themselves use it so that their paths are the ones ptc_walk reports. */
+ * Appends ptc_key_text(key): the path segment ptc_walk_next writes for a dict key (raw; escape the
+ * whole path when printing it). Commands that walk the tree themselves use it so that their paths
+ * are the ones ptc_walk reports. */
 void cli_key_text(cli_buf *b, const ptc_value *key);
 /* 0 when a path of len bytes (depth levels deep; 0: not said) is within PTC_PATH_MAX, else PTC_ELIMIT with
  * err set to ptc_walk_next's message: commands that build paths refuse them where ptc_walk

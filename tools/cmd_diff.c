@@ -103,14 +103,11 @@ static int is_walked(ptc_value_kind k)
     return k == PTC_VALUE_DICT || k == PTC_VALUE_LIST || k == PTC_VALUE_TUPLE;
 }
 
-static void add_node(side *s, const cli_buf *path, const ptc_value *v)
+/* One node with its path, charged by the walk (a node, and the path's bytes: every path is kept
+ * in s->paths and may be printed). */
+static void add_node(side *s, const char *path, size_t len, const ptc_value *v)
 {
-    if (s->rc)
-        return;
-    /* One node, and its path's bytes: every path is kept in s->paths and may be printed. */
-    if ((s->rc = ptc_budget_charge(&s->budget, 1, path->len, &s->err)) < 0)
-        return;
-    if (s->n == MAX_NODES || path->len > UINT32_MAX) {
+    if (s->n == MAX_NODES || len > UINT32_MAX) {
         s->rc = PTC_ELIMIT;
         snprintf(s->err.message, sizeof s->err.message, "too many nodes or too long a path");
         return;
@@ -126,45 +123,34 @@ static void add_node(side *s, const cli_buf *path, const ptc_value *v)
         s->cap = cap;
     }
     size_t off = s->paths.len;
-    cli_buf_putn(&s->paths, path->data ? path->data : "", path->len);
+    cli_buf_putn(&s->paths, path, len);
     if (s->paths.oom) {
         s->rc = PTC_ENOMEM;
         return;
     }
-    s->nodes[s->n] = (node){{.off = off}, (uint32_t)path->len, (uint32_t)s->n, 0, v};
+    s->nodes[s->n] = (node){{.off = off}, (uint32_t)len, (uint32_t)s->n, 0, v};
     s->n++;
 }
 
-/* Every node under v, depth first in container order. Recursion follows the tree's depth, which
- * the library bounds when it loads the file (limits.max_depth); a path is refused past
- * PTC_PATH_MAX, as ptc_walk refuses it. */
-static void list_nodes(side *s, cli_buf *path, const ptc_value *v, size_t depth)
+/* Every node of the tree, depth first in container order (ptc_walk_next_value), charged to the
+ * side's budget; a path is refused past PTC_PATH_MAX as ptc_walk refuses it. */
+static void list_nodes(side *s)
 {
-    add_node(s, path, v);
-    ptc_value_kind k = ptc_value_kind_of(v);
-    if (s->rc || !is_walked(k))
+    ptc_walk *w = NULL;
+    const ptc_value *v;
+    const char *path;
+    size_t len;
+    if ((s->rc = ptc_walk_new(&w, ptc_ckpt_root(s->c), &s->err)) < 0)
         return;
-    size_t n = ptc_value_len(v), base = path->len;
-    for (size_t i = 0; i < n && !s->rc; i++) {
-        const ptc_value *c = k == PTC_VALUE_DICT ? ptc_dict_value(v, i) : ptc_value_item(v, i);
-        if (!c)
-            continue;
-        cli_buf_truncate(path, base);
-        if (base > 0)
-            cli_buf_puts(path, ".");
-        if (k == PTC_VALUE_DICT)
-            cli_key_text(path, ptc_dict_key(v, i));
-        else
-            cli_buf_printf(path, "%zu", i);
-        if (path->oom) {
-            s->rc = PTC_ENOMEM;
-            return;
-        }
-        if ((s->rc = cli_path_check(path->len, depth + 1, &s->err)) < 0)
-            return;
-        list_nodes(s, path, c, depth + 1);
+    ptc_walk_set_budget(w, &s->budget);
+    int rc = 0;
+    while (!s->rc && (rc = ptc_walk_next_value(w, &v, &path, &len, NULL)) > 0)
+        add_node(s, path, len, v);
+    if (!s->rc && rc < 0) {
+        s->rc = rc;
+        s->err = *ptc_walk_error(w);
     }
-    cli_buf_truncate(path, base);
+    ptc_walk_free(w);
 }
 
 static int cmp_path(const node *a, const node *b)
@@ -187,9 +173,7 @@ static int cmp_path_seq(const void *pa, const void *pb)
 
 static int list_side(side *s)
 {
-    cli_buf path = {0};
-    list_nodes(s, &path, ptc_ckpt_root(s->c), 0);
-    cli_buf_free(&path);
+    list_nodes(s);
     if (s->rc)
         return s->rc;
     for (size_t i = 0; i < s->n; i++)
@@ -246,14 +230,14 @@ static void render_value(cli_buf *b, const ptc_value *v)
         return;
     case PTC_VALUE_FLOAT:
         if (ptc_value_float(v, &re) == 0) {
-            cli_format_double(x, sizeof x, re);
+            ptc_float_text(re, x, sizeof x);
             cli_buf_puts(b, x);
         }
         return;
     case PTC_VALUE_COMPLEX:
         if (ptc_value_complex(v, &re, &im) == 0) {
-            cli_format_double(x, sizeof x, re);
-            cli_format_double(y, sizeof y, im);
+            ptc_float_text(re, x, sizeof x);
+            ptc_float_text(im, y, sizeof y);
             cli_buf_printf(b, "complex(%s, %s)", x, y);
         }
         return;
@@ -546,94 +530,14 @@ static int dtype_class(ptc_dtype dt)
     }
 }
 
-static uint64_t le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = (v << 8) | p[i];
-    return v;
-}
-
-static double half_to_double(uint16_t h)
-{
-    int s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
-    double v;
-    if (e == 31)
-        v = m ? NAN : INFINITY;
-    else if (e == 0)
-        v = ldexp(m, -24);
-    else
-        v = ldexp(m + 1024, e - 25);
-    return s ? -v : v;
-}
-
-/* float8 formats without infinities: e4m3fn (bias 7, NaN = S.1111.111) and the "fnuz" forms
- * (bias 8 and 16, one NaN 0x80, no negative zero). */
-static double f8_to_double(uint8_t b, int ebits, int bias, int fnuz)
-{
-    int mbits = 7 - ebits, s = b >> 7, e = (b >> mbits) & ((1 << ebits) - 1);
-    int m = b & ((1 << mbits) - 1);
-    if (fnuz && b == 0x80)
-        return NAN;
-    if (!fnuz && e == (1 << ebits) - 1 && m == (1 << mbits) - 1)
-        return NAN;
-    double v = e == 0 ? ldexp(m, 1 - bias - mbits) : ldexp(m + (1 << mbits), e - bias - mbits);
-    return s ? -v : v;
-}
-
-/* Component c (0 real, 1 imaginary) of the element at p, as a double. */
+/* Component c (0 real, 1 imaginary) of the element at p, as a double (NaN for a dtype without
+ * numeric value, which is compared byte for byte and never decoded). */
 static double load(ptc_dtype dt, const uint8_t *p, int c)
 {
-    float f;
-    double d;
-    uint32_t u32;
-    uint64_t u64;
-    switch (dt) {
-    case PTC_FLOAT64:
-    case PTC_COMPLEX128:
-        u64 = le(p + 8 * c, 8);
-        memcpy(&d, &u64, 8);
-        return d;
-    case PTC_FLOAT32:
-    case PTC_COMPLEX64:
-        u32 = (uint32_t)le(p + 4 * c, 4);
-        memcpy(&f, &u32, 4);
-        return f;
-    case PTC_FLOAT16:
-    case PTC_COMPLEX32:
-        return half_to_double((uint16_t)le(p + 2 * c, 2));
-    case PTC_BFLOAT16:
-        u32 = (uint32_t)le(p, 2) << 16;
-        memcpy(&f, &u32, 4);
-        return f;
-    case PTC_FLOAT8_E5M2:
-        return half_to_double((uint16_t)(p[0] << 8));
-    case PTC_FLOAT8_E4M3FN:
-        return f8_to_double(p[0], 4, 7, 0);
-    case PTC_FLOAT8_E4M3FNUZ:
-        return f8_to_double(p[0], 4, 8, 1);
-    case PTC_FLOAT8_E5M2FNUZ:
-        return f8_to_double(p[0], 5, 16, 1);
-    case PTC_INT64:
-        return (double)(int64_t)le(p, 8);
-    case PTC_INT32:
-        return (double)(int32_t)(uint32_t)le(p, 4);
-    case PTC_INT16:
-        return (double)(int16_t)(uint16_t)le(p, 2);
-    case PTC_INT8:
-        return (double)(int8_t)p[0];
-    case PTC_UINT8:
-    case PTC_BOOL:
-        return p[0];
-    case PTC_UINT16:
-        return (double)le(p, 2);
-    case PTC_UINT32:
-        return (double)le(p, 4);
-    case PTC_UINT64:
-        return (double)le(p, 8);
-    default:
+    double re, im;
+    if (ptc_dtype_element_f64(dt, p, &re, &im) < 0)
         return NAN;
-    }
+    return c ? im : re;
 }
 
 /* ---- comparing tensors ---------------------------------------------------------------------- */
@@ -813,7 +717,7 @@ static void report_line(const char *status, const node *n, const cli_buf *detail
 /* A JSON string for text from a file: as it is when valid UTF-8, else its escaped form. */
 static json_t *json_text(const char *s, size_t len)
 {
-    if (cli_utf8_valid(s, len))
+    if (ptc_utf8_valid(s, len))
         return json_stringn(s, len);
     cli_buf b = {0};
     cli_buf_escape(&b, s, len, 0);

@@ -66,7 +66,7 @@ typedef struct shared {
     uint32_t refs;               /* times the tree reaches it; 2 or more: shared */
     int listed;                  /* LISTED_*: once listed, later meetings are {"$ref"} entries */
     int has_tensors, has_values; /* its listing added tensor rows, value entries */
-    char *tpath, *vpath;         /* its first path: ptc_walk's rules, the value listing's */
+    char *tpath;                 /* its first path (ptc_walk's, for tensors and values alike) */
     uint64_t ntensors, numel, nbytes; /* what its subtree adds to the totals */
 } shared;
 
@@ -199,78 +199,29 @@ enum { R_ESCAPE = 1 };
 
 static void render(cli_buf *b, const ptc_value *v, int depth, unsigned flags);
 
-/* Decimal digits of a two's-complement little-endian integer of any length. */
-static void render_bigint(cli_buf *b, const uint8_t *bytes, size_t len)
+/* Decimal, any length up to BIGINT_MAX_BYTES ("?" for what is not an int). */
+static void render_int(cli_buf *b, const ptc_value *v)
 {
-    if (len == 0) {
-        cli_buf_puts(b, "0");
+    char small[64];
+    size_t len = ptc_value_int_text(v, BIGINT_MAX_BYTES, small, sizeof small);
+    if (len < sizeof small) {
+        cli_buf_putn(b, small, len);
         return;
     }
-    if (len > BIGINT_MAX_BYTES) {
-        cli_buf_printf(b, "<int of %zu bytes>", len);
-        return;
-    }
-    uint8_t *mag = malloc(len);
-    uint32_t *chunk = malloc((len / 3 + 2) * sizeof *chunk); /* base 1e9, least significant first */
-    if (!mag || !chunk) {
-        free(mag);
-        free(chunk);
+    char *big = malloc(len + 1);
+    if (!big) {
         b->oom = 1;
         return;
     }
-    int neg = (bytes[len - 1] & 0x80) != 0;
-    unsigned carry = 1;
-    for (size_t i = 0; i < len; i++) {
-        if (neg) { /* magnitude = ~x + 1 */
-            unsigned s = (uint8_t)~bytes[i] + carry;
-            mag[i] = (uint8_t)s;
-            carry = s >> 8;
-        } else {
-            mag[i] = bytes[i];
-        }
-    }
-    size_t top = len, nchunk = 0;
-    while (top > 0 && mag[top - 1] == 0)
-        top--;
-    while (top > 0) {
-        uint64_t rem = 0;
-        for (size_t i = top; i-- > 0;) {
-            uint64_t cur = (rem << 8) | mag[i];
-            mag[i] = (uint8_t)(cur / 1000000000u);
-            rem = cur % 1000000000u;
-        }
-        chunk[nchunk++] = (uint32_t)rem;
-        while (top > 0 && mag[top - 1] == 0)
-            top--;
-    }
-    if (nchunk == 0) {
-        cli_buf_puts(b, "0");
-    } else {
-        cli_buf_printf(b, "%s%u", neg ? "-" : "", (unsigned)chunk[nchunk - 1]);
-        for (size_t i = nchunk - 1; i-- > 0;)
-            cli_buf_printf(b, "%09u", (unsigned)chunk[i]);
-    }
-    free(mag);
-    free(chunk);
-}
-
-static void render_int(cli_buf *b, const ptc_value *v)
-{
-    int64_t x;
-    const uint8_t *bytes;
-    size_t len;
-    if (ptc_value_int(v, &x) == 0)
-        cli_buf_printf(b, "%" PRId64, x);
-    else if (ptc_value_int_bytes(v, &bytes, &len) == 0)
-        render_bigint(b, bytes, len);
-    else
-        cli_buf_puts(b, "?");
+    ptc_value_int_text(v, BIGINT_MAX_BYTES, big, len + 1);
+    cli_buf_putn(b, big, len);
+    free(big);
 }
 
 static void render_double(cli_buf *b, double x)
 {
     char s[40];
-    cli_format_double(s, sizeof s, x);
+    ptc_float_text(x, s, sizeof s);
     cli_buf_puts(b, s);
 }
 
@@ -278,8 +229,8 @@ static void render_double(cli_buf *b, double x)
 static void render_complex(cli_buf *b, double re, double im)
 {
     char r[40], i[40];
-    cli_format_double(r, sizeof r, re);
-    cli_format_double(i, sizeof i, im);
+    ptc_float_text(re, r, sizeof r);
+    ptc_float_text(im, i, sizeof i);
     /* Python drops ".0" from the parts of a complex. */
     size_t rl = strlen(r), il = strlen(i);
     if (rl > 2 && strcmp(r + rl - 2, ".0") == 0)
@@ -543,7 +494,7 @@ static json_t *json_text(const char *s, size_t len)
 {
     if (!s)
         return json_null();
-    if (cli_utf8_valid(s, len))
+    if (ptc_utf8_valid(s, len))
         return json_stringn(s, len);
     cli_buf b = {0};
     cli_buf_escape(&b, s, len, 0);
@@ -893,104 +844,53 @@ static int is_container(ptc_value_kind k)
     return k == PTC_VALUE_DICT || k == PTC_VALUE_LIST || k == PTC_VALUE_TUPLE;
 }
 
-typedef struct frame {
-    const ptc_value *v; /* the dict, list or tuple being listed */
-    size_t i, n;        /* next item, item count */
-    size_t path_len;    /* length of v's path in the path buffer */
-    int is_root;        /* items of the root get no leading '.' */
-} frame;
-
-/* Appends the path segment for a dict key: strings as written, ints in decimal, anything else as
- * its one-line rendering (raw: the whole path is escaped when printed). */
-static void append_key(cli_buf *path, const ptc_value *key)
-{
-    const char *s;
-    size_t len;
-    if (!key)
-        cli_buf_puts(path, "?");
-    else if (ptc_value_kind_of(key) == PTC_VALUE_STR && ptc_value_str(key, &s, &len) == 0)
-        cli_buf_putn(path, s, len);
-    else
-        render(path, key, 0, 0);
-}
-
-/* Lists every non-tensor leaf of the tree under root, depth-first in container order, with the
- * path rules of ptc_walk_next. Iterative: the stack lives on the heap and grows with the tree's
- * depth, which the library bounds at load time; the visit budget bounds the work. */
+/* Lists every non-tensor leaf of the tree under root (and every dict's attributes), depth-first in
+ * container order, as ptc_walk_next_value visits the tree: its paths are ptc_walk's. Each value
+ * below the root is charged one node (render_charge), each line its bytes; the listing stops after
+ * MAX_VALUE_VISITS values. */
 static void walk_values(value_sink *out, const ptc_value *root)
 {
-    cli_buf path = {0};
-    frame *stack = NULL;
-    size_t nstack = 0, cap = 0;
-    size_t visits = 0;
-    const ptc_value *v = root;
-    int is_root = 1;
+    ptc_walk *w = NULL;
+    const ptc_value *v;
+    const char *p;
+    size_t len, depth, visits = 0;
+    int rc;
 
-    if (!v)
+    if (!root)
         return;
-    for (;;) {
-        /* Visit v, whose path is in the buffer. */
-        ptc_value_kind k = ptc_value_kind_of(v);
-        size_t n = is_container(k) ? ptc_value_len(v) : 0;
-        if (k == PTC_VALUE_DICT) {
-            const ptc_value *attrs = ptc_dict_attrs(v);
-            if (attrs)
-                emit_attrs(out, &path, attrs);
-        }
-        if (is_container(k) && n > 0) {
-            if (nstack == cap) {
-                size_t ncap = cap ? cap * 2 : 32;
-                frame *ns = realloc(stack, ncap * sizeof *ns);
-                if (!ns) {
-                    out->oom = 1;
-                    break;
-                }
-                stack = ns;
-                cap = ncap;
-            }
-            stack[nstack++] = (frame){v, 0, n, path.len, is_root};
-        } else if (k != PTC_VALUE_TENSOR) {
-            emit_leaf(out, &path, v); /* scalars, sets, sizes, and empty containers */
-        }
-        if (out->oom || path.oom)
-            break;
-
-        /* Find the next item: the first unlisted item of the innermost unfinished container. */
-        v = NULL;
-        while (nstack > 0 && !v) {
-            frame *f = &stack[nstack - 1];
-            if (f->i == f->n) {
-                nstack--;
-                continue;
-            }
-            size_t i = f->i++;
-            cli_buf_truncate(&path, f->path_len);
-            if (!f->is_root)
-                cli_buf_puts(&path, ".");
-            if (ptc_value_kind_of(f->v) == PTC_VALUE_DICT) {
-                append_key(&path, ptc_dict_key(f->v, i));
-                v = ptc_dict_value(f->v, i);
-            } else {
-                cli_buf_printf(&path, "%zu", i);
-                v = ptc_value_item(f->v, i);
-            }
-            if (v && !render_path_ok(path.len, nstack)) {
-                v = NULL;
+    if (ptc_walk_new(&w, root, NULL) < 0) {
+        out->oom = 1;
+        return;
+    }
+    while ((rc = ptc_walk_next_value(w, &v, &p, &len, &depth)) > 0) {
+        if (depth > 0) {
+            if (!render_charge())
+                break;
+            if (++visits > MAX_VALUE_VISITS) {
+                out->truncated = 1;
                 break;
             }
         }
-        if (!v || !render_charge())
+        /* emit_* read the path through a cli_buf: a borrowed view of the walk's */
+        const cli_buf path = {(char *)p, len, len + 1, 0};
+        ptc_value_kind k = ptc_value_kind_of(v);
+        if (k == PTC_VALUE_DICT && ptc_dict_attrs(v))
+            emit_attrs(out, &path, ptc_dict_attrs(v));
+        if (!(is_container(k) && ptc_value_len(v) > 0) && k != PTC_VALUE_TENSOR)
+            emit_leaf(out, &path, v); /* scalars, sets, sizes, and empty containers */
+        if (out->oom)
             break;
-        if (++visits > MAX_VALUE_VISITS) {
-            out->truncated = 1;
-            break;
-        }
-        is_root = 0;
     }
-    if (path.oom)
-        out->oom = 1;
-    free(stack);
-    cli_buf_free(&path);
+    if (rc < 0 && !render_failed) {
+        /* a path past PTC_PATH_MAX, refused as the tensor listing refuses it; or out of memory */
+        if (rc == PTC_ELIMIT) {
+            render_err = *ptc_walk_error(w);
+            render_failed = 1;
+        } else {
+            out->oom = 1;
+        }
+    }
+    ptc_walk_free(w);
 }
 
 /* ---- tensors -------------------------------------------------------------------------------- */
@@ -1120,7 +1020,6 @@ static void shared_free(shared_map *m)
 {
     for (size_t i = 0; i < m->cap; i++) {
         free(m->e[i].tpath);
-        free(m->e[i].vpath);
     }
     free(m->e);
     *m = (shared_map){0};
@@ -1252,8 +1151,7 @@ static json_t *json_tensor(inspect *in, const char *path, const ptc_tensor *t);
 typedef struct jframe {
     const ptc_value *v;
     size_t i, n;
-    size_t tlen, vlen; /* lengths of v's tensor path and value path */
-    int is_root;
+    size_t tlen; /* length of v's path */
     shared *sh; /* v's entry when it is shared, else NULL */
     size_t rows0, count0;
     uint64_t ntensors0, numel0, nbytes0;
@@ -1261,8 +1159,7 @@ typedef struct jframe {
 
 /* A shared container met again: its {"$ref"} entries, and (JW_SCAN) its subtree's totals. One met
  * again inside its own listing (a cycle) has no entries yet: it adds nothing. */
-static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_buf *tpath,
-                    const cli_buf *vpath)
+static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_buf *tpath)
 {
     if (sh->listed != LISTED_DONE)
         return 0;
@@ -1272,7 +1169,7 @@ static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_bu
     case JW_SCAN:
         /* The paths the {"$ref"} entries will write. */
         if ((sh->has_tensors && !render_charge_bytes(tpath->len + strlen(sh->tpath))) ||
-            (value_ref && !render_charge_bytes(vpath->len + strlen(sh->vpath))))
+            (value_ref && !render_charge_bytes(tpath->len + strlen(sh->tpath))))
             return PTC_ELIMIT;
         add_totals(in, sh->ntensors, sh->numel, sh->nbytes);
         in->ntrows += sh->has_tensors != 0;
@@ -1295,8 +1192,8 @@ static int emit_ref(inspect *in, value_sink *out, const shared *sh, const cli_bu
         if (!value_ref)
             return 0;
         e = json_object();
-        if (!e || json_put(e, "path", json_text(cli_buf_str(vpath), vpath->len)) < 0 ||
-            json_put(e, "$ref", json_cstr(sh->vpath)) < 0) {
+        if (!e || json_put(e, "path", json_text(cli_buf_str(tpath), tpath->len)) < 0 ||
+            json_put(e, "$ref", json_cstr(sh->tpath)) < 0) {
             json_decref(e);
             return PTC_ENOMEM;
         }
@@ -1342,11 +1239,11 @@ static int emit_tensor(inspect *in, value_sink *out, const cli_buf *tpath, const
 static int walk_json(inspect *in, value_sink *out, ptc_error *err)
 {
     const ptc_value *v = ptc_ckpt_root(in->c);
-    cli_buf tpath = {0}, vpath = {0};
+    cli_buf tpath = {0};
     jframe *st = NULL;
     size_t nst = 0, cap = 0, visits = 0;
     int scan = out->mode == JW_SCAN;
-    int is_root = 1, values = in->opt->values;
+    int values = in->opt->values;
     int rc = 0;
 
     if (scan)
@@ -1362,14 +1259,14 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
         if (sh && sh->refs < 2)
             sh = NULL;
         if (sh && sh->listed) {
-            rc = emit_ref(in, out, sh, &tpath, &vpath);
+            rc = emit_ref(in, out, sh, &tpath);
         } else if (k == PTC_VALUE_TENSOR) {
             const ptc_tensor *t = ptc_value_tensor(v);
             if (t)
                 rc = emit_tensor(in, out, &tpath, t);
         } else {
             if (k == PTC_VALUE_DICT && values && !out->truncated && ptc_dict_attrs(v))
-                emit_attrs(out, &vpath, ptc_dict_attrs(v));
+                emit_attrs(out, &tpath, ptc_dict_attrs(v));
             if (is_listed_container(v)) {
                 if (nst == cap) {
                     size_t ncap = cap ? cap * 2 : 32;
@@ -1385,21 +1282,20 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
                     sh->listed = LISTED_OPEN;
                     if (scan) {
                         sh->tpath = copy_str(cli_buf_str(&tpath));
-                        sh->vpath = copy_str(cli_buf_str(&vpath));
-                        if (!sh->tpath || !sh->vpath) {
+                        if (!sh->tpath) {
                             rc = PTC_ENOMEM;
                             break;
                         }
                     }
                 }
                 st[nst++] = (jframe){v,           0,           ptc_value_len(v), tpath.len,
-                                     vpath.len,   is_root,     sh,               in->ntrows,
+                                     sh,          in->ntrows,
                                      out->count,  in->tot_tensors, in->tot_numel, in->tot_bytes};
             } else if (values && !out->truncated) {
-                emit_leaf(out, &vpath, v); /* scalars, sets, sizes, and empty containers */
+                emit_leaf(out, &tpath, v); /* scalars, sets, sizes, and empty containers */
             }
         }
-        if (rc == 0 && (out->oom || tpath.oom || vpath.oom))
+        if (rc == 0 && (out->oom || tpath.oom))
             rc = PTC_ENOMEM;
         if (rc < 0 || render_failed)
             break;
@@ -1429,17 +1325,12 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
             cli_buf_truncate(&tpath, f->tlen);
             if (f->tlen)
                 cli_buf_puts(&tpath, ".");
-            cli_buf_truncate(&vpath, f->vlen);
-            if (!f->is_root)
-                cli_buf_puts(&vpath, ".");
             if (dict) {
                 cli_key_text(&tpath, ptc_dict_key(f->v, i));
-                append_key(&vpath, ptc_dict_key(f->v, i));
             } else {
                 cli_buf_printf(&tpath, "%zu", i);
-                cli_buf_printf(&vpath, "%zu", i);
             }
-            if (!render_path_ok(tpath.len > vpath.len ? tpath.len : vpath.len, nst))
+            if (!render_path_ok(tpath.len, nst))
                 break;
             v = c;
         }
@@ -1447,7 +1338,6 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
             break;
         if (v && ++visits > MAX_VALUE_VISITS)
             out->truncated = 1;
-        is_root = 0;
     }
     if (rc == 0 && render_failed)
         rc = PTC_ELIMIT;
@@ -1455,7 +1345,6 @@ static int walk_json(inspect *in, value_sink *out, ptc_error *err)
         *err = render_err;
     free(st);
     cli_buf_free(&tpath);
-    cli_buf_free(&vpath);
     return rc;
 }
 

@@ -24,11 +24,11 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
-#include <jansson.h>
 
 #define MAX_DEPTH 64 /* folder nesting followed */
 
@@ -41,86 +41,20 @@ struct verify {
     int first_json; /* no file object written yet */
 };
 
-static json_t *jtext(const char *s)
+static int write_stdout(void *ctx, const void *p, size_t n)
 {
-    /* Library strings are escaped already (printable, valid UTF-8); file names may be anything. */
-    if (cli_utf8_valid(s, strlen(s)))
-        return json_string(s);
-    cli_buf b = {0};
-    cli_buf_escape(&b, s, strlen(s), 0);
-    json_t *j = b.oom ? NULL : json_string(cli_buf_str(&b));
-    cli_buf_free(&b);
-    return j;
+    (void)ctx;
+    return fwrite(p, 1, n, stdout) == n ? 0 : PTC_EIO;
 }
 
-/* One file's object, indented by two spaces as an element of "files" (jansson writes newlines
- * only between tokens: a newline inside a string is escaped). */
-static void put_json(json_t *j)
-{
-    char *text = j ? json_dumps(j, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    if (text) {
-        for (char *p = text, *nl; *p; p = nl + 1) {
-            nl = strchr(p, '\n');
-            size_t n = nl ? (size_t)(nl - p) : strlen(p);
-            cli_put_json_text(stdout, p, n);
-            if (!nl)
-                break;
-            fputs("\n    ", stdout);
-        }
-        free(text);
-    } else {
-        fputs("null", stdout);
-    }
-}
-
+/* One file's object, indented as an element of "files" (ptc_report_json writes it). A write
+ * error shows at the end, in cli_finish; out of memory writes null in its place. */
 static void json_file(struct verify *v, const char *path, const ptc_report *r, const ptc_error *err)
 {
-    json_t *o = json_object();
-    json_object_set_new(o, "path", jtext(path));
-    if (!r) {
-        json_object_set_new(o, "verdict", json_string("error"));
-        json_object_set_new(o, "error", json_string(ptc_err_name(err->code)));
-        json_object_set_new(o, "message", jtext(err->message[0] ? err->message
-                                                                : ptc_strerror(err->code)));
-    } else {
-        json_object_set_new(o, "verdict", json_string(ptc_verdict_name(ptc_report_verdict(r))));
-        json_object_set_new(o, "format", json_string(ptc_report_format(r)));
-        ptc_torch_answer t = ptc_report_torch(r);
-        json_object_set_new(o, "torch_loads", t == PTC_TORCH_UNKNOWN ? json_null()
-                                                                     : json_boolean(t == PTC_TORCH_LOADS));
-        json_t *fs = json_array();
-        for (size_t i = 0; i < ptc_report_nfindings(r); i++) {
-            const ptc_finding *f = ptc_report_finding(r, i);
-            json_t *jf = json_object();
-            json_object_set_new(jf, "verdict", json_string(ptc_verdict_name(f->verdict)));
-            json_object_set_new(jf, "code", json_string(ptc_err_name(f->code)));
-            json_object_set_new(jf, "kind", json_string(f->kind));
-            json_object_set_new(jf, "member", jtext(f->member));
-            json_object_set_new(jf, "offset", f->offset >= 0 ? json_integer(f->offset) : json_null());
-            json_object_set_new(jf, "detail", jtext(f->detail));
-            json_object_set_new(jf, "torch_refuses", json_boolean(f->torch_refuses));
-            json_array_append_new(fs, jf);
-        }
-        json_object_set_new(o, "findings", fs);
-        json_t *gs = json_array();
-        for (size_t i = 0; i < ptc_report_nglobals(r); i++) {
-            const ptc_global_ref *g = ptc_report_global(r, i);
-            json_t *jg = json_object();
-            json_object_set_new(jg, "member", jtext(g->member));
-            json_object_set_new(jg, "offset", json_integer(g->offset));
-            json_object_set_new(jg, "opcode", json_string(g->opcode));
-            json_object_set_new(jg, "global", g->global ? jtext(g->global) : json_null());
-            json_object_set_new(jg, "allowed", json_boolean(g->allowed));
-            json_object_set_new(jg, "torch_allows", json_boolean(g->torch_allows));
-            json_array_append_new(gs, jg);
-        }
-        json_object_set_new(o, "globals", gs);
-        json_object_set_new(o, "dropped", json_integer((json_int_t)ptc_report_dropped(r)));
-    }
     fputs(v->first_json ? "\n    " : ",\n    ", stdout);
     v->first_json = 0;
-    put_json(o);
-    json_decref(o);
+    if (ptc_report_json(path, r, err, 4, write_stdout, NULL, NULL) == PTC_ENOMEM)
+        fputs("null", stdout);
 }
 
 static void text_location(const char *member, int64_t offset)

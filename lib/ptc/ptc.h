@@ -1181,6 +1181,141 @@ PTC_API int ptc_image_record(const char *path, int64_t index, uint8_t *rgb, int 
 PTC_API int ptc_model_params_from_state_dict(ptc_model_params *p, const ptc_value *root,
                                              const char **dataset, ptc_error *err);
 
+/* =============================================================================================
+ * What ptc's commands print, for embedders (issue 15, section 4): the text of file values, the
+ * elements of a tensor as numbers, renaming a state dict's keys and the `ptc verify --json`
+ * object. The commands call exactly these, so a C program shows and reports the same bytes.
+ * Every function in this block keeps no state: any thread may call any of them at any time, on
+ * distinct outputs (inputs borrowed from a checkpoint or a document may be shared between
+ * threads as long as nothing frees them meanwhile).
+ * ============================================================================================= */
+
+/* ---- text from a file, made safe to show ------------------------------------------------------
+ * ptc_escape: printable ASCII and valid UTF-8 pass through; backslash becomes "\\" (unless
+ * PTC_ESC_RAW_BACKSLASH); '"' becomes "\"" with PTC_ESC_QUOTE; newline, tab and carriage return
+ * become "\n", "\t", "\r"; every other control byte (C0, DEL), every byte of invalid UTF-8 and
+ * every byte of a character that acts on a terminal or hides text (C1 controls, soft hyphen,
+ * U+061C, zero-width spaces and joiners U+200B..U+200F, U+2028, U+2029, bidi overrides and
+ * isolates, U+2060..U+2064, the byte order mark U+FEFF, tags U+E0000..U+E007F) becomes "\xNN".
+ * Without PTC_ESC_RAW_BACKSLASH distinct inputs give distinct outputs. src[0..n) is read (src
+ * NULL reads nothing); the output is written as snprintf does: at most size - 1 bytes and a NUL
+ * into dst (nothing when size is 0; dst may then be NULL), and the full length is returned
+ * (never more than 4 * n), so that a caller sizes dst with a first call or allocates 4 * n + 1.
+ * Never fails. */
+enum {
+    PTC_ESC_QUOTE = 1u << 0,        /* also escape '"' (text shown between double quotes) */
+    PTC_ESC_RAW_BACKSLASH = 1u << 1 /* leave '\\' alone: for text libptc already escaped */
+};
+PTC_API size_t ptc_escape(char *dst, size_t size, const void *src, size_t n, unsigned flags);
+
+/* JSON text json[0..n) (valid UTF-8, as a JSON library writes it) with each hidden character
+ * listed at ptc_escape replaced by its \uXXXX escape (a surrogate pair past U+FFFF). JSON
+ * libraries escape only C0 controls; hidden characters can occur only inside strings, where the
+ * escape means the same, so the document parses to the same value and stays readable UTF-8.
+ * Output as ptc_escape's (snprintf's rules; the full length returned, at most 3 * n). Never
+ * fails. */
+PTC_API size_t ptc_json_escape_hidden(char *dst, size_t size, const char *json, size_t n);
+
+/* 1 when s[0..n) is valid UTF-8 (no overlong forms, no surrogates, nothing past U+10FFFF), else
+ * 0. s NULL: 1 when n is 0. Never fails. */
+PTC_API int ptc_utf8_valid(const void *s, size_t n);
+
+/* The path segment ptc_walk_next writes for a dict key: a str as it is (raw bytes, possibly with
+ * NULs and control bytes: escape the whole path before showing it), an int in decimal (past
+ * PTC_KEY_INT_MAX bytes "<int of N bytes>"), True/False/None, a float as ptc_float_text writes it
+ * ("0.5", "100.0", "1e-05", "nan", "-inf"), torch.<dtype> ("torch.?" for an unknown one), and
+ * "<kind>" (ptc_value_kind_name) for anything else; key NULL gives "?". Output as ptc_escape's:
+ * snprintf's rules into dst, the full length returned; one call with size 0 costs no copy of a
+ * str. Never fails. */
+#define PTC_KEY_INT_MAX 256
+PTC_API size_t ptc_key_text(const ptc_value *key, char *dst, size_t size);
+
+/* The decimal text of an int value of any length ("-12", "340282366920938463463374607431768211456"),
+ * or "<int of N bytes>" when its two's-complement form is longer than max_bytes bytes (at most
+ * PTC_INT_TEXT_MAX; 0 or more means PTC_INT_TEXT_MAX; the conversion costs O(max_bytes^2)). v NULL
+ * or not an int: "?". Output as ptc_escape's (snprintf's rules, full length returned; at most
+ * 2,470 bytes). Uses no heap. Never fails. */
+#define PTC_INT_TEXT_MAX 1024
+PTC_API size_t ptc_value_int_text(const ptc_value *v, size_t max_bytes, char *dst, size_t size);
+
+/* A double as Python's repr writes it: the fewest significant digits that read back exactly, in
+ * fixed notation for decimal exponents -4..15 ("0.1", "100.0", "-0.0") and in scientific
+ * notation otherwise ("1e-05", "1.5e+16"); "nan", "inf", "-inf". Output as ptc_escape's
+ * (snprintf's rules, the full length returned; at most 24 bytes). Never fails. */
+PTC_API size_t ptc_float_text(double x, char *dst, size_t size);
+
+/* ---- walking every value ----------------------------------------------------------------------
+ * ptc_walk_next_value, the other way to step a walk made by ptc_walk_new: every value, not only
+ * tensors, depth-first in container order and each container before its items: the root first
+ * (path "", depth 0), then the items of each dict, list and tuple (their values; keys are path
+ * segments, ptc_key_text's, joined by '.' as ptc_walk_next joins them), a value reached twice
+ * reported twice. Sets and objects are reported but not entered; dict attributes (ptc_dict_attrs)
+ * are not walked (a caller reads them off each dict it is given).
+ * Returns 1 with *value (and, where the pointers are not NULL, *path, *len and *depth: the path,
+ * NUL-terminated but possibly holding NUL bytes of a str key, valid until the next call; its
+ * length; how many containers enclose the value), 0 at the end, or a negative code with
+ * ptc_walk_error saying why: PTC_EINVAL (w or value NULL, or a walk ptc_walk_next started: a
+ * walk is stepped one way only), PTC_ELIMIT (a path past PTC_PATH_MAX, or the budget), PTC_ENOMEM.
+ * A budget set with ptc_walk_set_budget is charged one node and the path's length in bytes for
+ * every value reported (what `ptc diff` charges for its listing); a caller that charges by its
+ * own rules walks without one. One walk must not be stepped from two threads at once. */
+PTC_API int ptc_walk_next_value(ptc_walk *w, const ptc_value **value, const char **path,
+                                size_t *len, size_t *depth);
+
+/* ---- tensor elements as numbers ----------------------------------------------------------------
+ * ptc_dtype_element_f64: the element at elem (its bytes little-endian, as ptc_tensor_read lays
+ * them out) as doubles: *re its value, *im the imaginary part of a complex dtype (0 otherwise).
+ * Exact for every floating dtype (float64 .. float8 variants, complex); int64 and uint64 round to
+ * nearest; bool is 0 or 1. float8_e4m3fn's and the fnuz forms' NaN patterns give NaN. Returns 0;
+ * PTC_EINVAL when elem or re is NULL (im may be NULL); PTC_EUNSUPPORTED for dtypes that have no
+ * numeric value here (quantized, bits, invalid values). */
+PTC_API int ptc_dtype_element_f64(ptc_dtype dt, const void *elem, double *re, double *im);
+
+/* Every element of t in row-major order (views, conj and neg applied) as doubles, decoded as
+ * ptc_dtype_element_f64 does: numel values, or 2 * numel (real, imaginary, ...) for a complex
+ * dtype, into out (capacity n doubles). Returns 0; PTC_EINVAL when t or out is NULL or n is
+ * smaller than needed; PTC_EUNSUPPORTED for a dtype without numeric value; ptc_tensor_read's
+ * errors (PTC_EIO, PTC_ECRC, PTC_ENOMEM...). err (may be NULL) says why. Reads the file the
+ * tensor's checkpoint is open on: one thread per checkpoint at a time, as ptc_tensor_read. */
+PTC_API int ptc_tensor_read_f64(const ptc_tensor *t, double *out, size_t n, ptc_error *err);
+
+/* ---- renaming a state dict's keys --------------------------------------------------------------
+ * A new root in document d whose str keys have strip removed and then add put in front, as torch
+ * 2.6's consume_prefix_in_state_dict_if_present does for strip (DDP's "module."), applied to the
+ * root dict and to its _metadata attribute (where '' names the wrapper module: strip keeps it,
+ * and add gives the wrapper its name and keeps a copy under ''). strip and add may be NULL (no
+ * change); keys that are not str are kept. *out is root itself when no key changed, else a new
+ * dict of d whose values are borrowed from root (root must outlive the save of d); root is never
+ * modified. *stripped (may be NULL) is set to 1 when some key of the root dict started with strip.
+ * Returns 0; PTC_EINVAL when d, root or out is NULL or root is not a dict; PTC_ENOMEM. err (may
+ * be NULL) says why. Uses d: one thread per document. */
+PTC_API int ptc_state_dict_rename(ptc_doc *d, const ptc_value *root, const char *strip,
+                                  const char *add, const ptc_value **out, int *stripped,
+                                  ptc_error *err);
+
+/* ---- `ptc verify --json` ----------------------------------------------------------------------
+ * Writes the JSON object `ptc verify --json` lists for one file under "files" (ptc-verify(1)):
+ *   {"path": PATH, "verdict": "ok"|"unsafe"|"malformed", "format": ptc_report_format,
+ *    "torch_loads": true|false|null (null: depends on which duplicate torch's zip reader picks),
+ *    "findings": [{"verdict", "code" (ptc_err_name), "kind", "member", "offset" (null: none),
+ *                  "detail", "torch_refuses"}...],
+ *    "globals": [{"member", "offset", "opcode", "global" (null: computed at run time),
+ *                 "allowed", "torch_allows"}...],
+ *    "dropped": findings and references not listed}
+ * or, when r is NULL (the file could not be verified), {"path", "verdict": "error", "error":
+ * ptc_err_name(failure->code), "message"}. Keys in that order, two spaces per level, each line
+ * after the first indented by indent more spaces (4 in ptc verify, whose "files" array is one
+ * level deep); no newline at the end. Strings are the escaped text of the report; a path that is
+ * not valid UTF-8 is escaped as ptc_escape does; hidden characters are written as \uXXXX
+ * (ptc_json_escape_hidden). path NULL is written as "". The bytes go to write(ctx, p, n), which
+ * returns 0 or a negative PTC_E* code that stops the writing and is returned. Returns 0;
+ * PTC_EINVAL when write is NULL, or r and failure are both NULL; PTC_ENOMEM. err (may be NULL)
+ * says why. Reads r only: several threads may write one report at once. */
+typedef int (*ptc_write_fn)(void *ctx, const void *p, size_t n);
+PTC_API int ptc_report_json(const char *path, const ptc_report *r, const ptc_error *failure,
+                            unsigned indent, ptc_write_fn write, void *ctx, ptc_error *err);
+/* ============================================================================================= */
+
 #ifdef __cplusplus
 }
 #endif

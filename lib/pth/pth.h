@@ -73,6 +73,8 @@ int ptc__pth_run_pickle(ptc_ckpt *c, const uint8_t *data, size_t len, const char
                         size_t *consumed, ptc_error *err);
 ptc_storage *ptc__ckpt_find_storage(ptc_ckpt *c, const char *key);
 int ptc__ckpt_add_storage(ptc_ckpt *c, ptc_storage *s, ptc_error *err);
+/* Appends ptc_key_text(key) to b (lib/pth/keytext.c): the walk's path segments. 0 or PTC_ENOMEM. */
+int ptc__key_text_append(ptc__buf *b, const ptc_value *key);
 /* Zip: loads and the legacy stream loader. */
 int ptc__load_zip(ptc_ckpt *c, ptc_error *err);
 int ptc__load_legacy(ptc_ckpt *c, ptc_error *err);

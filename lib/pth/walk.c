@@ -9,7 +9,6 @@
  */
 #include "pth/pth.h"
 
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +72,7 @@ struct ptc_walk {
     ptc_budget *budget;
     ptc_error err;
     bool started;
+    bool values; /* started by ptc_walk_next_value: every value, not only tensors */
     walk_frame *st;
     size_t n, cap;
     ptc__buf path;
@@ -113,77 +113,6 @@ void ptc_walk_free(ptc_walk *w)
     ptc__free(w->st);
     ptc__buf_free(&w->path);
     ptc__free(w);
-}
-
-/* Decimal rendering of a two's-complement little-endian integer of any length. */
-static int big_decimal(ptc__buf *b, const uint8_t *bytes, size_t n)
-{
-    uint8_t mag[256];
-    char digits[700];
-    size_t nd = 0;
-    if (n > sizeof mag)
-        return ptc__buf_printf(b, "<int of %zu bytes>", n);
-    bool neg = n && (bytes[n - 1] & 0x80);
-    unsigned carry = 1;
-    for (size_t i = 0; i < n; i++) {
-        unsigned v = neg ? (unsigned)(uint8_t)~bytes[i] + carry : bytes[i];
-        mag[i] = (uint8_t)v;
-        carry = neg ? v >> 8 : 0;
-    }
-    size_t len = n;
-    while (len && mag[len - 1] == 0)
-        len--;
-    while (len) {
-        unsigned rem = 0;
-        for (size_t i = len; i-- > 0;) {
-            unsigned cur = (rem << 8) | mag[i];
-            mag[i] = (uint8_t)(cur / 10);
-            rem = cur % 10;
-        }
-        digits[nd++] = (char)('0' + rem);
-        while (len && mag[len - 1] == 0)
-            len--;
-    }
-    if (nd == 0)
-        digits[nd++] = '0';
-    if (neg && ptc__buf_append(b, "-", 1) < 0)
-        return PTC_ENOMEM;
-    for (size_t i = nd; i-- > 0;)
-        if (ptc__buf_append(b, &digits[i], 1) < 0)
-            return PTC_ENOMEM;
-    return 0;
-}
-
-/* Python's repr of a float: the shortest form that reads back, with ".0" for integral values. */
-static int float_repr(ptc__buf *b, double f)
-{
-    if (isnan(f))
-        return ptc__buf_printf(b, "nan");
-    if (isinf(f))
-        return ptc__buf_printf(b, f < 0 ? "-inf" : "inf");
-    char tmp[40];
-    for (int prec = 1; prec <= 17; prec++) {
-        snprintf(tmp, sizeof tmp, "%.*g", prec, f);
-        if (strtod(tmp, NULL) == f)
-            break;
-    }
-    return ptc__buf_printf(b, "%s%s", tmp, strpbrk(tmp, ".en") ? "" : ".0");
-}
-
-static int key_text(ptc__buf *b, const ptc_value *k)
-{
-    switch (k->kind) {
-    case PTC_VALUE_STR: return ptc__buf_append(b, k->u.s.p, k->u.s.n);
-    case PTC_VALUE_INT:
-        if (k->u.i.fits)
-            return ptc__buf_printf(b, "%lld", (long long)k->u.i.v);
-        return big_decimal(b, k->u.i.bytes, k->u.i.nbytes);
-    case PTC_VALUE_BOOL: return ptc__buf_printf(b, "%s", k->u.b ? "True" : "False");
-    case PTC_VALUE_NONE: return ptc__buf_printf(b, "None");
-    case PTC_VALUE_FLOAT: return float_repr(b, k->u.f);
-    case PTC_VALUE_DTYPE: return ptc__buf_printf(b, "torch.%s", ptc_dtype_name(k->u.dt));
-    default: return ptc__buf_printf(b, "<%s>", ptc_value_kind_name((ptc_value_kind)k->kind));
-    }
 }
 
 /* One frame per container on the way down. Below the top, each level adds at least a '.' to the
@@ -234,6 +163,9 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
 {
     if (!w)
         return PTC_EINVAL;
+    if (w->started && w->values)
+        return ptc__err(&w->err, PTC_EINVAL, "", -1,
+                        "ptc_walk_next on a walk ptc_walk_next_value started");
     if (!w->started) {
         w->started = true;
         if (w->root && ptc_budget_charge(w->budget, 1, 0, &w->err) < 0)
@@ -264,7 +196,7 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
         w->path.len = f->pathlen;
         int rc = f->pathlen ? ptc__buf_append(&w->path, ".", 1) : 0;
         if (rc == 0)
-            rc = v->kind == PTC_VALUE_DICT ? key_text(&w->path, v->u.dict.keys[i])
+            rc = v->kind == PTC_VALUE_DICT ? ptc__key_text_append(&w->path, v->u.dict.keys[i])
                                            : ptc__buf_printf(&w->path, "%zu", i);
         if (rc == PTC_ELIMIT || w->path.len > PTC_PATH_MAX)
             return path_too_long(w, w->n);
@@ -279,6 +211,73 @@ int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t)
             return path_too_long(w, w->n);
         if (rc < 0)
             return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
+    }
+    return 0;
+}
+
+/* ptc_walk_next_value's report of v at the path in w->path, depth levels deep: charged as one
+ * node and the path's bytes, and pushed when its items are to be visited. */
+static int report_value(ptc_walk *w, const ptc_value *v, size_t depth, const ptc_value **value,
+                        const char **path, size_t *len, size_t *depth_out)
+{
+    if (ptc_budget_charge(w->budget, 1, w->path.len, &w->err) < 0)
+        return w->err.code;
+    if (ptc__buf_reserve(&w->path, 1) < 0)
+        return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
+    w->path.data[w->path.len] = '\0';
+    int rc = descend(v) && ptc_value_len(v) > 0 ? push_frame(w, v, w->path.len) : 0;
+    if (rc == PTC_ELIMIT)
+        return path_too_long(w, w->n);
+    if (rc < 0)
+        return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
+    *value = v;
+    if (path)
+        *path = (const char *)w->path.data;
+    if (len)
+        *len = w->path.len;
+    if (depth_out)
+        *depth_out = depth;
+    return 1;
+}
+
+int ptc_walk_next_value(ptc_walk *w, const ptc_value **value, const char **path, size_t *len,
+                        size_t *depth)
+{
+    if (!w)
+        return PTC_EINVAL;
+    if (!value)
+        return ptc__err(&w->err, PTC_EINVAL, "", -1, "ptc_walk_next_value: missing argument");
+    if (w->started && !w->values)
+        return ptc__err(&w->err, PTC_EINVAL, "", -1,
+                        "ptc_walk_next_value on a walk ptc_walk_next started");
+    if (!w->started) {
+        w->started = w->values = true;
+        if (!w->root)
+            return 0;
+        w->path.len = 0;
+        return report_value(w, w->root, 0, value, path, len, depth);
+    }
+    while (w->n > 0) {
+        walk_frame *f = &w->st[w->n - 1];
+        const ptc_value *v = f->v;
+        if (f->next >= ptc_value_len(v)) {
+            w->n--;
+            continue;
+        }
+        size_t i = f->next++;
+        const ptc_value *c = v->kind == PTC_VALUE_DICT ? v->u.dict.vals[i] : v->u.seq.items[i];
+        if (!c)
+            continue;
+        w->path.len = f->pathlen;
+        int rc = f->pathlen ? ptc__buf_append(&w->path, ".", 1) : 0;
+        if (rc == 0)
+            rc = v->kind == PTC_VALUE_DICT ? ptc__key_text_append(&w->path, v->u.dict.keys[i])
+                                           : ptc__buf_printf(&w->path, "%zu", i);
+        if (rc == PTC_ELIMIT || w->path.len > PTC_PATH_MAX)
+            return path_too_long(w, w->n);
+        if (rc < 0)
+            return ptc__err(&w->err, PTC_ENOMEM, "", -1, "out of memory");
+        return report_value(w, c, w->n, value, path, len, depth);
     }
     return 0;
 }

@@ -21,6 +21,8 @@
 #                     ptc_model_train_step (fc, layer4+fc) against torch float64/float32
 #   check_predict.py  ptc predict and ptc's image path (PNG/JPEG decoding, Resize, dataset records,
 #                     the recorded preprocessing, hostile images) against torchvision + torch
+#   check_read_f64.py ptc_tensor_read_f64 and ptc_float_text on every numeric dtype (every bit
+#                     pattern of the 8- and 16-bit floats) equal torch's float64 and repr
 #   check_corpus_torch.py  live torch 2.6 on every hostile-corpus file against `ptc verify`'s
 #                     prediction, and ptc's allowlist against torch's own list of safe globals
 #   check_opcodes.py  lib/pickle/opcodes.h against Python's pickletools (bytes, argument layouts,
@@ -65,7 +67,7 @@ case $ver in
 esac
 echo "interop: torch $ver under $("$py" -c 'import sys; print("Python", sys.version.split()[0])')"
 
-scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_finetune check_zip64_local check_variants check_wild check_model check_opcodes check_predict"}
+scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_finetune check_zip64_local check_variants check_wild check_model check_opcodes check_predict check_read_f64"}
 failed= passed=
 for s in $scripts; do
     echo
