@@ -81,7 +81,7 @@ static int labels_read(labels *l, const char *path)
         return CLI_EXIT_USAGE;
     }
     l->text[n] = '\0';
-    if (!cli_utf8_valid(l->text, n) || memchr(l->text, '\0', n)) {
+    if (!ptc_utf8_valid(l->text, n) || memchr(l->text, '\0', n)) {
         cli_error("--labels %s: not UTF-8 text", path);
         return CLI_EXIT_USAGE;
     }
@@ -140,7 +140,7 @@ typedef struct ctx {
  * JSON string holds only UTF-8. Borrowed from input or b. */
 static const char *json_name(const char *input, cli_buf *b)
 {
-    if (cli_utf8_valid(input, strlen(input)))
+    if (ptc_utf8_valid(input, strlen(input)))
         return input;
     cli_buf_escape(b, input, strlen(input), 0);
     return b->oom ? "?" : cli_buf_str(b);
