@@ -34,12 +34,10 @@ static int take(ptc_source *dst, const ptc_source *src, const char *which, ptc_e
     memset(dst, 0, sizeof *dst);
     if (!src)
         return ptc__err(err, PTC_EINVAL, "", -1, "the %s source is NULL", which);
-    if (src->size == 0 || src->size > sizeof *dst)
-        return ptc__err(err, PTC_EINVAL, "", -1,
-                        "the %s source: size %zu is not this library's %zu (set it with "
-                        "ptc_source_default)",
-                        which, src->size, sizeof *dst);
-    memcpy(dst, src, src->size);
+    ptc_source_default(dst);
+    int rc = ptc__params_read(dst, sizeof *dst, src, "ptc_source", err);
+    if (rc < 0)
+        return rc;
     if (!dst->get)
         return ptc__err(err, PTC_EINVAL, "", -1, "the %s source has no get callback", which);
     if (dst->count < 1)

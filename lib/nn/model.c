@@ -46,21 +46,11 @@ void ptc_model_params_default(ptc_model_params *p)
 }
 
 /* The caller's params over the defaults: only the first p->size bytes of an older, smaller
- * struct are read. */
-static int params_read(ptc_model_params *out, const ptc_model_params *p, const char *fn,
-                       ptc_error *err)
+ * struct are read (lib/base/params.c, as for every parameter struct). */
+static int params_read(ptc_model_params *out, const ptc_model_params *p, ptc_error *err)
 {
     ptc_model_params_default(out);
-    if (!p)
-        return 0;
-    if (p->size == 0 || p->size > sizeof *p)
-        return ptc__err(err, PTC_EINVAL, "", -1,
-                        "%s: params: size %zu is not this library's %zu (set it with "
-                        "ptc_model_params_default)",
-                        fn, p->size, sizeof *p);
-    memcpy(out, p, p->size);
-    out->size = sizeof *out;
-    return 0;
+    return ptc__params_read(out, sizeof *out, p, "ptc_model_params", err);
 }
 
 static int params_check(const ptc_model_params *p, ptc_error *err)
@@ -99,7 +89,7 @@ int ptc_model_new(ptc_model **out, const ptc_model_params *params, ptc_error *er
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_model_new: m is NULL");
     *out = NULL;
     ptc_model_params p;
-    int rc = params_read(&p, params, "ptc_model_new", err);
+    int rc = params_read(&p, params, err);
     if (rc == 0)
         rc = params_check(&p, err);
     if (rc < 0)

@@ -490,7 +490,8 @@ PTC_API int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err);
 PTC_API void ptc_walk_set_budget(ptc_walk *w, ptc_budget *b); /* w NULL: does nothing */
 /* 1 and the next tensor (path and tensor borrowed: the path until the next call, the tensor as
  * long as its checkpoint), 0 at the end, negative on error: PTC_ELIMIT (the budget, PTC_PATH_MAX),
- * PTC_ENOMEM; PTC_EINVAL when w is NULL. ptc_walk_error says why; after an error the walk is
+ * PTC_ENOMEM; PTC_EINVAL when w is NULL or when ptc_walk_next_value already started this walk
+ * (a walk is driven by one of the two). ptc_walk_error says why; after an error the walk is
  * over. */
 PTC_API int ptc_walk_next(ptc_walk *w, const char **path, const ptc_tensor **t);
 /* The last failure; borrowed, until ptc_walk_free; NULL for w NULL. */
@@ -948,7 +949,8 @@ typedef struct ptc_model_params {
     int threads;           /* 0: the backend's default */
     int device;            /* GPU ordinal; -1: the local rank's or 0 */
     const char *precision; /* NULL or "f32"; "bf16" on device backends */
-    uint64_t seed;         /* of the initialisation (torch.manual_seed(seed) as ptc train does) */
+    uint64_t seed;         /* of the initialisation, as ptc train's --seed: torch's init
+                            * distributions, not torch.manual_seed(seed)'s bits */
     float mean[3], std[3]; /* ptc_model_classify's normalisation: the CIFAR-10 tutorial's by default */
     int input_h, input_w;  /* ptc_model_classify resizes images to this size: 32 x 32 by default */
 } ptc_model_params;
@@ -1275,8 +1277,8 @@ PTC_API int ptc_dtype_element_f64(ptc_dtype dt, const void *elem, double *re, do
  * ptc_dtype_element_f64 does: numel values, or 2 * numel (real, imaginary, ...) for a complex
  * dtype, into out (capacity n doubles). Returns 0; PTC_EINVAL when t or out is NULL or n is
  * smaller than needed; PTC_EUNSUPPORTED for a dtype without numeric value; ptc_tensor_read's
- * errors (PTC_EIO, PTC_ECRC, PTC_ENOMEM...). err (may be NULL) says why. Reads the file the
- * tensor's checkpoint is open on: one thread per checkpoint at a time, as ptc_tensor_read. */
+ * errors (PTC_EIO, PTC_ECRC, PTC_ENOMEM...). err (may be NULL) says why. Only reads the open
+ * checkpoint: any number of threads at once, as ptc_tensor_read. */
 PTC_API int ptc_tensor_read_f64(const ptc_tensor *t, double *out, size_t n, ptc_error *err);
 
 /* ---- renaming a state dict's keys --------------------------------------------------------------
