@@ -18,10 +18,9 @@
 #                                                       tunes is a parameter: lib/base/env.h)
 #    Matching is on whole words followed by '(', after comments and string and character
 #    literals are removed, so ptc__malloc(, "free(" in a message and ops->free( are fine.
-# 2. clang-format --dry-run over the C sources of lib/ tools/ tests/ examples/, when .clang-format
-#    exists at the top of the tree and clang-format is installed. Files that would change are
-#    listed; this fails the check only with PTC_FORMAT_STRICT=1 (set it once the tree is formatted).
-#    CLANG_FORMAT selects the binary (default: clang-format, then clang-format-14).
+# 2. clang-format --dry-run over the C and CUDA sources of lib/ tools/ tests/ examples/ kernels/:
+#    a file clang-format 14 would change fails (see below). CLANG_FORMAT selects the binary
+#    (default: clang-format-14, then clang-format).
 #
 # Run by make check, or by hand: sh tests/lint/check_banned.sh  (top_srcdir defaults to this tree).
 
@@ -102,41 +101,53 @@ else
 fi
 
 # ---- 2. formatting -----------------------------------------------------------------------------
+# The whole tree was formatted once with clang-format 14 (Debian bookworm's) and is kept so: a C or
+# CUDA file under lib/ tools/ tests/ examples/ kernels/ that clang-format 14 would change fails
+# the check. Other major versions format some constructs differently, so with them the files are
+# only listed. Without clang-format the check fails in CI (CI=true: .ci/run installs it) and is
+# reported as not done elsewhere.
 format_bin=
 if [ -n "$CLANG_FORMAT" ]; then
     format_bin=$CLANG_FORMAT
-elif command -v clang-format >/dev/null 2>&1; then
-    format_bin=clang-format
 elif command -v clang-format-14 >/dev/null 2>&1; then
     format_bin=clang-format-14
+elif command -v clang-format >/dev/null 2>&1; then
+    format_bin=clang-format
 fi
 
 if [ ! -f .clang-format ]; then
-    echo "skip: formatting not checked: no .clang-format at the top of the tree"
+    echo "FAIL: no .clang-format at the top of the tree"
+    status=1
 elif [ -z "$format_bin" ]; then
-    echo "skip: formatting not checked: clang-format is not installed"
+    if [ "$CI" = true ]; then
+        echo "FAIL: clang-format is not installed (CI installs clang-format)"
+        status=1
+    else
+        echo "note: formatting not checked: clang-format is not installed"
+    fi
 else
+    major=$("$format_bin" --version | sed -n 's/.*clang-format version \([0-9]*\).*/\1/p')
     unformatted=
     nfiles=0
-    for f in $(find lib tools tests examples -type f \( -name '*.c' -o -name '*.h' \) 2>/dev/null |
-        LC_ALL=C sort); do
+    for f in $(find lib tools tests examples kernels -type f \( -name '*.c' -o -name '*.h' -o \
+        -name '*.cu' \) 2>/dev/null | LC_ALL=C sort); do
         nfiles=$((nfiles + 1))
         if ! "$format_bin" --dry-run -Werror "$f" >/dev/null 2>&1; then
             unformatted="$unformatted $f"
         fi
     done
     if [ -z "$unformatted" ]; then
-        echo "ok: $nfiles files match .clang-format ($format_bin)"
+        echo "ok: $nfiles files match .clang-format ($format_bin, version $major)"
     else
         count=$(echo "$unformatted" | wc -w | tr -d ' ')
         echo "$count of $nfiles files differ from .clang-format (see: $format_bin --dry-run FILE," \
             "fix: $format_bin -i FILE):"
         for f in $unformatted; do echo "  $f"; done
-        if [ "$PTC_FORMAT_STRICT" = 1 ]; then
-            echo "FAIL: formatting (PTC_FORMAT_STRICT=1)"
+        if [ "$major" = 14 ]; then
+            echo "FAIL: formatting"
             status=1
         else
-            echo "note: formatting is reported only; PTC_FORMAT_STRICT=1 makes it fail"
+            echo "note: clang-format $major is not the tree's 14: reported only"
         fi
     fi
 fi
