@@ -74,6 +74,12 @@ void ptc__verr_prefix(ptc_error *err, const char *fmt, va_list ap) PTC_PRINTF(2,
 int ptc__params_read(void *dst, size_t dst_size, const void *src, const char *name,
                      ptc_error *err);
 
+/* ---- state-dict keys ---------------------------------------------------------------------------
+ * 1 when key is a str that starts with prefix, as ptc_state_dict_rename tests a key before it
+ * strips it (lib/pth/rename.c, the one place prefixes are handled); 0 otherwise (NULL, not a str).
+ */
+int ptc__key_has_prefix(const ptc_value *key, const char *prefix);
+
 /* ---- checked arithmetic ------------------------------------------------------------------------
  * Each returns true when the result fits, false on overflow (then *out is unspecified). */
 static inline bool ptc__add_u64_ok(uint64_t a, uint64_t b, uint64_t *out)

@@ -38,7 +38,8 @@
  *   - the result: "Error(s) in loading state_dict for ResNet:\n\t" and the errors joined by
  *     "\n\t"; else _IncompatibleKeys' repr, "<All keys matched successfully>" when both lists are
  *     empty.
- * The prefix removal is consume_prefix_in_state_dict_if_present's: each key that carries the
+ * The prefix removal is consume_prefix_in_state_dict_if_present's, done by ptc_state_dict_rename
+ * (lib/pth/rename.c, what `ptc convert --strip-prefix` uses too): each key that carries the
  * prefix is popped and stored again without it, so the stripped keys come after the others (an
  * existing key keeps its place and takes the stripped key's value), and the _metadata keys are
  * renamed the same way. Unlike torch, nothing is copied unless everything passes.
@@ -321,24 +322,12 @@ static int put_size(ptc__buf *b, int nd, const int64_t *sh)
     return rc < 0 ? rc : ptc__buf_append(b, "])", 2);
 }
 
-/* _metadata's version of module `name` after the prefix removal (torch renames the metadata's
- * keys as it renames the state dict's); 0 when absent (None). */
-static int64_t meta_version(const ptc_value *md, const char *pre, const char *name)
+/* _metadata's version of module `name` (its keys were renamed with the state dict's); 0 when
+ * absent (None). */
+static int64_t meta_version(const ptc_value *md, const char *name)
 {
-    const ptc_value *local = NULL;
-    if (!md)
-        return 0;
-    if (pre && pre[0]) {
-        char key[96];
-        if (!name[0]) /* the root's metadata under "module" (the prefix without its '.') */
-            snprintf(key, sizeof key, "%.*s", (int)strcspn(pre, "."), pre);
-        else
-            snprintf(key, sizeof key, "%s%s", pre, name);
-        local = ptc_dict_get(md, key);
-    }
-    if (!local)
-        local = ptc_dict_get(md, name);
     int64_t v = 0;
+    const ptc_value *local = md ? ptc_dict_get(md, name) : NULL;
     if (!local || ptc_value_int(ptc_dict_get(local, "version"), &v) < 0)
         return 0;
     return v;
@@ -381,8 +370,20 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
     ptc__load_report_free(rep);
     if (!m || !root || ptc_value_kind_of(root) != PTC_VALUE_DICT)
         return ptc__err(err, PTC_EINVAL, "", -1, "the state dict is not a dict");
-    const char *pre = strip_prefix ? strip_prefix : "";
-    const size_t pl = strlen(pre), nk = ptc_value_len(root), ne = ptc__model_nentries(m);
+    /* The prefix is removed by the library's one implementation of torch's
+     * consume_prefix_in_state_dict_if_present (ptc_state_dict_rename, keys and _metadata alike),
+     * into a document whose new keys live until the end of this load. */
+    ptc_doc *renamed = NULL;
+    if (strip_prefix && strip_prefix[0]) {
+        int rrc = ptc_doc_new(&renamed, err);
+        if (rrc == 0)
+            rrc = ptc_state_dict_rename(renamed, root, strip_prefix, NULL, &root, NULL, err);
+        if (rrc < 0) {
+            ptc_doc_free(renamed);
+            return rrc;
+        }
+    }
+    const size_t nk = ptc_value_len(root), ne = ptc__model_nentries(m);
     view_key *keys = NULL, **unexp = NULL;
     key_index ix = {0};
     entry_plan *plan = NULL;
@@ -408,35 +409,26 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
         rc = ptc__err(err, PTC_ELIMIT, "", -1, "loading a state dict: too many modules");
         goto done;
     }
-    /* The keys in the order the load sees them: first those without the prefix, then, in their
-     * order, the others stripped of it (a stripped key already present replaces its value). */
-    for (int pass = 0; pass < (pl ? 2 : 1); pass++) {
-        for (size_t i = 0; i < nk; i++) {
-            const char *k;
-            size_t kl;
-            if (ptc_value_str(ptc_dict_key(root, i), &k, &kl) < 0) {
-                rc = ptc__err(err, PTC_EINVAL, "", -1,
-                              "state dict key %zu is not a str (torch's load_state_dict fails "
-                              "on it too)",
-                              i);
-                goto done;
-            }
-            bool has = pl && kl >= pl && memcmp(k, pre, pl) == 0;
-            if (has != (pass == 1))
-                continue;
-            if (has) {
-                k += pl;
-                kl -= pl;
-            }
-            view_key *v = index_find(&ix, keys, k, kl);
-            if (v) {
-                v->v = ptc_dict_value(root, i);
-                continue;
-            }
-            keys[nv] = (view_key){k, kl, ptc_dict_value(root, i), nv, -1, 0};
-            index_put(&ix, keys, nv);
-            nv++;
+    /* The keys in the order the load sees them (the renamed dict's: those that had no prefix, then
+     * the others stripped of it; a stripped key already present took its place). */
+    for (size_t i = 0; i < nk; i++) {
+        const char *k;
+        size_t kl;
+        if (ptc_value_str(ptc_dict_key(root, i), &k, &kl) < 0) {
+            rc = ptc__err(err, PTC_EINVAL, "", -1,
+                          "state dict key %zu is not a str (torch's load_state_dict fails on it "
+                          "too)",
+                          i);
+            goto done;
         }
+        view_key *v = index_find(&ix, keys, k, kl);
+        if (v) {
+            v->v = ptc_dict_value(root, i);
+            continue;
+        }
+        keys[nv] = (view_key){k, kl, ptc_dict_value(root, i), nv, -1, 0};
+        index_put(&ix, keys, nv);
+        nv++;
     }
     /* Unexpected keys, in the order of the modules that report them. */
     size_t nunexp = 0;
@@ -457,7 +449,7 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
                 char mod[64];
                 snprintf(mod, sizeof mod, "%.*s", (int)(strrchr(e->name, '.') - e->name),
                          e->name);
-                if (meta_version(md, pre, mod) < 2)
+                if (meta_version(md, mod) < 2)
                     continue; /* torch keeps the module's own count */
             }
             rc = keylist_add(&rep->keys[0], e->name, strlen(e->name));
@@ -594,6 +586,7 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
             rc = ptc__model_write_entry(m, e, buf, err);
     }
 done:
+    ptc_doc_free(renamed);
     ptc__free(keys);
     ptc__free(unexp);
     ptc__free(ix.slot);

@@ -1316,6 +1316,54 @@ PTC_API int ptc_state_dict_rename(ptc_doc *d, const ptc_value *root, const char 
 typedef int (*ptc_write_fn)(void *ctx, const void *p, size_t n);
 PTC_API int ptc_report_json(const char *path, const ptc_report *r, const ptc_error *failure,
                             unsigned indent, ptc_write_fn write, void *ctx, ptc_error *err);
+
+/* ---- `ptc inspect --json` ----------------------------------------------------------------------
+ * Writes the JSON object `ptc inspect --json` prints for open checkpoint c (ptc-inspect(1)), keys
+ * in this order, two spaces per level, ending in "}\n":
+ *   {"file": p->file (null when NULL), "format": "zip"|"legacy"|"safetensors",
+ *    "prefix": the zip's record prefix or null, "byteorder": "little"|"big" or null,
+ *    "records": [{"name", "size"}...] (zip only),
+ *    "storages": [{"key", "dtype", "nbytes", "location", "mapped"}...],
+ *    "tensors": [{"path", "dtype", "shape", "stride", "storage_offset", "storage" (null: none),
+ *                 "numel", "nbytes", "requires_grad", "parameter", "sha256" (p->hash only)}
+ *                or {"path", "$ref": the path where a shared container was listed}...],
+ *    "values": [{"path", "type", "value"} or {"path", "$ref"}...]          (p->values only),
+ *    "metadata": [{"path", "modules" (null: no _metadata), "attributes"}...] (p->values only),
+ *    "values_truncated": true   (only when the values listing stopped after 2^22 nodes),
+ *    "totals": {"tensors", "elements", "nbytes"} (each $ref counted as if written out)}
+ * Paths are ptc_walk_next's. A container the tree reaches more than once is listed once, at its
+ * first path; later meetings are {"path", "$ref"} entries. "type" is one of none, bool, int,
+ * float, complex, str, bytes, tuple, list, set, dict, size, tensor, dtype, device, global,
+ * object; "value" is the JSON form of the value where it has one (an int beyond 64 bits, and
+ * what has none, as its one-line Python-like text; floats nan/inf as "nan", "inf", "-inf";
+ * complex as {"real", "imag"}; bytes as {"len", "hex", "truncated"} (64 KiB shown)). Text from
+ * the file that is not valid UTF-8 is given as ptc_escape writes it; hidden characters are
+ * written as \uXXXX (ptc_json_escape_hidden). Integers past 2^63 - 1 in "records" and "totals"
+ * are decimal strings.
+ * Every walk, rendering and hash is charged to a budget of p->budget bytes (0: the default of
+ * ptc_budget_init) before the first byte is written: a file whose listing would exceed it writes
+ * nothing and fails with PTC_ELIMIT. The bytes go to write(ctx, p, n), which returns 0 or a
+ * negative PTC_E* code that stops the writing and is returned (what was written stays written).
+ * p->progress (may be NULL) is called with (progress_ctx, 0, n) before p->hash reads the n
+ * tensors, then after each. p NULL: the defaults of ptc_ckpt_json_params_default (values on,
+ * hash off, file null, default budget).
+ * Returns 0; PTC_EINVAL when c or write is NULL or p->size is wrong; PTC_ELIMIT (the budget, a
+ * path longer than PTC_PATH_MAX); PTC_ENOMEM; with p->hash the errors of ptc_tensor_sha256; or
+ * write's code. err (may be NULL) says why. Reads c only, and keeps no state between calls:
+ * several threads may write documents of one checkpoint at once, as they may walk it. */
+typedef struct ptc_ckpt_json_params {
+    size_t size;       /* sizeof(ptc_ckpt_json_params), set by ptc_ckpt_json_params_default */
+    const char *file;  /* the "file" member's text (the path the checkpoint came from), or NULL */
+    int values;        /* 1 (default): the "values" and "metadata" arrays; 0: not listed */
+    int hash;          /* 1: each tensor's "sha256" (reads every tensor's data); default 0 */
+    uint64_t budget;   /* bytes the listing may take, see ptc_budget_init; 0: the default */
+    void (*progress)(void *progress_ctx, uint64_t done, uint64_t total); /* or NULL */
+    void *progress_ctx;
+} ptc_ckpt_json_params;
+/* Fills p with the defaults above (p NULL: does nothing). Any thread. */
+PTC_API void ptc_ckpt_json_params_default(ptc_ckpt_json_params *p);
+PTC_API int ptc_ckpt_json(const ptc_ckpt *c, const ptc_ckpt_json_params *p, ptc_write_fn write,
+                          void *ctx, ptc_error *err);
 /* ============================================================================================= */
 
 #ifdef __cplusplus

@@ -124,6 +124,16 @@ static int starts_with(const char *s, size_t n, const char *p, size_t pn)
     return n >= pn && memcmp(s, p, pn) == 0;
 }
 
+/* consume_prefix_in_state_dict_if_present's test of one key, key.startswith(prefix), for the
+ * state-dict loaders that decide whether to strip (ptc_train's --init): 1 for a str key that
+ * starts with prefix, 0 otherwise (not a str, NULL). */
+int ptc__key_has_prefix(const ptc_value *key, const char *prefix)
+{
+    size_t len;
+    const char *k = key_str(key, &len);
+    return k && prefix && starts_with(k, len, prefix, strlen(prefix));
+}
+
 /* consume_prefix_in_state_dict_if_present, in torch 2.6:
  *   for key in list(state_dict.keys()):
  *       if key.startswith(prefix): state_dict[key[len(prefix):]] = state_dict.pop(key)

@@ -239,12 +239,9 @@ static const ptc_value *find_state_dict(const ptc_value *root)
 static const char *ddp_prefix(const ptc_value *sd)
 {
     size_t n = ptc_value_len(sd);
-    for (size_t i = 0; i < n; i++) {
-        const char *k;
-        size_t kl;
-        if (ptc_value_str(ptc_dict_key(sd, i), &k, &kl) < 0 || strncmp(k, "module.", 7) != 0)
+    for (size_t i = 0; i < n; i++)
+        if (!ptc__key_has_prefix(ptc_dict_key(sd, i), "module."))
             return NULL;
-    }
     return n ? "module." : NULL;
 }
 
