@@ -19,9 +19,9 @@
 #include <ptc/ptc.h>
 
 #define NUM_CLASSES 4
-#define SIDE 32
-#define BATCH 8
-#define STEPS 6 /* per phase: fc alone, then layer4 and fc */
+#define SIDE        32
+#define BATCH       8
+#define STEPS       6 /* per phase: fc alone, then layer4 and fc */
 
 /* The caller's images: class i % 4 is horizontal stripes, vertical stripes, a checkerboard or
  * diagonals, in a colour and phase that vary with i. Any function of i would do. */
@@ -31,8 +31,10 @@ static int get(void *ctx, int64_t i, uint8_t *rgb, int64_t *label, ptc_error *er
     int c = (int)(i % NUM_CLASSES), shift = (int)(i / NUM_CLASSES) % 4;
     for (int y = 0; y < SIDE; y++)
         for (int x = 0; x < SIDE; x++) {
-            int on = c == 0 ? (y + shift) / 4 % 2 : c == 1 ? (x + shift) / 4 % 2
-                   : c == 2 ? (x / 4 + y / 4 + shift) % 2 : (x + y + shift) / 4 % 2;
+            int on = c == 0   ? (y + shift) / 4 % 2
+                     : c == 1 ? (x + shift) / 4 % 2
+                     : c == 2 ? (x / 4 + y / 4 + shift) % 2
+                              : (x + y + shift) / 4 % 2;
             for (int ch = 0; ch < 3; ch++)
                 rgb[(y * SIDE + x) * 3 + ch] = on ? (uint8_t)(60 * (ch + 1) + 7 * i % 40) : 20;
         }

@@ -28,8 +28,10 @@ extern "C" {
 
 /* ---- layout (layout.cu) ---- */
 /* [n][c][hw] -> [n][hw][c] and back (activations; conv weights with n = k, hw = r x s). */
-int ptc_k_nchw_to_nhwc(const float *src, float *dst, int64_t n, int64_t c, int64_t hw, void *stream);
-int ptc_k_nhwc_to_nchw(const float *src, float *dst, int64_t n, int64_t c, int64_t hw, void *stream);
+int ptc_k_nchw_to_nhwc(const float *src, float *dst, int64_t n, int64_t c, int64_t hw,
+                       void *stream);
+int ptc_k_nhwc_to_nchw(const float *src, float *dst, int64_t n, int64_t c, int64_t hw,
+                       void *stream);
 
 /* ---- elementwise (elementwise.cu) ---- */
 int ptc_k_fill(float *y, int64_t n, float value, void *stream);
@@ -50,12 +52,12 @@ int ptc_k_bf16_to_f32(const uint16_t *x, float *y, int64_t n, void *stream);
 /* ---- pooling (pool.cu), NHWC ---- */
 /* Max pool: padding never wins, ties go to the first maximum in row-major window order (as
  * ref). argmax[n][oh][ow][c] receives the input position iy x w + ix of the winner. */
-int ptc_k_maxpool_fwd(const float *x, float *y, int32_t *argmax, int n, int c, int h, int w,
-                      int r, int s, int stride, int pad, int oh, int ow, void *stream);
+int ptc_k_maxpool_fwd(const float *x, float *y, int32_t *argmax, int n, int c, int h, int w, int r,
+                      int s, int stride, int pad, int oh, int ow, void *stream);
 /* dx (all of it written) from dy and the forward's argmax: each input element gathers the dy of
  * every window whose winner it was, in window order (no atomics). */
-int ptc_k_maxpool_bwd(const float *dy, const int32_t *argmax, float *dx, int n, int c, int h,
-                      int w, int r, int s, int stride, int pad, int oh, int ow, void *stream);
+int ptc_k_maxpool_bwd(const float *dy, const int32_t *argmax, float *dx, int n, int c, int h, int w,
+                      int r, int s, int stride, int pad, int oh, int ow, void *stream);
 /* Global average pool: y[n][c] = mean over hw of x[n][hw][c]; backward dx = dy / hw. */
 int ptc_k_avgpool_fwd(const float *x, float *y, int n, int c, int hw, void *stream);
 int ptc_k_avgpool_bwd(const float *dy, float *dx, int n, int c, int hw, void *stream);
@@ -66,8 +68,8 @@ int ptc_k_bn_stats(const float *x, int64_t rows, int c, float *mean, float *var,
 /* save_mean = mean, save_invstd = 1 / sqrt(var + eps); running = (1 - m) running + m x (mean,
  * var x rows / (rows - 1)), as torch updates them. */
 int ptc_k_bn_finish_stats(const float *mean, const float *var, int c, int64_t rows, float eps,
-                          float momentum, float *save_mean, float *save_invstd,
-                          float *running_mean, float *running_var, void *stream);
+                          float momentum, float *save_mean, float *save_invstd, float *running_mean,
+                          float *running_var, void *stream);
 /* y = (x - mean) x invstd x gamma + beta (max(., 0) with relu). Eval passes the running mean and
  * invstd computed by ptc_k_bn_invstd. */
 int ptc_k_bn_apply(const float *x, const float *mean, const float *invstd, const float *gamma,
@@ -83,7 +85,8 @@ int ptc_k_bn_bwd(const float *x, const float *y, const float *dy, const float *g
 
 /* ---- linear helpers (linear.cu): y [n][m] ---- */
 int ptc_k_bias_add(float *y, const float *b, int n, int m, void *stream); /* y[i][j] += b[j] */
-int ptc_k_bias_grad(const float *dy, float *db, int n, int m, void *stream); /* db[j] = sum_i dy[i][j] */
+int ptc_k_bias_grad(const float *dy, float *db, int n, int m,
+                    void *stream); /* db[j] = sum_i dy[i][j] */
 
 /* ---- optimizer (sgd.cu) ---- */
 /* torch.optim.SGD on one parameter, the per-element formula of kmath.h (the same as the ref

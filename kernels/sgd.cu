@@ -65,9 +65,9 @@ extern "C" int ptc_k_sgd(float *p, const float *g, float *buf, int64_t n, double
 }
 
 extern "C" int ptc_k_sgd_multi(int count, float *const *p, const float *const *g,
-                               float *const *bufs, const int64_t *n, double lr,
-                               double momentum, double dampening, double weight_decay,
-                               int nesterov, int first_step, void *stream)
+                               float *const *bufs, const int64_t *n, double lr, double momentum,
+                               double dampening, double weight_decay, int nesterov, int first_step,
+                               void *stream)
 {
     ptc_km_sgd_hp h =
         ptc_km_sgd_prepare(lr, momentum, dampening, weight_decay, nesterov, first_step);

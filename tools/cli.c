@@ -113,8 +113,7 @@ int cli_parse_budget(const char *arg, uint64_t *out)
     const char *p = arg;
     uint64_t v = 0;
     if (!(*p >= '0' && *p <= '9'))
-        return cli_usage_error("--budget wants a byte count (4G, 512M, 1073741824), not '%s'",
-                               arg);
+        return cli_usage_error("--budget wants a byte count (4G, 512M, 1073741824), not '%s'", arg);
     for (; *p >= '0' && *p <= '9'; p++) {
         if (v > (UINT64_MAX - (uint64_t)(*p - '0')) / 10)
             return cli_usage_error("--budget %s is too large", arg);

@@ -88,7 +88,7 @@ int cli_finish(int status);
  * The library's ptc_escape (<ptc/ptc.h> says what it escapes and how), written to a FILE or a
  * cli_buf. The result never holds a byte a terminal would act on, and it is unambiguous. */
 enum {
-    CLI_ESC_QUOTE = PTC_ESC_QUOTE,               /* also escape '"' */
+    CLI_ESC_QUOTE = PTC_ESC_QUOTE,                /* also escape '"' */
     CLI_ESC_RAW_BACKSLASH = PTC_ESC_RAW_BACKSLASH /* leave '\\' alone: text libptc escaped */
 };
 
@@ -136,11 +136,11 @@ uint64_t cli_add_sat(uint64_t a, uint64_t b);
  * messages never mix with it. Only one progress line is active at a time. */
 typedef struct cli_progress {
     int enabled;
-    const char *what;  /* "hashing", borrowed */
-    uint64_t total;    /* 0 when unknown */
+    const char *what; /* "hashing", borrowed */
+    uint64_t total;   /* 0 when unknown */
     uint64_t done;
-    int64_t last_ns;   /* monotonic time of the last redraw */
-    size_t drawn;      /* characters on the line now */
+    int64_t last_ns; /* monotonic time of the last redraw */
+    size_t drawn;    /* characters on the line now */
 } cli_progress;
 
 void cli_progress_start(cli_progress *p, const char *what, uint64_t total);

@@ -42,9 +42,9 @@
 #include <jansson.h>
 
 #define HASH_FIRST_BYTES ((int64_t)256 << 20) /* tensors above this are hashed before reading */
-#define MAX_NODES        (1u << 30)           /* nodes listed per file (the budget stops far before) */
-#define EQUAL_BUDGET     (1u << 22)           /* node comparisons inside sets and attributes */
-#define SHOW_STR         64                   /* bytes of a str shown in a report */
+#define MAX_NODES        (1u << 30) /* nodes listed per file (the budget stops far before) */
+#define EQUAL_BUDGET     (1u << 22) /* node comparisons inside sets and attributes */
+#define SHOW_STR         64         /* bytes of a str shown in a report */
 
 struct options {
     double rtol, atol;
@@ -291,8 +291,8 @@ static void render_value(cli_buf *b, const ptc_value *v)
 /* ---- exact value equality ------------------------------------------------------------------- */
 
 typedef struct eqctx {
-    unsigned budget; /* node comparisons left */
-    int kinds;       /* compare dict kinds and attributes (neither side is safetensors) */
+    unsigned budget;     /* node comparisons left */
+    int kinds;           /* compare dict kinds and attributes (neither side is safetensors) */
     ptc_budget *ba, *bb; /* the files' work budgets, charged for the tensor bytes hashed */
     int limited;         /* a work budget ran out (err says which) */
     ptc_error err;
@@ -333,7 +333,8 @@ static int same_bits(double x, double y)
  * one long str shared by many keys is compared once per key. 0 or -1 (budget out, q->limited). */
 static int charge_compare(eqctx *q, size_t n)
 {
-    if (ptc_budget_charge(q->ba, 0, n, &q->err) < 0 || ptc_budget_charge(q->bb, 0, n, &q->err) < 0) {
+    if (ptc_budget_charge(q->ba, 0, n, &q->err) < 0 ||
+        ptc_budget_charge(q->bb, 0, n, &q->err) < 0) {
         q->limited = 1;
         q->budget = 0;
         return -1;
@@ -1178,7 +1179,8 @@ static int open_side(side *s, const char *file, uint64_t budget)
     ptc_budget_init(&s->budget, s->c, budget);
     if ((rc = list_side(s)) < 0) {
         snprintf(err.message, sizeof err.message, "listing the values: %.*s",
-                 (int)sizeof err.message - 32, s->err.message[0] ? s->err.message : ptc_strerror(rc));
+                 (int)sizeof err.message - 32,
+                 s->err.message[0] ? s->err.message : ptc_strerror(rc));
         return report_file(file, rc, &err);
     }
     return CLI_EXIT_OK;

@@ -27,14 +27,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NO_ROW SIZE_MAX
+#define NO_ROW           SIZE_MAX
 #define MAX_VALUE_VISITS (1u << 22) /* nodes the value listing visits before it stops */
 #define INLINE_MAX_DEPTH 4          /* nesting shown inside one rendered value */
 #define INLINE_MAX_ITEMS 16         /* items shown of one container inside a rendered value */
-#define TEXT_MAX_STR 256            /* bytes of a str shown in text output */
-#define TEXT_MAX_BYTES 32           /* bytes of a bytes value shown in text output */
+#define TEXT_MAX_STR     256        /* bytes of a str shown in text output */
+#define TEXT_MAX_BYTES   32         /* bytes of a bytes value shown in text output */
 #define BIGINT_MAX_BYTES 1024       /* longest int rendered in decimal (the conversion is O(n^2)) */
-#define PATH_COL_MAX 60             /* widest path column; longer paths push their line out */
+#define PATH_COL_MAX     60         /* widest path column; longer paths push their line out */
 
 struct options {
     int json;
@@ -56,7 +56,7 @@ typedef struct inspect {
     const struct options *opt;
     ptc_ckpt *c;
     ptc_budget budget; /* every walk, rendering and hash below is charged to it */
-    row *rows; /* text output: the tensors */
+    row *rows;         /* text output: the tensors */
     size_t nrows;
     size_t caprows;
 } inspect;
@@ -91,9 +91,12 @@ static int render_charge_bytes(uint64_t n)
 static const char *format_name(const ptc_ckpt *c)
 {
     switch (ptc_ckpt_format(c)) {
-    case PTC_FORMAT_ZIP: return "zip";
-    case PTC_FORMAT_LEGACY: return "legacy";
-    case PTC_FORMAT_SAFETENSORS: return "safetensors";
+    case PTC_FORMAT_ZIP:
+        return "zip";
+    case PTC_FORMAT_LEGACY:
+        return "legacy";
+    case PTC_FORMAT_SAFETENSORS:
+        return "safetensors";
     }
     return "unknown";
 }
@@ -765,7 +768,6 @@ static void print_padded(const char *s, size_t width, int right)
             putchar(' ');
 }
 
-
 /* Where the storages were saved, when any was saved elsewhere than on the CPU: each location with
  * its count, the first few in order of appearance. The data is read to the host all the same, as
  * torch.load(map_location="cpu") places it. */
@@ -915,12 +917,9 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
 {
     enum { OPT_JSON = 256, OPT_HASH, OPT_NO_VALUES, OPT_BUDGET };
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, OPT_JSON},
-        {"budget", required_argument, NULL, OPT_BUDGET},
-        {"hash", no_argument, NULL, OPT_HASH},
-        {"no-values", no_argument, NULL, OPT_NO_VALUES},
-        {"help", no_argument, NULL, 'h'},
-        {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, OPT_JSON}, {"budget", required_argument, NULL, OPT_BUDGET},
+        {"hash", no_argument, NULL, OPT_HASH}, {"no-values", no_argument, NULL, OPT_NO_VALUES},
+        {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0},
     };
     int ch;
     *done = 0;

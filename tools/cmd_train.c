@@ -64,8 +64,8 @@ static int is_file(const char *dir, const char *name)
 static int choose_data(const char *name, const char *dir, const char **dataset, const char **out)
 {
     if (!name)
-        name = is_file(dir ? dir : CIFAR_DEFAULT_DIR, "test_batch.bin") ? "cifar10"
-                                                                         : "fashion-mnist";
+        name =
+            is_file(dir ? dir : CIFAR_DEFAULT_DIR, "test_batch.bin") ? "cifar10" : "fashion-mnist";
     if (strcmp(name, "cifar10") == 0) {
         *dataset = "cifar10";
         *out = dir ? dir : CIFAR_DEFAULT_DIR;
@@ -132,65 +132,100 @@ static void on_progress(void *ctx, int epoch, int64_t done, int64_t total, doubl
 
 static void train_usage(FILE *f)
 {
-    fprintf(f,
-            "Usage: ptc train [OPTION]...\n"
-            "Train torchvision's ResNet-18 (num_classes=10) as the PyTorch tutorial does, and save\n"
-            "its state dict. Defaults are the tutorial's.\n"
-            "\n"
-            "  --dataset cifar10|fashion-mnist  default: cifar10 when " CIFAR_DEFAULT_DIR
-            " exists,\n"
-            "                           else fashion-mnist (" FASHION_MNIST_DIR ")\n"
-            "  --data DIR               the dataset's folder\n"
-            "  --arch resnet18|resnet18-cifar  (default resnet18: torchvision's stem)\n"
-            "  --epochs N               (10)          --max-steps N   stop after N steps\n"
-            "  --batch-size B           (128)         --lr F          (0.01)\n"
-            "  --momentum F             (0.9)         --weight-decay F (5e-4)\n"
-            "  --nesterov                             --schedule constant|step:S:G|cosine[:W]\n"
-            "  --nproc N                start N processes on this machine (through mpirun);\n"
-            "                           or run under `mpirun -np N ptc train ...`\n"
-            "  --lr-scaling none|sqrt|linear  lr x world^(0, 1/2, 1) for N processes (none)\n"
-            "  --bucket-cap-mb M        gradient bucket size for the all-reduce (25)\n"
-            "  --no-broadcast-buffers   keep each rank's BatchNorm statistics (default: rank 0's\n"
-            "                           are broadcast before every forward, as DDP does)\n"
-            "  --sync-bn                batch statistics over all processes' batches\n"
-            "                           (SyncBatchNorm; one process: no effect)\n"
-            "  --seed N                 (0)           --no-shuffle    --no-augment\n"
-            "  --eval-every N           (2; 0: only after the last epoch)\n"
-            "  --init CKPT              start from a state dict (torchvision names)\n"
-            "  --save PATH              the final state dict (default: cifar10_resnet18_ddp.pth,\n"
-            "                           or fashion_mnist_resnet18.pth)\n"
-            "  --checkpoint PATH        a full training checkpoint after every epoch\n"
-            "  --checkpoint-all-ranks   every process also writes its own, to PATH.rank<r>\n"
-            "  --resume PATH            continue from such a checkpoint\n"
-            "  --metrics PATH           JSON lines: every epoch, evaluation, and a summary\n"
-            "  --max-samples N          use only the first N images of each split (only those\n"
-            "                           are held; Normalize's statistics stay the whole train\n"
-            "                           split's, streamed)\n"
-            "  --threads N              CPU threads of the backend (0: all it may use)\n"
-            "  --backend auto|ref|dnnl|cuda  (auto: cuda when a GPU can be used, else dnnl,\n"
-            "                           else ref)\n"
-            "  --device cuda:N          the GPU (default: the local rank's under mpirun, else 0)\n"
-            "  --precision f32|bf16     bf16: torch.autocast's rules (cuda backend only)\n"
-            "  --tf32                   allow TF32 tensor cores in float32 math (cuda)\n"
-            "  --deterministic          only algorithms whose results do not depend on scheduling\n"
-            "  --comm auto|nccl|host    what carries the gradients of several processes (auto:\n"
-            "                           nccl for the cuda backend, MPI for the others)\n"
-            "  --progress | --no-progress  progress bar (default: on a terminal)\n");
+    fprintf(
+        f,
+        "Usage: ptc train [OPTION]...\n"
+        "Train torchvision's ResNet-18 (num_classes=10) as the PyTorch tutorial does, and save\n"
+        "its state dict. Defaults are the tutorial's.\n"
+        "\n"
+        "  --dataset cifar10|fashion-mnist  default: cifar10 when " CIFAR_DEFAULT_DIR " exists,\n"
+        "                           else fashion-mnist (" FASHION_MNIST_DIR ")\n"
+        "  --data DIR               the dataset's folder\n"
+        "  --arch resnet18|resnet18-cifar  (default resnet18: torchvision's stem)\n"
+        "  --epochs N               (10)          --max-steps N   stop after N steps\n"
+        "  --batch-size B           (128)         --lr F          (0.01)\n"
+        "  --momentum F             (0.9)         --weight-decay F (5e-4)\n"
+        "  --nesterov                             --schedule constant|step:S:G|cosine[:W]\n"
+        "  --nproc N                start N processes on this machine (through mpirun);\n"
+        "                           or run under `mpirun -np N ptc train ...`\n"
+        "  --lr-scaling none|sqrt|linear  lr x world^(0, 1/2, 1) for N processes (none)\n"
+        "  --bucket-cap-mb M        gradient bucket size for the all-reduce (25)\n"
+        "  --no-broadcast-buffers   keep each rank's BatchNorm statistics (default: rank 0's\n"
+        "                           are broadcast before every forward, as DDP does)\n"
+        "  --sync-bn                batch statistics over all processes' batches\n"
+        "                           (SyncBatchNorm; one process: no effect)\n"
+        "  --seed N                 (0)           --no-shuffle    --no-augment\n"
+        "  --eval-every N           (2; 0: only after the last epoch)\n"
+        "  --init CKPT              start from a state dict (torchvision names)\n"
+        "  --save PATH              the final state dict (default: cifar10_resnet18_ddp.pth,\n"
+        "                           or fashion_mnist_resnet18.pth)\n"
+        "  --checkpoint PATH        a full training checkpoint after every epoch\n"
+        "  --checkpoint-all-ranks   every process also writes its own, to PATH.rank<r>\n"
+        "  --resume PATH            continue from such a checkpoint\n"
+        "  --metrics PATH           JSON lines: every epoch, evaluation, and a summary\n"
+        "  --max-samples N          use only the first N images of each split (only those\n"
+        "                           are held; Normalize's statistics stay the whole train\n"
+        "                           split's, streamed)\n"
+        "  --threads N              CPU threads of the backend (0: all it may use)\n"
+        "  --backend auto|ref|dnnl|cuda  (auto: cuda when a GPU can be used, else dnnl,\n"
+        "                           else ref)\n"
+        "  --device cuda:N          the GPU (default: the local rank's under mpirun, else 0)\n"
+        "  --precision f32|bf16     bf16: torch.autocast's rules (cuda backend only)\n"
+        "  --tf32                   allow TF32 tensor cores in float32 math (cuda)\n"
+        "  --deterministic          only algorithms whose results do not depend on scheduling\n"
+        "  --comm auto|nccl|host    what carries the gradients of several processes (auto:\n"
+        "                           nccl for the cuda backend, MPI for the others)\n"
+        "  --progress | --no-progress  progress bar (default: on a terminal)\n");
 }
 
 enum {
-    O_DATASET = 256, O_DATA, O_ARCH, O_EPOCHS, O_MAX_STEPS, O_BATCH, O_LR, O_MOMENTUM, O_WD,
-    O_NESTEROV, O_SCHEDULE, O_SEED, O_NO_SHUFFLE, O_NO_AUGMENT, O_EVAL_EVERY, O_INIT, O_SAVE,
-    O_CHECKPOINT, O_RESUME, O_METRICS, O_THREADS, O_BACKEND, O_PROGRESS, O_NO_PROGRESS,
-    O_MAX_SAMPLES, O_LR_SCALING, O_WEIGHTS, O_JSON, O_NPROC, O_BUCKET_MB, O_NO_BCAST_BUFFERS, O_SYNC_BN,
-    O_CKPT_ALL_RANKS, O_DEVICE, O_PRECISION, O_TF32, O_DETERMINISTIC, O_COMM
+    O_DATASET = 256,
+    O_DATA,
+    O_ARCH,
+    O_EPOCHS,
+    O_MAX_STEPS,
+    O_BATCH,
+    O_LR,
+    O_MOMENTUM,
+    O_WD,
+    O_NESTEROV,
+    O_SCHEDULE,
+    O_SEED,
+    O_NO_SHUFFLE,
+    O_NO_AUGMENT,
+    O_EVAL_EVERY,
+    O_INIT,
+    O_SAVE,
+    O_CHECKPOINT,
+    O_RESUME,
+    O_METRICS,
+    O_THREADS,
+    O_BACKEND,
+    O_PROGRESS,
+    O_NO_PROGRESS,
+    O_MAX_SAMPLES,
+    O_LR_SCALING,
+    O_WEIGHTS,
+    O_JSON,
+    O_NPROC,
+    O_BUCKET_MB,
+    O_NO_BCAST_BUFFERS,
+    O_SYNC_BN,
+    O_CKPT_ALL_RANKS,
+    O_DEVICE,
+    O_PRECISION,
+    O_TF32,
+    O_DETERMINISTIC,
+    O_COMM
 };
 
 #define DEVICE_LONGOPTS                                                                            \
-    {"backend", required_argument, NULL, O_BACKEND},                                              \
-        {"device", required_argument, NULL, O_DEVICE},                                            \
-        {"precision", required_argument, NULL, O_PRECISION},                                      \
-        {"tf32", no_argument, NULL, O_TF32}, {"deterministic", no_argument, NULL, O_DETERMINISTIC}
+    {"backend", required_argument, NULL, O_BACKEND},                                               \
+        {"device", required_argument, NULL, O_DEVICE},                                             \
+        {"precision", required_argument, NULL, O_PRECISION}, {"tf32", no_argument, NULL, O_TF32},  \
+    {                                                                                              \
+        "deterministic", no_argument, NULL, O_DETERMINISTIC                                        \
+    }
 
 /* What the environment tunes in train and eval: the library reads no environment for it
  * (lib/base/env.h), so the command passes it on. PTC_DNNL_WINOGRAD=1 lets the dnnl backend use
@@ -233,9 +268,14 @@ static int device_option(int c, const char *arg, ptc_train_params *p, int *statu
             *status = cli_usage_error("--precision takes f32 or bf16, not '%s'", arg);
         p->precision = arg;
         return 0;
-    case O_TF32: p->tf32 = 1; return 0;
-    case O_DETERMINISTIC: p->deterministic = 1; return 0;
-    default: return 1;
+    case O_TF32:
+        p->tf32 = 1;
+        return 0;
+    case O_DETERMINISTIC:
+        p->deterministic = 1;
+        return 0;
+    default:
+        return 1;
     }
 }
 
@@ -348,58 +388,116 @@ int cmd_train(int argc, char **argv)
             continue;
         }
         switch (c) {
-        case O_DATASET: dataset = optarg; break;
-        case O_DATA: dir = optarg; break;
-        case O_NPROC: bad = parse_int(optarg, "--nproc", 1, 4096, &nproc); break;
-        case O_BUCKET_MB: bad = parse_double(optarg, "--bucket-cap-mb", &p.bucket_cap_mb); break;
-        case O_NO_BCAST_BUFFERS: p.no_broadcast_buffers = 1; break;
+        case O_DATASET:
+            dataset = optarg;
+            break;
+        case O_DATA:
+            dir = optarg;
+            break;
+        case O_NPROC:
+            bad = parse_int(optarg, "--nproc", 1, 4096, &nproc);
+            break;
+        case O_BUCKET_MB:
+            bad = parse_double(optarg, "--bucket-cap-mb", &p.bucket_cap_mb);
+            break;
+        case O_NO_BCAST_BUFFERS:
+            p.no_broadcast_buffers = 1;
+            break;
         case O_COMM:
             if (strcmp(optarg, "auto") && strcmp(optarg, "nccl") && strcmp(optarg, "host"))
                 return cli_usage_error("--comm takes auto, nccl or host, not '%s'", optarg);
             p.device_comm = optarg;
             break;
-        case O_SYNC_BN: p.sync_bn = 1; break;
+        case O_SYNC_BN:
+            p.sync_bn = 1;
+            break;
         case O_ARCH:
             if (strcmp(optarg, "resnet18") != 0 && strcmp(optarg, "resnet18-cifar") != 0)
                 return cli_usage_error("unknown architecture '%s' (resnet18, resnet18-cifar)",
                                        optarg);
             p.arch = optarg;
             break;
-        case O_EPOCHS: bad = parse_int(optarg, "--epochs", 1, 100000, &v); p.epochs = (int)v; break;
-        case O_MAX_STEPS: bad = parse_int(optarg, "--max-steps", 1, INT64_MAX, &p.max_steps); break;
+        case O_EPOCHS:
+            bad = parse_int(optarg, "--epochs", 1, 100000, &v);
+            p.epochs = (int)v;
+            break;
+        case O_MAX_STEPS:
+            bad = parse_int(optarg, "--max-steps", 1, INT64_MAX, &p.max_steps);
+            break;
         case O_BATCH:
             bad = parse_int(optarg, "--batch-size", 1, 65536, &v);
             p.batch_size = (int)v;
             break;
-        case O_LR: bad = parse_double(optarg, "--lr", &p.lr); break;
-        case O_MOMENTUM: bad = parse_double(optarg, "--momentum", &p.momentum); break;
-        case O_WD: bad = parse_double(optarg, "--weight-decay", &p.weight_decay); break;
-        case O_NESTEROV: p.nesterov = 1; break;
-        case O_SCHEDULE: p.schedule = optarg; break;
+        case O_LR:
+            bad = parse_double(optarg, "--lr", &p.lr);
+            break;
+        case O_MOMENTUM:
+            bad = parse_double(optarg, "--momentum", &p.momentum);
+            break;
+        case O_WD:
+            bad = parse_double(optarg, "--weight-decay", &p.weight_decay);
+            break;
+        case O_NESTEROV:
+            p.nesterov = 1;
+            break;
+        case O_SCHEDULE:
+            p.schedule = optarg;
+            break;
         case O_LR_SCALING:
             if (strcmp(optarg, "none") && strcmp(optarg, "sqrt") && strcmp(optarg, "linear"))
                 return cli_usage_error("--lr-scaling takes none, sqrt or linear");
             p.lr_scaling = optarg;
             break;
-        case O_SEED: bad = parse_int(optarg, "--seed", 0, INT64_MAX, &v); p.seed = (uint64_t)v; break;
-        case O_NO_SHUFFLE: p.shuffle = 0; break;
-        case O_NO_AUGMENT: p.augment = 0; break;
+        case O_SEED:
+            bad = parse_int(optarg, "--seed", 0, INT64_MAX, &v);
+            p.seed = (uint64_t)v;
+            break;
+        case O_NO_SHUFFLE:
+            p.shuffle = 0;
+            break;
+        case O_NO_AUGMENT:
+            p.augment = 0;
+            break;
         case O_EVAL_EVERY:
             bad = parse_int(optarg, "--eval-every", 0, 100000, &v);
             p.eval_every = (int)v;
             break;
-        case O_INIT: p.init = optarg; break;
-        case O_SAVE: p.save = optarg; break;
-        case O_CHECKPOINT: p.checkpoint = optarg; break;
-        case O_CKPT_ALL_RANKS: p.checkpoint_all_ranks = 1; break;
-        case O_RESUME: p.resume = optarg; break;
-        case O_METRICS: p.metrics = optarg; break;
-        case O_MAX_SAMPLES: bad = parse_int(optarg, "--max-samples", 1, INT64_MAX, &p.max_samples); break;
-        case O_THREADS: bad = parse_int(optarg, "--threads", 0, 4096, &v); p.threads = (int)v; break;
-        case O_PROGRESS: u.mode = CLI_PROGRESS_ALWAYS; break;
-        case O_NO_PROGRESS: u.mode = CLI_PROGRESS_NEVER; break;
-        case 'h': train_usage(stdout); return CLI_EXIT_OK;
-        default: return cli_usage_error("invalid option");
+        case O_INIT:
+            p.init = optarg;
+            break;
+        case O_SAVE:
+            p.save = optarg;
+            break;
+        case O_CHECKPOINT:
+            p.checkpoint = optarg;
+            break;
+        case O_CKPT_ALL_RANKS:
+            p.checkpoint_all_ranks = 1;
+            break;
+        case O_RESUME:
+            p.resume = optarg;
+            break;
+        case O_METRICS:
+            p.metrics = optarg;
+            break;
+        case O_MAX_SAMPLES:
+            bad = parse_int(optarg, "--max-samples", 1, INT64_MAX, &p.max_samples);
+            break;
+        case O_THREADS:
+            bad = parse_int(optarg, "--threads", 0, 4096, &v);
+            p.threads = (int)v;
+            break;
+        case O_PROGRESS:
+            u.mode = CLI_PROGRESS_ALWAYS;
+            break;
+        case O_NO_PROGRESS:
+            u.mode = CLI_PROGRESS_NEVER;
+            break;
+        case 'h':
+            train_usage(stdout);
+            return CLI_EXIT_OK;
+        default:
+            return cli_usage_error("invalid option");
         }
         if (bad)
             return bad;
@@ -496,14 +594,31 @@ int cmd_eval(int argc, char **argv)
             continue;
         }
         switch (c) {
-        case O_WEIGHTS: weights = optarg; break;
-        case O_DATASET: dataset = optarg; break;
-        case O_DATA: dir = optarg; break;
-        case O_ARCH: p.arch = optarg; break;
-        case O_BATCH: bad = parse_int(optarg, "--batch-size", 1, 65536, &batch); break;
-        case O_MAX_SAMPLES: bad = parse_int(optarg, "--max-samples", 1, INT64_MAX, &p.max_samples); break;
-        case O_THREADS: bad = parse_int(optarg, "--threads", 0, 4096, &v); p.threads = (int)v; break;
-        case O_JSON: json = 1; break;
+        case O_WEIGHTS:
+            weights = optarg;
+            break;
+        case O_DATASET:
+            dataset = optarg;
+            break;
+        case O_DATA:
+            dir = optarg;
+            break;
+        case O_ARCH:
+            p.arch = optarg;
+            break;
+        case O_BATCH:
+            bad = parse_int(optarg, "--batch-size", 1, 65536, &batch);
+            break;
+        case O_MAX_SAMPLES:
+            bad = parse_int(optarg, "--max-samples", 1, INT64_MAX, &p.max_samples);
+            break;
+        case O_THREADS:
+            bad = parse_int(optarg, "--threads", 0, 4096, &v);
+            p.threads = (int)v;
+            break;
+        case O_JSON:
+            json = 1;
+            break;
         case 'h':
             printf("Usage: ptc eval --weights PATH [--dataset D] [--data DIR] [--arch A]\n"
                    "                [--batch-size B] [--max-samples N] [--threads N] [--json]\n"
@@ -514,7 +629,8 @@ int cmd_eval(int argc, char **argv)
                    "Fashion-MNIST the train images are streamed once for Normalize's statistics,\n"
                    "for CIFAR-10 (the tutorial's constants) the train files are not opened.\n");
             return CLI_EXIT_OK;
-        default: return cli_usage_error("invalid option");
+        default:
+            return cli_usage_error("invalid option");
         }
         if (bad)
             return bad;

@@ -29,7 +29,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-
 #define MAX_DEPTH 64 /* folder nesting followed */
 
 struct verify {
@@ -81,11 +80,11 @@ static void text_file(struct verify *v, const char *path, const ptc_report *r, c
         return;
     }
     ptc_torch_answer t = ptc_report_torch(r);
-    printf(": %s (%s; torch 2.6 %s)\n", ptc_verdict_name(ptc_report_verdict(r)),
-           ptc_report_format(r),
-           t == PTC_TORCH_LOADS     ? "loads it"
-           : t == PTC_TORCH_REFUSES ? "refuses it"
-                                    : "may load it: depends on which duplicate its zip reader picks");
+    printf(
+        ": %s (%s; torch 2.6 %s)\n", ptc_verdict_name(ptc_report_verdict(r)), ptc_report_format(r),
+        t == PTC_TORCH_LOADS     ? "loads it"
+        : t == PTC_TORCH_REFUSES ? "refuses it"
+                                 : "may load it: depends on which duplicate its zip reader picks");
     for (size_t i = 0; i < ptc_report_nfindings(r); i++) {
         const ptc_finding *f = ptc_report_finding(r, i);
         printf("  %-9s %-13s ", ptc_verdict_name(f->verdict), f->kind);
@@ -108,8 +107,8 @@ static void text_file(struct verify *v, const char *path, const ptc_report *r, c
         cli_escape_put(stdout, name, strlen(name), CLI_ESC_RAW_BACKSLASH);
         printf(" (%s%s)\n", g->allowed ? "allowed" : "not allowed",
                g->allowed == g->torch_allows ? ""
-               : g->torch_allows              ? "; torch 2.6 allows it"
-                                              : "; torch 2.6 refuses it");
+               : g->torch_allows             ? "; torch 2.6 allows it"
+                                             : "; torch 2.6 refuses it");
     }
 }
 
@@ -261,8 +260,12 @@ int cmd_verify(int argc, char **argv)
     cli_getopt_reset();
     while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
         switch (c) {
-        case 'j': v.json = 1; break;
-        case 'v': v.verbose = 1; break;
+        case 'j':
+            v.json = 1;
+            break;
+        case 'v':
+            v.verbose = 1;
+            break;
         case 'p':
             if (strcmp(optarg, "default") == 0) {
                 base = PTC_POLICY_DEFAULT;

@@ -128,8 +128,9 @@ static int version(void)
         if (!m->loaded)
             printf("        cannot be loaded: %s\n", m->why);
         else
-            printf("        %s%s%s\n", m->can_run ? "can run here" : "cannot run here: ",
-                   m->can_run ? "" : m->why, m->experimental ? " (experimental)" : "");
+            printf("        %s%s%s\n",
+                   m->can_run ? "can run here" : "cannot run here: ", m->can_run ? "" : m->why,
+                   m->experimental ? " (experimental)" : "");
         if (m->loaded && m->summary[0])
             printf("        %s\n", m->summary);
     }

@@ -52,7 +52,7 @@ int ptc__source_read(ptc__source *s, uint64_t off, void *buf, size_t len, ptc_er
 
 /* ---- zip ----------------------------------------------------------------------------------- */
 typedef struct ptc__zip_entry {
-    const char *name;       /* full name as stored, NUL-terminated (names containing NUL are rejected) */
+    const char *name; /* full name as stored, NUL-terminated (names containing NUL are rejected) */
     const char *record;     /* name after "<prefix>/" (points into name) */
     uint16_t method;        /* 0 stored, 8 deflated */
     uint16_t flags;         /* general purpose bit flags */
@@ -60,8 +60,9 @@ typedef struct ptc__zip_entry {
     uint64_t comp_size;     /* bytes in the file */
     uint64_t size;          /* bytes once inflated */
     uint64_t header_offset; /* local header */
-    uint64_t data_offset;   /* first data byte: header + 30 + local name length + local extra length */
-    uint64_t end_offset;    /* first byte after data and data descriptor */
+    /* first data byte: header + 30 + local name length + local extra length */
+    uint64_t data_offset;
+    uint64_t end_offset; /* first byte after data and data descriptor */
     /* Where the bytes no reader takes for the record lie (ptc verify scans them too): the local
      * extra area at header_offset + 30 + name_len, the central entry at central_offset with its
      * extra area at central_offset + 46 + name_len and its comment right after that. */
@@ -112,8 +113,7 @@ typedef struct ptc__zipw ptc__zipw;
 
 int ptc__zipw_open(ptc__zipw **out, const char *path, const char *prefix, ptc_error *err);
 /* One whole record. */
-int ptc__zipw_add(ptc__zipw *w, const char *record, const void *data, uint64_t len,
-                  ptc_error *err);
+int ptc__zipw_add(ptc__zipw *w, const char *record, const void *data, uint64_t len, ptc_error *err);
 /* A record written in pieces (large storages, converted data): begin with its exact size, write
  * exactly that many bytes, end. */
 int ptc__zipw_begin(ptc__zipw *w, const char *record, uint64_t len, ptc_error *err);

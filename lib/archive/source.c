@@ -35,20 +35,20 @@
 #include <unistd.h>
 
 typedef enum source_kind {
-    SOURCE_MAP,      /* a path, mapped */
-    SOURCE_HEAP,     /* a path, read whole into owned memory */
-    SOURCE_MEMORY,   /* caller memory, borrowed */
-    SOURCE_CALLBACK  /* positional reads through the caller's function */
+    SOURCE_MAP,     /* a path, mapped */
+    SOURCE_HEAP,    /* a path, read whole into owned memory */
+    SOURCE_MEMORY,  /* caller memory, borrowed */
+    SOURCE_CALLBACK /* positional reads through the caller's function */
 } source_kind;
 
 struct ptc__source {
     source_kind kind;
     const uint8_t *data; /* [size] when addressable, else NULL */
     uint64_t size;
-    void *map;           /* SOURCE_MAP: the mapping, map_len bytes */
+    void *map; /* SOURCE_MAP: the mapping, map_len bytes */
     size_t map_len;
-    uint8_t *heap;       /* SOURCE_HEAP: the owned copy */
-    ptc_read_fn fn;      /* SOURCE_CALLBACK */
+    uint8_t *heap;  /* SOURCE_HEAP: the owned copy */
+    ptc_read_fn fn; /* SOURCE_CALLBACK */
     void *ctx;
 };
 
@@ -241,9 +241,15 @@ void ptc__source_close(ptc__source *s)
     ptc__free(s);
 }
 
-uint64_t ptc__source_size(const ptc__source *s) { return s ? s->size : 0; }
+uint64_t ptc__source_size(const ptc__source *s)
+{
+    return s ? s->size : 0;
+}
 
-const uint8_t *ptc__source_map(const ptc__source *s) { return s ? s->data : NULL; }
+const uint8_t *ptc__source_map(const ptc__source *s)
+{
+    return s ? s->data : NULL;
+}
 
 int ptc__source_read(ptc__source *s, uint64_t off, void *buf, size_t len, ptc_error *err)
 {
@@ -265,8 +271,7 @@ int ptc__source_read(ptc__source *s, uint64_t off, void *buf, size_t len, ptc_er
         int64_t r = s->fn(s->ctx, off, p, len);
         if (r < 0)
             return ptc__err(err, PTC_EIO, "", (int64_t)off,
-                            "read callback failed (%lld) reading %zu bytes",
-                            (long long)r, len);
+                            "read callback failed (%lld) reading %zu bytes", (long long)r, len);
         if (r == 0)
             return ptc__err(err, PTC_EFORMAT, "", (int64_t)off,
                             "truncated: the read callback ended %zu bytes before the declared "

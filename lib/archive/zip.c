@@ -105,10 +105,13 @@ void ptc__zip_give(ptc__zip *z, void *p, uint64_t n)
 
 /* ---- errors ---------------------------------------------------------------------------------- */
 
-static int64_t off64(uint64_t off) { return off <= INT64_MAX ? (int64_t)off : INT64_MAX; }
+static int64_t off64(uint64_t off)
+{
+    return off <= INT64_MAX ? (int64_t)off : INT64_MAX;
+}
 
 /* ptc__err, or ptc__err_stricter when stricter says that torch 2.6 accepts what is refused. */
-#define ERR_IF(stricter, ...) \
+#define ERR_IF(stricter, ...)                                                                      \
     ((stricter) ? ptc__err_stricter(err, __VA_ARGS__) : ptc__err(err, __VA_ARGS__))
 
 /* An error about one record: the member is its name after the prefix (the full name for the
@@ -597,8 +600,7 @@ static int check_name(ptc__zip *z, const uint8_t *s, size_t n, uint16_t flags, s
             return name_err(err, torch_ok, PTC_EFORMAT, s, n,
                             "entry %zu at 0x%llx: name has an empty path component", idx + 1,
                             (unsigned long long)at);
-        if ((len == 1 && s[start] == '.') ||
-            (len == 2 && s[start] == '.' && s[start + 1] == '.'))
+        if ((len == 1 && s[start] == '.') || (len == 2 && s[start] == '.' && s[start + 1] == '.'))
             return name_err(err, torch_ok, PTC_EFORMAT, s, n,
                             "entry %zu at 0x%llx: name has a '.' or '..' component", idx + 1,
                             (unsigned long long)at);
@@ -621,8 +623,7 @@ static int check_name(ptc__zip *z, const uint8_t *s, size_t n, uint16_t flags, s
         z->prefix_len = plen;
         return 0;
     }
-    if (n <= z->prefix_len || memcmp(s, z->prefix, z->prefix_len) != 0 ||
-        s[z->prefix_len] != '/') {
+    if (n <= z->prefix_len || memcmp(s, z->prefix, z->prefix_len) != 0 || s[z->prefix_len] != '/') {
         char shown[96];
         ptc__escape(shown, sizeof shown, z->prefix, z->prefix_len, true);
         return name_err(err, false, PTC_EFORMAT, s, n,
@@ -693,8 +694,8 @@ static int read_central(ptc__zip *z, const uint8_t *cd, central_aux *aux, ptc_er
         /* miniz takes disk 1 for the only disk too. */
         if (disk != 0)
             return ptc__zip_rec_stricter(err, disk == 1, PTC_EFORMAT, e,
-                                "central entry at 0x%llx starts on disk %u", (unsigned long long)at,
-                                disk);
+                                         "central entry at 0x%llx starts on disk %u",
+                                         (unsigned long long)at, disk);
         /* The zip64 field holds a u64 for each 32-bit field that is 0xFFFFFFFF, in this order,
          * and nothing else: extra values would be read by some readers and ignored by others.
          * miniz reads the extra fields only when there is such a field, and only up to the first
@@ -705,17 +706,20 @@ static int read_central(ptc__zip *z, const uint8_t *cd, central_aux *aux, ptc_er
         const char *why = parse_extra(name + nlen, xlen, &x);
         if (why)
             return ptc__zip_rec_stricter(err, need == 0 || x.zip64, PTC_EFORMAT, e,
-                                "central entry at 0x%llx: %s", (unsigned long long)at, why);
+                                         "central entry at 0x%llx: %s", (unsigned long long)at,
+                                         why);
         if (need > 0 && !x.zip64)
-            return ptc__zip_rec_err(err, PTC_EFORMAT, e,
-                           "central entry at 0x%llx has a 0xFFFFFFFF size or offset but no "
-                           "zip64 extra field",
-                           (unsigned long long)at);
+            return ptc__zip_rec_err(
+                err, PTC_EFORMAT, e,
+                "central entry at 0x%llx has a 0xFFFFFFFF size or offset but no "
+                "zip64 extra field",
+                (unsigned long long)at);
         if (x.zip64 && x.zip64_len != 8u * need)
-            return ptc__zip_rec_stricter(err, x.zip64_len > 8u * need, PTC_EFORMAT, e,
-                                "central entry at 0x%llx: zip64 extra field of %u bytes, but its "
-                                "0xFFFFFFFF fields call for %u",
-                                (unsigned long long)at, x.zip64_len, 8u * need);
+            return ptc__zip_rec_stricter(
+                err, x.zip64_len > 8u * need, PTC_EFORMAT, e,
+                "central entry at 0x%llx: zip64 extra field of %u bytes, but its "
+                "0xFFFFFFFF fields call for %u",
+                (unsigned long long)at, x.zip64_len, 8u * need);
         const uint8_t *q = x.zip64;
         e->size = usize32;
         e->comp_size = csize32;
@@ -744,42 +748,44 @@ static int read_central(ptc__zip *z, const uint8_t *cd, central_aux *aux, ptc_er
             return ptc__zip_rec_stricter(err, unread, PTC_EFORMAT, e,
                                          "patch data record (flags 0x%04x)", flags);
         if (method != METHOD_STORED && method != METHOD_DEFLATED)
-            return ptc__zip_rec_stricter(err, unread, PTC_EFORMAT, e,
-                                "compression method %u is not supported (only 0 stored and 8 "
-                                "deflated)",
-                                method);
+            return ptc__zip_rec_stricter(
+                err, unread, PTC_EFORMAT, e,
+                "compression method %u is not supported (only 0 stored and 8 "
+                "deflated)",
+                method);
         if (method == METHOD_STORED && e->comp_size != e->size)
             return ptc__zip_rec_err(err, PTC_EFORMAT, e,
-                           "stored record with %llu bytes in the file but a size of %llu",
-                           (unsigned long long)e->comp_size, (unsigned long long)e->size);
+                                    "stored record with %llu bytes in the file but a size of %llu",
+                                    (unsigned long long)e->comp_size, (unsigned long long)e->size);
         /* Limits are ptc's own; miniz refuses only a size without compressed bytes. */
         bool mz_sizes_ok = e->size == 0 || e->comp_size != 0;
         if (method == METHOD_DEFLATED) {
             uint64_t cap;
             if (e->size > z->limits.max_inflated_bytes)
                 return ptc__zip_rec_stricter(err, mz_sizes_ok, PTC_ELIMIT, e,
-                                    "inflates to %llu bytes, more than the limit of %llu",
-                                    (unsigned long long)e->size,
-                                    (unsigned long long)z->limits.max_inflated_bytes);
+                                             "inflates to %llu bytes, more than the limit of %llu",
+                                             (unsigned long long)e->size,
+                                             (unsigned long long)z->limits.max_inflated_bytes);
             if (ptc__mul_u64_ok(e->comp_size, z->limits.max_inflate_ratio, &cap) && e->size > cap)
-                return ptc__zip_rec_stricter(err, mz_sizes_ok, PTC_ELIMIT, e,
-                                    "inflates %llu bytes to %llu, beyond the ratio limit of %u",
-                                    (unsigned long long)e->comp_size, (unsigned long long)e->size,
-                                    z->limits.max_inflate_ratio);
+                return ptc__zip_rec_stricter(
+                    err, mz_sizes_ok, PTC_ELIMIT, e,
+                    "inflates %llu bytes to %llu, beyond the ratio limit of %u",
+                    (unsigned long long)e->comp_size, (unsigned long long)e->size,
+                    z->limits.max_inflate_ratio);
         }
         /* miniz reads nothing of a directory entry. */
         if (nlen > 0 && name[nlen - 1] == '/' && (e->size != 0 || e->comp_size != 0))
             return ptc__zip_rec_stricter(err, mz_sizes_ok, PTC_EFORMAT, e,
-                                "directory entry holds %llu bytes",
-                                (unsigned long long)e->comp_size);
+                                         "directory entry holds %llu bytes",
+                                         (unsigned long long)e->comp_size);
         /* miniz only needs the local header and the data inside the file. */
         if (e->header_offset >= z->cd_offset || e->comp_size > z->cd_offset)
-            return ptc__zip_rec_stricter(err, in_file(z, e->header_offset, LOCAL_LEN, e->comp_size),
-                                PTC_EFORMAT, e,
-                                "local header at 0x%llx with %llu bytes of data does not lie "
-                                "before the central directory at 0x%llx",
-                                (unsigned long long)e->header_offset,
-                                (unsigned long long)e->comp_size, (unsigned long long)z->cd_offset);
+            return ptc__zip_rec_stricter(
+                err, in_file(z, e->header_offset, LOCAL_LEN, e->comp_size), PTC_EFORMAT, e,
+                "local header at 0x%llx with %llu bytes of data does not lie "
+                "before the central directory at 0x%llx",
+                (unsigned long long)e->header_offset, (unsigned long long)e->comp_size,
+                (unsigned long long)z->cd_offset);
         p += len;
     }
     if (p != z->cd_size) /* miniz reads the entries the end record counts, and no further */
@@ -813,7 +819,7 @@ static int index_names(ptc__zip *z, ptc_error *err)
         char other[96];
         ptc__escape(other, sizeof other, a->record, strlen(a->record), true);
         return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, b,
-                            "name differs only in letter case from \"%s\"", other);
+                                     "name differs only in letter case from \"%s\"", other);
     }
     return 0;
 }
@@ -839,27 +845,28 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
     bool unread = !ptc__zip_torch_reads(e);
     if (z->cd_offset < LOCAL_LEN || at > z->cd_offset - LOCAL_LEN)
         return ptc__zip_rec_stricter(err, unread, PTC_EFORMAT, e,
-                            "local header at 0x%llx runs into the central directory",
-                            (unsigned long long)at);
+                                     "local header at 0x%llx runs into the central directory",
+                                     (unsigned long long)at);
     int rc = view(z, at, LOCAL_LEN, scratch, &h, err);
     if (rc < 0)
         return rc;
     if (ptc__le32(h) != SIG_LOCAL)
         return ptc__zip_rec_stricter(err, unread, PTC_EFORMAT, e,
-                            "no local header at 0x%llx (signature 0x%08x)", (unsigned long long)at,
-                            ptc__le32(h));
+                                     "no local header at 0x%llx (signature 0x%08x)",
+                                     (unsigned long long)at, ptc__le32(h));
     uint16_t flags = ptc__le16(h + 6), method = ptc__le16(h + 8);
     uint32_t crc = ptc__le32(h + 14), csize = ptc__le32(h + 18), usize = ptc__le32(h + 22);
     uint16_t nlen = ptc__le16(h + 26), xlen = ptc__le16(h + 28);
     if (flags != e->flags)
-        return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                            "local header flags 0x%04x differ from the central directory's "
-                            "0x%04x",
-                            flags, e->flags);
+        return ptc__zip_rec_stricter(
+            err, true, PTC_EFORMAT, e,
+            "local header flags 0x%04x differ from the central directory's "
+            "0x%04x",
+            flags, e->flags);
     if (method != e->method)
-        return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                            "local header method %u differs from the central directory's %u",
-                            method, e->method);
+        return ptc__zip_rec_stricter(
+            err, true, PTC_EFORMAT, e,
+            "local header method %u differs from the central directory's %u", method, e->method);
     uint64_t data;
     if (!ptc__add_u64_ok(at, (uint64_t)LOCAL_LEN + nlen + xlen, &data) || data > z->cd_offset)
         return ptc__zip_rec_stricter(
@@ -874,23 +881,24 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
         /* The local name passed no rule, so it is shown with every non-ASCII byte escaped. */
         char shown[96];
         ptc__escape(shown, sizeof shown, var, nlen, false);
-        return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                            "local header at 0x%llx names \"%s\", the central directory another "
-                            "name",
-                            (unsigned long long)at, shown);
+        return ptc__zip_rec_stricter(
+            err, true, PTC_EFORMAT, e,
+            "local header at 0x%llx names \"%s\", the central directory another "
+            "name",
+            (unsigned long long)at, shown);
     }
     extra_fields x;
     const char *why = parse_extra(var + nlen, xlen, &x);
     if (why)
         return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e, "local header at 0x%llx: %s",
-                            (unsigned long long)at, why);
+                                     (unsigned long long)at, why);
     bool local_zip64 = x.zip64 != NULL;
     e->local_extra_len = xlen;
 
     uint64_t data_end;
     if (!ptc__add_u64_ok(data, e->comp_size, &data_end) || data_end > z->cd_offset)
-        return ptc__zip_rec_stricter(err, unread || in_file(z, data, e->comp_size, 0),
-                                     PTC_EFORMAT, e,
+        return ptc__zip_rec_stricter(err, unread || in_file(z, data, e->comp_size, 0), PTC_EFORMAT,
+                                     e,
                                      "%llu bytes of data at 0x%llx run into the central directory",
                                      (unsigned long long)e->comp_size, (unsigned long long)data);
     e->data_offset = data;
@@ -907,10 +915,11 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
         uint64_t lu = usize, lc = csize, ku = usize, kc = csize;
         if (lz_u || lz_c) {
             if (!local_zip64 || x.zip64_len < 16)
-                return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                                    "local header at 0x%llx has a 0xFFFFFFFF size but no zip64 "
-                                    "sizes",
-                                    (unsigned long long)at);
+                return ptc__zip_rec_stricter(
+                    err, true, PTC_EFORMAT, e,
+                    "local header at 0x%llx has a 0xFFFFFFFF size but no zip64 "
+                    "sizes",
+                    (unsigned long long)at);
             lu = ptc__le64(x.zip64);
             lc = ptc__le64(x.zip64 + 8);
             ku = lz_u ? lu : usize;
@@ -918,21 +927,22 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
         }
         bool cz = (sent & (SENT_SIZE | SENT_COMP_SIZE)) != 0;
         if (crc != e->crc32 || lu != e->size || lc != e->comp_size)
-            return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                                "local header at 0x%llx (crc 0x%08x, %llu/%llu bytes%s) disagrees "
-                                "with the central directory (crc 0x%08x, %llu/%llu bytes%s)",
-                                (unsigned long long)at, crc, (unsigned long long)lc,
-                                (unsigned long long)lu, lz_u || lz_c ? " from its zip64 field" : "",
-                                e->crc32, (unsigned long long)e->comp_size,
-                                (unsigned long long)e->size, cz ? " with zip64 sizes" : "");
+            return ptc__zip_rec_stricter(
+                err, true, PTC_EFORMAT, e,
+                "local header at 0x%llx (crc 0x%08x, %llu/%llu bytes%s) disagrees "
+                "with the central directory (crc 0x%08x, %llu/%llu bytes%s)",
+                (unsigned long long)at, crc, (unsigned long long)lc, (unsigned long long)lu,
+                lz_u || lz_c ? " from its zip64 field" : "", e->crc32,
+                (unsigned long long)e->comp_size, (unsigned long long)e->size,
+                cz ? " with zip64 sizes" : "");
         if (ku != lu || kc != lc)
-            return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                                "local header at 0x%llx reads as %llu/%llu bytes or as %llu/%llu: "
-                                "one size is 0xFFFFFFFF, the other not, and readers take the "
-                                "zip64 field differently",
-                                (unsigned long long)at, (unsigned long long)lc,
-                                (unsigned long long)lu, (unsigned long long)kc,
-                                (unsigned long long)ku);
+            return ptc__zip_rec_stricter(
+                err, true, PTC_EFORMAT, e,
+                "local header at 0x%llx reads as %llu/%llu bytes or as %llu/%llu: "
+                "one size is 0xFFFFFFFF, the other not, and readers take the "
+                "zip64 field differently",
+                (unsigned long long)at, (unsigned long long)lc, (unsigned long long)lu,
+                (unsigned long long)kc, (unsigned long long)ku);
         e->end_offset = data_end;
         return 0;
     }
@@ -942,12 +952,13 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
      * from the descriptor or the central directory. Its presence only widens the descriptor. */
     if (!deferred_ok(crc, e->crc32, false) || !deferred_ok(csize, e->comp_size, local_zip64) ||
         !deferred_ok(usize, e->size, local_zip64))
-        return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                            "local header at 0x%llx (crc 0x%08x, %u/%u bytes, with a data "
-                            "descriptor) disagrees with the central directory (crc 0x%08x, "
-                            "%llu/%llu bytes)",
-                            (unsigned long long)at, crc, csize, usize, e->crc32,
-                            (unsigned long long)e->comp_size, (unsigned long long)e->size);
+        return ptc__zip_rec_stricter(
+            err, true, PTC_EFORMAT, e,
+            "local header at 0x%llx (crc 0x%08x, %u/%u bytes, with a data "
+            "descriptor) disagrees with the central directory (crc 0x%08x, "
+            "%llu/%llu bytes)",
+            (unsigned long long)at, crc, csize, usize, e->crc32, (unsigned long long)e->comp_size,
+            (unsigned long long)e->size);
     /* The descriptor: crc32 and both sizes, u64 sizes when the local header has a zip64 field,
      * optionally preceded by its signature. */
     size_t body = local_zip64 ? 20u : 12u;
@@ -969,11 +980,12 @@ static int read_local(ptc__zip *z, ptc__zip_entry *e, unsigned sent, uint8_t *sc
             return 0;
         }
     }
-    return ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                        "no data descriptor at 0x%llx that matches the central directory (crc "
-                        "0x%08x, %llu/%llu bytes)",
-                        (unsigned long long)data_end, e->crc32, (unsigned long long)e->comp_size,
-                        (unsigned long long)e->size);
+    return ptc__zip_rec_stricter(
+        err, true, PTC_EFORMAT, e,
+        "no data descriptor at 0x%llx that matches the central directory (crc "
+        "0x%08x, %llu/%llu bytes)",
+        (unsigned long long)data_end, e->crc32, (unsigned long long)e->comp_size,
+        (unsigned long long)e->size);
 }
 
 /* Reads every local header in file order and checks that the records tile [0, cd_offset).
@@ -997,18 +1009,19 @@ static int read_locals(ptc__zip *z, const central_aux *aux, ptc_error *err)
     for (size_t i = 0; i < z->n; i++) {
         ptc__zip_entry *e = &z->entries[order[i] - z->entries];
         if (e->header_offset < expect) {
-            rc = ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                              "local record at 0x%llx overlaps the record before it, which ends "
-                              "at 0x%llx",
-                              (unsigned long long)e->header_offset, (unsigned long long)expect);
+            rc = ptc__zip_rec_stricter(
+                err, true, PTC_EFORMAT, e,
+                "local record at 0x%llx overlaps the record before it, which ends "
+                "at 0x%llx",
+                (unsigned long long)e->header_offset, (unsigned long long)expect);
             goto done;
         }
         if (e->header_offset > expect) {
-            rc = ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                              "%llu unaccounted bytes at 0x%llx before this record's local "
-                              "header",
-                              (unsigned long long)(e->header_offset - expect),
-                              (unsigned long long)expect);
+            rc = ptc__zip_rec_stricter(
+                err, true, PTC_EFORMAT, e,
+                "%llu unaccounted bytes at 0x%llx before this record's local "
+                "header",
+                (unsigned long long)(e->header_offset - expect), (unsigned long long)expect);
             goto done;
         }
         if ((rc = read_local(z, e, aux[e - z->entries].sentinels, scratch, err)) < 0)
@@ -1104,9 +1117,15 @@ void ptc__zip_close(ptc__zip *z)
     ptc__free(z);
 }
 
-const char *ptc__zip_prefix(const ptc__zip *z) { return z ? z->prefix : NULL; }
+const char *ptc__zip_prefix(const ptc__zip *z)
+{
+    return z ? z->prefix : NULL;
+}
 
-size_t ptc__zip_count(const ptc__zip *z) { return z ? z->n : 0; }
+size_t ptc__zip_count(const ptc__zip *z)
+{
+    return z ? z->n : 0;
+}
 
 void ptc__zip_comment(const ptc__zip *z, uint64_t *offset, uint64_t *len)
 {
@@ -1137,4 +1156,3 @@ const ptc__zip_entry *ptc__zip_find(const ptc__zip *z, const char *record)
     }
     return NULL;
 }
-

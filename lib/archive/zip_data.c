@@ -54,7 +54,7 @@ static int inflate_record(ptc__zip *z, const ptc__zip_entry *e, uint8_t *dst, pt
     int zrc = inflateInit2(&s, -MAX_WBITS);
     if (zrc != Z_OK) {
         rc = ptc__zip_rec_err(err, zrc == Z_MEM_ERROR ? PTC_ENOMEM : PTC_EFORMAT, e,
-                     "cannot start inflating (zlib error %d)", zrc);
+                              "cannot start inflating (zlib error %d)", zrc);
         goto done;
     }
     live = true;
@@ -96,8 +96,8 @@ static int inflate_record(ptc__zip *z, const ptc__zip_entry *e, uint8_t *dst, pt
         if (made > 0) {
             if (start == probe) {
                 rc = ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                                  "inflates to more than the declared %llu bytes",
-                                  (unsigned long long)e->size);
+                                           "inflates to more than the declared %llu bytes",
+                                           (unsigned long long)e->size);
                 goto done;
             }
             crc = ptc__crc32((uint32_t)crc, start, made);
@@ -111,8 +111,8 @@ static int inflate_record(ptc__zip *z, const ptc__zip_entry *e, uint8_t *dst, pt
             rc = ptc__zip_rec_err(err, PTC_ENOMEM, e, "out of memory inflating");
         else if (zrc == Z_BUF_ERROR && s.avail_in == 0 && in_left == 0)
             rc = ptc__zip_rec_stricter(err, !ptc__zip_torch_parses(e), PTC_EFORMAT, e,
-                              "deflate stream is cut short after %llu of %llu bytes",
-                              (unsigned long long)total, (unsigned long long)e->size);
+                                       "deflate stream is cut short after %llu of %llu bytes",
+                                       (unsigned long long)total, (unsigned long long)e->size);
         else
             rc = ptc__zip_rec_stricter(err, !ptc__zip_torch_parses(e), PTC_EFORMAT, e,
                                        "corrupt deflate data: %s", s.msg ? s.msg : "zlib error");
@@ -120,20 +120,20 @@ static int inflate_record(ptc__zip *z, const ptc__zip_entry *e, uint8_t *dst, pt
     }
     if (total != e->size) {
         rc = ptc__zip_rec_stricter(err, !ptc__zip_torch_reads(e), PTC_EFORMAT, e,
-                          "inflates to %llu bytes, but the declared size is %llu",
-                          (unsigned long long)total, (unsigned long long)e->size);
+                                   "inflates to %llu bytes, but the declared size is %llu",
+                                   (unsigned long long)total, (unsigned long long)e->size);
         goto done;
     }
     if (s.avail_in > 0 || in_left > 0) {
         rc = ptc__zip_rec_stricter(err, true, PTC_EFORMAT, e,
-                          "%llu bytes follow the end of the deflate stream",
-                          (unsigned long long)(s.avail_in + in_left));
+                                   "%llu bytes follow the end of the deflate stream",
+                                   (unsigned long long)(s.avail_in + in_left));
         goto done;
     }
     if ((uint32_t)crc != e->crc32) {
         rc = ptc__zip_rec_stricter(err, true, PTC_ECRC, e,
-                          "CRC-32 of the data is 0x%08x, the archive says 0x%08x", (uint32_t)crc,
-                          e->crc32);
+                                   "CRC-32 of the data is 0x%08x, the archive says 0x%08x",
+                                   (uint32_t)crc, e->crc32);
         goto done;
     }
     rc = 0;
@@ -185,14 +185,15 @@ int ptc__zip_read(ptc__zip *z, const ptc__zip_entry *e, const uint8_t **data, vo
     uint8_t *buf = NULL;
     int rc;
     if (ptc__budget_take(z->budget, e->size, NULL, "", -1) < 0) /* torch has no such limit */
-        return ptc__zip_rec_stricter(err, true, PTC_ELIMIT, e,
-                            "reading its %llu bytes would exceed the heap limit of %llu bytes",
-                            (unsigned long long)e->size, (unsigned long long)z->budget->limit);
+        return ptc__zip_rec_stricter(
+            err, true, PTC_ELIMIT, e,
+            "reading its %llu bytes would exceed the heap limit of %llu bytes",
+            (unsigned long long)e->size, (unsigned long long)z->budget->limit);
     /* ptc__malloc never allocates 0 bytes on purpose; an empty record still gets a buffer. */
     if (e->size > SIZE_MAX - 1 || !(buf = ptc__malloc((size_t)e->size + 1))) {
         ptc__budget_give(z->budget, e->size);
         return ptc__zip_rec_err(err, PTC_ENOMEM, e, "out of memory for %llu bytes",
-                       (unsigned long long)e->size);
+                                (unsigned long long)e->size);
     }
     if (e->method == METHOD_STORED)
         rc = ptc__source_read(z->src, e->data_offset, buf, (size_t)e->size, err);
@@ -228,6 +229,7 @@ int ptc__zip_check_crc(ptc__zip *z, const ptc__zip_entry *e, ptc_error *err)
         return rc;
     if (crc != e->crc32) /* torch builds miniz without CRC checks */
         return ptc__zip_rec_stricter(err, true, PTC_ECRC, e,
-                            "CRC-32 of the data is 0x%08x, the archive says 0x%08x", crc, e->crc32);
+                                     "CRC-32 of the data is 0x%08x, the archive says 0x%08x", crc,
+                                     e->crc32);
     return 0;
 }

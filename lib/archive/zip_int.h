@@ -15,33 +15,33 @@
 
 /* ---- format constants ------------------------------------------------------------------------ */
 
-#define SIG_LOCAL 0x04034b50u
-#define SIG_CENTRAL 0x02014b50u
+#define SIG_LOCAL      0x04034b50u
+#define SIG_CENTRAL    0x02014b50u
 #define SIG_DESCRIPTOR 0x08074b50u
-#define SIG_END 0x06054b50u
-#define SIG_END64 0x06064b50u
-#define SIG_LOCATOR64 0x07064b50u
+#define SIG_END        0x06054b50u
+#define SIG_END64      0x06064b50u
+#define SIG_LOCATOR64  0x07064b50u
 
-#define LOCAL_LEN 30u
-#define CENTRAL_LEN 46u
-#define END_LEN 22u
-#define END64_LEN 56u
+#define LOCAL_LEN         30u
+#define CENTRAL_LEN       46u
+#define END_LEN           22u
+#define END64_LEN         56u
 #define END64_RECORD_SIZE 44u /* the record size field counts the bytes after itself */
-#define LOCATOR64_LEN 20u
-#define MAX_COMMENT 65535u
+#define LOCATOR64_LEN     20u
+#define MAX_COMMENT       65535u
 
-#define EXTRA_ZIP64 0x0001u
+#define EXTRA_ZIP64  0x0001u
 #define U32_SENTINEL 0xFFFFFFFFu
 #define U16_SENTINEL 0xFFFFu
 
-#define FLAG_ENCRYPTED 0x0001u
-#define FLAG_DESCRIPTOR 0x0008u
-#define FLAG_PATCH 0x0020u
+#define FLAG_ENCRYPTED         0x0001u
+#define FLAG_DESCRIPTOR        0x0008u
+#define FLAG_PATCH             0x0020u
 #define FLAG_STRONG_ENCRYPTION 0x0040u
-#define FLAG_UTF8 0x0800u
-#define FLAG_CD_ENCRYPTED 0x2000u
+#define FLAG_UTF8              0x0800u
+#define FLAG_CD_ENCRYPTED      0x2000u
 
-#define METHOD_STORED 0u
+#define METHOD_STORED   0u
 #define METHOD_DEFLATED 8u
 
 /* Streaming buffers for callback sources and for CRC checks that keep no output. */
@@ -53,19 +53,19 @@
 
 struct ptc__zip {
     ptc__source *src;
-    const uint8_t *map;       /* the whole file when addressable, else NULL */
-    uint64_t size;            /* of the file */
-    ptc__budget *budget;      /* may be NULL */
+    const uint8_t *map;  /* the whole file when addressable, else NULL */
+    uint64_t size;       /* of the file */
+    ptc__budget *budget; /* may be NULL */
     ptc_limits limits;
-    uint64_t cd_offset;       /* first byte of the central directory */
+    uint64_t cd_offset; /* first byte of the central directory */
     uint64_t cd_size;
-    uint64_t comment_offset;  /* the archive comment */
+    uint64_t comment_offset; /* the archive comment */
     uint64_t comment_len;
-    size_t n;                 /* entries */
-    ptc__zip_entry *entries;  /* [n], central-directory order */
-    char *names;              /* names_len bytes: every name, NUL-terminated */
+    size_t n;                /* entries */
+    ptc__zip_entry *entries; /* [n], central-directory order */
+    char *names;             /* names_len bytes: every name, NUL-terminated */
     uint64_t names_len;
-    char *prefix;             /* without the trailing '/' */
+    char *prefix; /* without the trailing '/' */
     size_t prefix_len;
     const ptc__zip_entry **by_name; /* [n], sorted by case-folded record name */
 };
@@ -77,9 +77,9 @@ typedef struct central_aux {
     uint8_t sentinels; /* SENT_* bits: 32-bit fields that held 0xFFFFFFFF */
 } central_aux;
 
-#define SENT_SIZE 1u
+#define SENT_SIZE      1u
 #define SENT_COMP_SIZE 2u
-#define SENT_OFFSET 4u
+#define SENT_OFFSET    4u
 
 /* ---- shared helpers (zip.c) ---------------------------------------------------------------- */
 

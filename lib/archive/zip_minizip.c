@@ -19,10 +19,10 @@
 typedef struct mz_io {
     ptc__zip *z;
     uint64_t pos;
-    uint8_t *win;     /* IO_CHUNK bytes, callback sources only */
+    uint8_t *win; /* IO_CHUNK bytes, callback sources only */
     uint64_t win_off;
     size_t win_len;
-    int failed;       /* a source read failed; its detail is in io_err */
+    int failed; /* a source read failed; its detail is in io_err */
     ptc_error io_err;
 } mz_io;
 
@@ -90,10 +90,17 @@ static long ZCALLBACK mz_seek(voidpf opaque, voidpf stream, ZPOS64_T offset, int
     /* minizip moves backwards with SEEK_CUR by passing a negative offset cast to unsigned, so
      * the position is computed modulo 2^64 on purpose. */
     switch (origin) {
-    case ZLIB_FILEFUNC_SEEK_SET: io->pos = offset; return 0;
-    case ZLIB_FILEFUNC_SEEK_CUR: io->pos += offset; return 0;
-    case ZLIB_FILEFUNC_SEEK_END: io->pos = io->z->size + offset; return 0;
-    default: return -1;
+    case ZLIB_FILEFUNC_SEEK_SET:
+        io->pos = offset;
+        return 0;
+    case ZLIB_FILEFUNC_SEEK_CUR:
+        io->pos += offset;
+        return 0;
+    case ZLIB_FILEFUNC_SEEK_END:
+        io->pos = io->z->size + offset;
+        return 0;
+    default:
+        return -1;
     }
 }
 
@@ -145,8 +152,8 @@ int ptc__zip_cross_check(ptc__zip *z, const central_aux *aux, ptc_error *err)
         ptc__zip_give(z, name, name_cap);
         return rc;
     }
-    zlib_filefunc64_def fns = {mz_open, mz_read, mz_write, mz_tell, mz_seek,
-                               mz_close, mz_error, &io};
+    zlib_filefunc64_def fns = {mz_open, mz_read,  mz_write, mz_tell,
+                               mz_seek, mz_close, mz_error, &io};
     unzFile uf = unzOpen2_64("", &fns);
     if (!uf) {
         rc = disagree(err, NULL, "minizip cannot open the archive");
@@ -165,8 +172,7 @@ int ptc__zip_cross_check(ptc__zip *z, const central_aux *aux, ptc_error *err)
             goto done;
         }
         unz_file_info64 info;
-        if (unzGetCurrentFileInfo64(uf, &info, name, (uLong)name_cap, NULL, 0, NULL, 0) !=
-            UNZ_OK) {
+        if (unzGetCurrentFileInfo64(uf, &info, name, (uLong)name_cap, NULL, 0, NULL, 0) != UNZ_OK) {
             rc = disagree(err, e, "minizip cannot read this central directory entry");
             goto done;
         }
@@ -178,8 +184,7 @@ int ptc__zip_cross_check(ptc__zip *z, const central_aux *aux, ptc_error *err)
         unsigned sent = aux[i].sentinels;
         if (!mz_same(info.compressed_size, e->comp_size, sent & SENT_COMP_SIZE) ||
             !mz_same(info.uncompressed_size, e->size, sent & SENT_SIZE) ||
-            info.compression_method != e->method || info.flag != e->flags ||
-            info.crc != e->crc32) {
+            info.compression_method != e->method || info.flag != e->flags || info.crc != e->crc32) {
             rc = disagree(err, e, "minizip reads other sizes, method, flags or CRC");
             goto done;
         }

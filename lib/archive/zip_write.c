@@ -58,20 +58,20 @@
 #include <string.h>
 #include <zlib.h>
 
-#define ZIPW_LOCAL_SIG 0x04034b50u
-#define ZIPW_DESC_SIG 0x08074b50u
+#define ZIPW_LOCAL_SIG   0x04034b50u
+#define ZIPW_DESC_SIG    0x08074b50u
 #define ZIPW_CENTRAL_SIG 0x02014b50u
 #define ZIPW_Z64_END_SIG 0x06064b50u
 #define ZIPW_Z64_LOC_SIG 0x07064b50u
-#define ZIPW_END_SIG 0x06054b50u
+#define ZIPW_END_SIG     0x06054b50u
 
 #define ZIPW_FLAG_DESCRIPTOR 0x0008u
-#define ZIPW_FLAG_UTF8 0x0800u
-#define ZIPW_MAX32 0xFFFFFFFFu
-#define ZIPW_ALIGN 64u
+#define ZIPW_FLAG_UTF8       0x0800u
+#define ZIPW_MAX32           0xFFFFFFFFu
+#define ZIPW_ALIGN           64u
 
 typedef struct zipw_rec {
-    size_t name_off;        /* into names */
+    size_t name_off; /* into names */
     uint16_t name_len;
     uint16_t flags;
     uint32_t crc;
@@ -161,8 +161,8 @@ int ptc__zipw_begin(ptc__zipw *w, const char *record, uint64_t len, ptc_error *e
     if (rc < 0)
         return rc;
     if (w->in_record)
-        return poison(w, ptc__err(err, PTC_EINVAL, record, -1,
-                                  "zip writer: a record is still open"));
+        return poison(w,
+                      ptc__err(err, PTC_EINVAL, record, -1, "zip writer: a record is still open"));
     size_t nrecord = strlen(record);
     size_t name_len = w->nprefix + 1 + nrecord;
     if (nrecord == 0 || name_len > 0xFFFF)
@@ -176,8 +176,7 @@ int ptc__zipw_begin(ptc__zipw *w, const char *record, uint64_t len, ptc_error *e
                                   "zip writer: central directory would reach 4 GiB"));
 
     if (w->nrecs >= PTC__ZIPW_MAX_RECORDS)
-        return poison(w, ptc__err(err, PTC_ELIMIT, record, -1,
-                                  "zip writer: more than %zu records",
+        return poison(w, ptc__err(err, PTC_ELIMIT, record, -1, "zip writer: more than %zu records",
                                   (size_t)PTC__ZIPW_MAX_RECORDS));
     if (w->nrecs == w->caprecs) {
         size_t cap = w->caprecs ? w->caprecs * 2 : 16;
@@ -198,11 +197,11 @@ int ptc__zipw_begin(ptc__zipw *w, const char *record, uint64_t len, ptc_error *e
     if ((brc = ptc__buf_append(&w->names, w->prefix, w->nprefix)) < 0 ||
         (brc = ptc__buf_append(&w->names, "/", 1)) < 0 ||
         (brc = ptc__buf_append(&w->names, record, nrecord)) < 0)
-        return poison(w, brc == PTC_ELIMIT
-                             ? ptc__err(err, PTC_ELIMIT, record, -1,
-                                        "zip writer: names would exceed %zu bytes",
-                                        (size_t)ZIPW_MAX32)
-                             : ptc__err(err, PTC_ENOMEM, record, -1, "out of memory"));
+        return poison(w,
+                      brc == PTC_ELIMIT
+                          ? ptc__err(err, PTC_ELIMIT, record, -1,
+                                     "zip writer: names would exceed %zu bytes", (size_t)ZIPW_MAX32)
+                          : ptc__err(err, PTC_ENOMEM, record, -1, "out of memory"));
 
     /* zip64 extra, then the FB field; "start" is where the data would begin with P = 0. */
     uint8_t extra[4 + 24 + 4 + ZIPW_ALIGN];
@@ -233,14 +232,14 @@ int ptc__zipw_begin(ptc__zipw *w, const char *record, uint64_t len, ptc_error *e
 
     uint8_t h[30];
     ptc__put_le32(h, ZIPW_LOCAL_SIG);
-    ptc__put_le16(h + 4, 0);         /* version needed */
+    ptc__put_le16(h + 4, 0); /* version needed */
     ptc__put_le16(h + 6, r->flags);
-    ptc__put_le16(h + 8, 0);         /* method: stored */
-    ptc__put_le16(h + 10, 0);        /* time */
-    ptc__put_le16(h + 12, 0);        /* date */
-    ptc__put_le32(h + 14, 0);        /* crc: in the descriptor */
-    ptc__put_le32(h + 18, 0);        /* compressed size: in the descriptor */
-    ptc__put_le32(h + 22, 0);        /* size: in the descriptor */
+    ptc__put_le16(h + 8, 0);  /* method: stored */
+    ptc__put_le16(h + 10, 0); /* time */
+    ptc__put_le16(h + 12, 0); /* date */
+    ptc__put_le32(h + 14, 0); /* crc: in the descriptor */
+    ptc__put_le32(h + 18, 0); /* compressed size: in the descriptor */
+    ptc__put_le32(h + 22, 0); /* size: in the descriptor */
     ptc__put_le16(h + 26, (uint16_t)name_len);
     ptc__put_le16(h + 28, (uint16_t)nextra);
     if ((rc = ptc__afile_write(w->f, h, sizeof h, err)) < 0 ||
@@ -309,8 +308,7 @@ int ptc__zipw_end(ptc__zipw *w, ptc_error *err)
     return 0;
 }
 
-int ptc__zipw_add(ptc__zipw *w, const char *record, const void *data, uint64_t len,
-                  ptc_error *err)
+int ptc__zipw_add(ptc__zipw *w, const char *record, const void *data, uint64_t len, ptc_error *err)
 {
     int rc = ptc__zipw_begin(w, record, len, err);
     if (rc < 0)
@@ -326,7 +324,10 @@ int ptc__zipw_add(ptc__zipw *w, const char *record, const void *data, uint64_t l
     return ptc__zipw_end(w, err);
 }
 
-size_t ptc__zipw_count(const ptc__zipw *w) { return w->nrecs; }
+size_t ptc__zipw_count(const ptc__zipw *w)
+{
+    return w->nrecs;
+}
 
 uint32_t ptc__zipw_crc(const ptc__zipw *w, size_t i)
 {
@@ -340,8 +341,8 @@ static int write_central(ptc__zipw *w, const zipw_rec *r, ptc_error *err)
     uint32_t size32 = big ? ZIPW_MAX32 : (uint32_t)r->size;
     uint8_t h[46 + 4 + 24];
     ptc__put_le32(h, ZIPW_CENTRAL_SIG);
-    ptc__put_le16(h + 4, 0);  /* version made by */
-    ptc__put_le16(h + 6, 0);  /* version needed */
+    ptc__put_le16(h + 4, 0); /* version made by */
+    ptc__put_le16(h + 6, 0); /* version needed */
     ptc__put_le16(h + 8, r->flags);
     ptc__put_le16(h + 10, 0); /* method */
     ptc__put_le16(h + 12, 0); /* time */
@@ -414,9 +415,9 @@ int ptc__zipw_finish(ptc__zipw *w, ptc_error *err)
     ptc__put_le64(e + 48, cd_offset);
     e += 56;
     ptc__put_le32(e, ZIPW_Z64_LOC_SIG);
-    ptc__put_le32(e + 4, 0);       /* disk of the zip64 end record */
+    ptc__put_le32(e + 4, 0); /* disk of the zip64 end record */
     ptc__put_le64(e + 8, z64_offset);
-    ptc__put_le32(e + 16, 1);      /* total disks */
+    ptc__put_le32(e + 16, 1); /* total disks */
     e += 20;
     uint16_t n16 = n > 0xFFFF ? 0xFFFF : (uint16_t)n;
     ptc__put_le32(e, ZIPW_END_SIG);
@@ -426,7 +427,7 @@ int ptc__zipw_finish(ptc__zipw *w, ptc_error *err)
     ptc__put_le16(e + 10, n16);
     ptc__put_le32(e + 12, cd_size >= ZIPW_MAX32 ? ZIPW_MAX32 : (uint32_t)cd_size);
     ptc__put_le32(e + 16, cd_offset >= ZIPW_MAX32 ? ZIPW_MAX32 : (uint32_t)cd_offset);
-    ptc__put_le16(e + 20, 0);      /* comment length */
+    ptc__put_le16(e + 20, 0); /* comment length */
     if ((rc = ptc__afile_write(w->f, t, sizeof t, err)) < 0)
         goto fail;
 

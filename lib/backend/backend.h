@@ -42,9 +42,9 @@
 
 #include "base/base.h"
 
-typedef struct ptc__be ptc__be; /* a backend instance: threads, engine, stream */
-typedef struct ptc__bt ptc__bt; /* a tensor in the backend's memory and layout */
-typedef struct ptc__op ptc__op; /* a layer's plan at one shape */
+typedef struct ptc__be ptc__be;     /* a backend instance: threads, engine, stream */
+typedef struct ptc__bt ptc__bt;     /* a tensor in the backend's memory and layout */
+typedef struct ptc__op ptc__op;     /* a layer's plan at one shape */
 typedef struct ptc__bimg ptc__bimg; /* a uint8 image dataset held in the backend's memory */
 
 typedef enum ptc__dtype_be { PTC__BE_F32 = 4, PTC__BE_F64 = 8 } ptc__dtype_be;
@@ -72,16 +72,16 @@ typedef struct ptc__be_params {
                             fewer GPUs (a launcher gave each task its own through
                             CUDA_VISIBLE_DEVICES) takes device modulo the GPUs it sees */
     ptc__precision precision;
-    int tf32;            /* device backends: allow TF32 tensor cores in float32 math */
-    int deterministic;   /* only algorithms whose results do not depend on scheduling */
-    int winograd;        /* dnnl: 3x3 stride-1 convolutions may use Winograd F(4x4, 3x3) */
+    int tf32;          /* device backends: allow TF32 tensor cores in float32 math */
+    int deterministic; /* only algorithms whose results do not depend on scheduling */
+    int winograd;      /* dnnl: 3x3 stride-1 convolutions may use Winograd F(4x4, 3x3) */
 } ptc__be_params;
 
 typedef struct ptc__conv_shape {
-    int n, c, h, w;   /* input */
-    int k, r, s;      /* output channels, kernel height and width */
-    int stride, pad;  /* the same along both axes */
-    int oh, ow;       /* output: (h + 2 pad - r) / stride + 1 */
+    int n, c, h, w;  /* input */
+    int k, r, s;     /* output channels, kernel height and width */
+    int stride, pad; /* the same along both axes */
+    int oh, ow;      /* output: (h + 2 pad - r) / stride + 1 */
 } ptc__conv_shape;
 
 typedef struct ptc__pool_shape {
@@ -121,8 +121,8 @@ typedef struct ptc__backend_ops {
     int (*conv_plan)(ptc__be *be, ptc__op **out, const ptc__conv_shape *s, ptc_error *err);
     int (*conv_fwd)(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *w, ptc__bt *y,
                     ptc_error *err);
-    int (*conv_bwd_data)(ptc__be *be, ptc__op *op, const ptc__bt *dy, const ptc__bt *w,
-                         ptc__bt *dx, ptc_error *err);
+    int (*conv_bwd_data)(ptc__be *be, ptc__op *op, const ptc__bt *dy, const ptc__bt *w, ptc__bt *dx,
+                         ptc_error *err);
     int (*conv_bwd_weight)(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *dy,
                            ptc__bt *dw, ptc_error *err);
 
@@ -131,12 +131,12 @@ typedef struct ptc__backend_ops {
     /* Training: normalises with the batch statistics, writes save_mean and save_invstd, updates
      * the running statistics with momentum; relu applies max(., 0) to y. */
     int (*bn_fwd_train)(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *gamma,
-                        const ptc__bt *beta, ptc__bt *y, ptc__bt *save_mean,
-                        ptc__bt *save_invstd, ptc__bt *running_mean, ptc__bt *running_var,
-                        double momentum, int relu, ptc_error *err);
+                        const ptc__bt *beta, ptc__bt *y, ptc__bt *save_mean, ptc__bt *save_invstd,
+                        ptc__bt *running_mean, ptc__bt *running_var, double momentum, int relu,
+                        ptc_error *err);
     int (*bn_fwd_eval)(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *gamma,
-                       const ptc__bt *beta, const ptc__bt *running_mean,
-                       const ptc__bt *running_var, ptc__bt *y, int relu, ptc_error *err);
+                       const ptc__bt *beta, const ptc__bt *running_mean, const ptc__bt *running_var,
+                       ptc__bt *y, int relu, ptc_error *err);
     /* Backward of training mode. y is the forward output (needed when relu was fused: dy is
      * masked where y == 0); NULL when relu was not fused. */
     int (*bn_bwd)(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *y, const ptc__bt *dy,
@@ -146,8 +146,7 @@ typedef struct ptc__backend_ops {
     /* ---- activations and pooling ---- */
     int (*relu_fwd)(ptc__be *be, const ptc__bt *x, ptc__bt *y, ptc_error *err); /* y may be x */
     /* dx = dy where y > 0, else 0; dx may be dy. */
-    int (*relu_bwd)(ptc__be *be, const ptc__bt *y, const ptc__bt *dy, ptc__bt *dx,
-                    ptc_error *err);
+    int (*relu_bwd)(ptc__be *be, const ptc__bt *y, const ptc__bt *dy, ptc__bt *dx, ptc_error *err);
     int (*maxpool_plan)(ptc__be *be, ptc__op **out, const ptc__pool_shape *s, ptc_error *err);
     int (*maxpool_fwd)(ptc__be *be, ptc__op *op, const ptc__bt *x, ptc__bt *y, ptc_error *err);
     /* x and y are the forward input and output (the plan may also keep the argmax). */
@@ -158,8 +157,8 @@ typedef struct ptc__backend_ops {
     int (*avgpool_bwd)(ptc__be *be, const ptc__bt *dy, ptc__bt *dx, ptc_error *err);
 
     /* ---- linear: x [n][k], w [m][k], b [m] -> y [n][m] ---- */
-    int (*linear_fwd)(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const ptc__bt *b,
-                      ptc__bt *y, ptc_error *err);
+    int (*linear_fwd)(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const ptc__bt *b, ptc__bt *y,
+                      ptc_error *err);
     int (*linear_bwd)(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const ptc__bt *dy,
                       ptc__bt *dx, ptc__bt *dw, ptc__bt *db, ptc_error *err); /* dx may be NULL */
 

@@ -1623,7 +1623,7 @@ const ptc__backend_ops ptc__backend_cuda = {
     .images_upload = cuda_images_upload,
     .images_free = cuda_images_free,
     .images_batch = cuda_images_batch,
-    /* ---- device loss and optimizer ---- */    .xent = cuda_xent,
+    /* ---- device loss and optimizer ---- */ .xent = cuda_xent,
     .xent_result = cuda_xent_result,
     .sgd_multi = cuda_sgd_multi,
 };

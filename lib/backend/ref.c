@@ -253,7 +253,10 @@ static void ref_tensor_free(ptc__be *be, ptc__bt *t)
     ptc__free(t);
 }
 
-static void ref_tensor_dims(const ptc__bt *t, int dims[4]) { memcpy(dims, t->dims, sizeof t->dims); }
+static void ref_tensor_dims(const ptc__bt *t, int dims[4])
+{
+    memcpy(dims, t->dims, sizeof t->dims);
+}
 
 static int ref_tensor_write(ptc__be *be, ptc__bt *t, const void *plain, ptc_error *err)
 {

@@ -172,8 +172,8 @@ static mode_t current_umask(void)
     int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
     if (fd >= 0) {
         ssize_t r;
-        while (n < sizeof text - 1 && ((r = read(fd, text + n, sizeof text - 1 - n)) > 0 ||
-                                       (r < 0 && errno == EINTR)))
+        while (n < sizeof text - 1 &&
+               ((r = read(fd, text + n, sizeof text - 1 - n)) > 0 || (r < 0 && errno == EINTR)))
             n += r > 0 ? (size_t)r : 0;
         close(fd);
     }
@@ -311,8 +311,8 @@ int ptc__afile_open(ptc__afile **out, const char *path, ptc_error *err)
     if (fd < 0) {
         int e = errno;
         f->tmp[0] = '\0'; /* nothing to unlink */
-        int rc = ptc__err(err, PTC_EIO, "", -1, "cannot create a temporary file for %s: %s",
-                          shown, strerror(e));
+        int rc = ptc__err(err, PTC_EIO, "", -1, "cannot create a temporary file for %s: %s", shown,
+                          strerror(e));
         ptc__afile_abort(f);
         return rc;
     }
@@ -367,7 +367,10 @@ int ptc__afile_write(ptc__afile *f, const void *p, size_t n, ptc_error *err)
     return 0;
 }
 
-uint64_t ptc__afile_offset(const ptc__afile *f) { return f->offset; }
+uint64_t ptc__afile_offset(const ptc__afile *f)
+{
+    return f->offset;
+}
 
 /* The permission bits commit gives the file (see the opening comment). */
 static mode_t target_mode(const ptc__afile *f)

@@ -31,8 +31,14 @@ void ptc_set_allocator(ptc_realloc_fn fn, void *ctx)
     g_realloc_ctx = fn ? ctx : NULL;
 }
 
-void *ptc__realloc(void *ptr, size_t size) { return g_realloc(g_realloc_ctx, ptr, size); }
-void *ptc__malloc(size_t size) { return g_realloc(g_realloc_ctx, NULL, size ? size : 1); }
+void *ptc__realloc(void *ptr, size_t size)
+{
+    return g_realloc(g_realloc_ctx, ptr, size);
+}
+void *ptc__malloc(size_t size)
+{
+    return g_realloc(g_realloc_ctx, NULL, size ? size : 1);
+}
 void ptc__free(void *ptr)
 {
     if (ptr)
@@ -62,7 +68,10 @@ char *ptc__strndup(const char *s, size_t n)
     return d;
 }
 
-char *ptc__strdup(const char *s) { return ptc__strndup(s, strlen(s)); }
+char *ptc__strdup(const char *s)
+{
+    return ptc__strndup(s, strlen(s));
+}
 
 /* ---- budgets ------------------------------------------------------------------------------- */
 

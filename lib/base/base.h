@@ -28,13 +28,13 @@
 
 #if defined(__GNUC__)
 #define PTC_PRINTF(f, a) __attribute__((format(printf, f, a)))
-#define PTC_UNUSED __attribute__((unused))
-#define PTC_LIKELY(x) __builtin_expect(!!(x), 1)
-#define PTC_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define PTC_UNUSED       __attribute__((unused))
+#define PTC_LIKELY(x)    __builtin_expect(!!(x), 1)
+#define PTC_UNLIKELY(x)  __builtin_expect(!!(x), 0)
 #else
 #define PTC_PRINTF(f, a)
 #define PTC_UNUSED
-#define PTC_LIKELY(x) (x)
+#define PTC_LIKELY(x)   (x)
 #define PTC_UNLIKELY(x) (x)
 #endif
 
@@ -55,8 +55,8 @@ int ptc__err(ptc_error *err, int code, const char *member, int64_t offset, const
     PTC_PRINTF(5, 6);
 /* The same for a rule where ptc is stricter than torch 2.6 (sets PTC_ERR_STRICTER): torch's
  * weights-only load would accept what this refuses. */
-int ptc__err_stricter(ptc_error *err, int code, const char *member, int64_t offset, const char *fmt, ...)
-    PTC_PRINTF(5, 6);
+int ptc__err_stricter(ptc_error *err, int code, const char *member, int64_t offset, const char *fmt,
+                      ...) PTC_PRINTF(5, 6);
 int ptc__verr(ptc_error *err, int code, const char *member, int64_t offset, const char *fmt,
               va_list ap) PTC_PRINTF(5, 0);
 void ptc__err_clear(ptc_error *err);
@@ -71,8 +71,7 @@ void ptc__verr_prefix(ptc_error *err, const char *fmt, va_list ap) PTC_PRINTF(2,
  * becomes dst_size, so a smaller struct from a caller built against an older ptc.h keeps the
  * defaults of the fields added since. PTC_EINVAL, naming the struct (name: "ptc_open_params"),
  * when src->size is 0, smaller than the size field itself, or larger than dst_size. */
-int ptc__params_read(void *dst, size_t dst_size, const void *src, const char *name,
-                     ptc_error *err);
+int ptc__params_read(void *dst, size_t dst_size, const void *src, const char *name, ptc_error *err);
 
 /* ---- state-dict keys ---------------------------------------------------------------------------
  * 1 when key is a str that starts with prefix, as ptc_state_dict_rename tests a key before it
@@ -105,7 +104,10 @@ static inline bool ptc__range_ok(uint64_t off, uint64_t len, uint64_t total)
 }
 
 /* Little-endian loads from unaligned memory. */
-static inline uint16_t ptc__le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint16_t ptc__le16(const uint8_t *p)
+{
+    return (uint16_t)(p[0] | (p[1] << 8));
+}
 static inline uint32_t ptc__le32(const uint8_t *p)
 {
     return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
@@ -114,10 +116,17 @@ static inline uint64_t ptc__le64(const uint8_t *p)
 {
     return (uint64_t)ptc__le32(p) | ((uint64_t)ptc__le32(p + 4) << 32);
 }
-static inline void ptc__put_le16(uint8_t *p, uint16_t v) { p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); }
+static inline void ptc__put_le16(uint8_t *p, uint16_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+}
 static inline void ptc__put_le32(uint8_t *p, uint32_t v)
 {
-    p[0] = (uint8_t)v; p[1] = (uint8_t)(v >> 8); p[2] = (uint8_t)(v >> 16); p[3] = (uint8_t)(v >> 24);
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
 }
 static inline void ptc__put_le64(uint8_t *p, uint64_t v)
 {
@@ -141,7 +150,8 @@ typedef struct ptc__budget {
     uint64_t used;
     uint64_t limit;
 } ptc__budget;
-int ptc__budget_take(ptc__budget *b, uint64_t n, ptc_error *err, const char *member, int64_t offset);
+int ptc__budget_take(ptc__budget *b, uint64_t n, ptc_error *err, const char *member,
+                     int64_t offset);
 void ptc__budget_give(ptc__budget *b, uint64_t n);
 
 /* ---- arena ----------------------------------------------------------------------------------

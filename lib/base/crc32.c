@@ -19,7 +19,7 @@
 #define PTC_CRC_PCLMUL 1
 
 __attribute__((target("pclmul,sse4.1"))) static inline __m128i fold(__m128i x, __m128i k,
-                                                                      __m128i data)
+                                                                    __m128i data)
 {
     __m128i lo = _mm_clmulepi64_si128(x, k, 0x00);
     __m128i hi = _mm_clmulepi64_si128(x, k, 0x11);
@@ -28,7 +28,7 @@ __attribute__((target("pclmul,sse4.1"))) static inline __m128i fold(__m128i x, _
 
 /* crc is the running register (zlib's value inverted); len >= 64 and a multiple of 16. */
 __attribute__((target("pclmul,sse4.1"))) static uint32_t crc_fold(uint32_t crc, const uint8_t *p,
-                                                                    size_t len)
+                                                                  size_t len)
 {
     const __m128i k1k2 = _mm_set_epi64x(0x1c6e41596LL, 0x154442bd4LL);
     const __m128i k3k4 = _mm_set_epi64x(0x0ccaa009eLL, 0x1751997d0LL);

@@ -6,7 +6,10 @@
 #include <errno.h>
 #include <stdlib.h>
 
-const char *ptc__getenv(const char *name) { return getenv(name); }
+const char *ptc__getenv(const char *name)
+{
+    return getenv(name);
+}
 
 int ptc__env_local_rank(void)
 {

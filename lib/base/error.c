@@ -8,29 +8,38 @@
 #include <stdlib.h>
 #include <string.h>
 
-const char *ptc_version(void) { return PTC_VERSION_STRING; }
+const char *ptc_version(void)
+{
+    return PTC_VERSION_STRING;
+}
 
 const char *ptc_strerror(int code)
 {
     switch (code) {
-    case 0: return "success";
-#define PTC_XX_TEXT(name, value, text) \
-    case value: return text;
+    case 0:
+        return "success";
+#define PTC_XX_TEXT(name, value, text)                                                             \
+    case value:                                                                                    \
+        return text;
         PTC_ERRNO_MAP(PTC_XX_TEXT)
 #undef PTC_XX_TEXT
-    default: return "unknown error";
+    default:
+        return "unknown error";
     }
 }
 
 const char *ptc_err_name(int code)
 {
     switch (code) {
-    case 0: return "OK";
-#define PTC_XX_NAME(name, value, text) \
-    case value: return "E" #name;
+    case 0:
+        return "OK";
+#define PTC_XX_NAME(name, value, text)                                                             \
+    case value:                                                                                    \
+        return "E" #name;
         PTC_ERRNO_MAP(PTC_XX_NAME)
 #undef PTC_XX_NAME
-    default: return "EUNKNOWN";
+    default:
+        return "EUNKNOWN";
     }
 }
 
@@ -61,8 +70,8 @@ int ptc__verr(ptc_error *err, int code, const char *member, int64_t offset, cons
     else if (err->member[0])
         n = (size_t)snprintf(err->message, sizeof err->message, "%s: ", err->member);
     else if (offset >= 0)
-        n = (size_t)snprintf(err->message, sizeof err->message, "offset 0x%llx: ",
-                             (unsigned long long)offset);
+        n = (size_t)snprintf(err->message, sizeof err->message,
+                             "offset 0x%llx: ", (unsigned long long)offset);
     if (n >= sizeof err->message)
         n = sizeof err->message - 1;
     vsnprintf(err->message + n, sizeof err->message - n, fmt, ap);
@@ -78,8 +87,8 @@ int ptc__err(ptc_error *err, int code, const char *member, int64_t offset, const
     return code;
 }
 
-int ptc__err_stricter(ptc_error *err, int code, const char *member, int64_t offset,
-                      const char *fmt, ...)
+int ptc__err_stricter(ptc_error *err, int code, const char *member, int64_t offset, const char *fmt,
+                      ...)
 {
     va_list ap;
     va_start(ap, fmt);

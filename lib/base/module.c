@@ -25,9 +25,15 @@ int ptc__module_bind(const ptc__host *host)
     return 0;
 }
 
-void *ptc__realloc(void *ptr, size_t size) { return g_host->realloc(ptr, size); }
+void *ptc__realloc(void *ptr, size_t size)
+{
+    return g_host->realloc(ptr, size);
+}
 
-void *ptc__malloc(size_t size) { return g_host->realloc(NULL, size ? size : 1); }
+void *ptc__malloc(size_t size)
+{
+    return g_host->realloc(NULL, size ? size : 1);
+}
 
 void *ptc__calloc(size_t n, size_t size)
 {
@@ -84,4 +90,7 @@ void ptc__err_clear(ptc_error *err)
     err->flags = 0;
 }
 
-const char *ptc__getenv(const char *name) { return g_host->getenv(name); }
+const char *ptc__getenv(const char *name)
+{
+    return g_host->getenv(name);
+}

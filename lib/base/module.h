@@ -14,15 +14,15 @@
 /* Keeps host for the forwarding functions; -1 when its ABI is not this module's. */
 int ptc__module_bind(const ptc__host *host);
 
-#define PTC__DEFINE_PLUGIN_ENTRY(desc)                                                            \
-    __attribute__((visibility("default"))) const ptc__plugin *ptc_plugin_entry_v1(               \
-        const ptc__host *host);                                                                   \
-    const ptc__plugin *ptc_plugin_entry_v1(const ptc__host *host)                                 \
-    {                                                                                             \
+#define PTC__DEFINE_PLUGIN_ENTRY(desc)                                                             \
+    __attribute__((visibility("default"))) const ptc__plugin *ptc_plugin_entry_v1(                 \
+        const ptc__host *host);                                                                    \
+    const ptc__plugin *ptc_plugin_entry_v1(const ptc__host *host)                                  \
+    {                                                                                              \
         /* A host of another ABI still gets the descriptor, whose abi field tells it why the   \
-         * module cannot be used; nothing else is called then. */                                \
-        (void)ptc__module_bind(host);                                                             \
-        return &(desc);                                                                           \
+         * module cannot be used; nothing else is called then. */   \
+        (void)ptc__module_bind(host);                                                              \
+        return &(desc);                                                                            \
     }
 
 #endif /* PTC_BASE_MODULE_H */

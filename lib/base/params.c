@@ -18,8 +18,7 @@
 
 #include <string.h>
 
-int ptc__params_read(void *dst, size_t dst_size, const void *src, const char *name,
-                     ptc_error *err)
+int ptc__params_read(void *dst, size_t dst_size, const void *src, const char *name, ptc_error *err)
 {
     if (!src)
         return 0; /* NULL means the defaults, already in dst */

@@ -37,7 +37,7 @@
 
 #include "ptc/ptc.h"
 
-#define PTC__PLUGIN_ABI 2
+#define PTC__PLUGIN_ABI   2
 #define PTC__PLUGIN_ENTRY "ptc_plugin_entry_v1"
 
 typedef enum ptc__plugin_kind {
@@ -48,7 +48,7 @@ typedef enum ptc__plugin_kind {
 
 /* What libptc hands a module. */
 typedef struct ptc__host {
-    int abi; /* PTC__PLUGIN_ABI */
+    int abi;                                  /* PTC__PLUGIN_ABI */
     void *(*realloc)(void *ptr, size_t size); /* ptc__realloc: the replaceable allocator */
     int (*verr)(ptc_error *err, int code, const char *member, int64_t offset, const char *fmt,
                 va_list ap);
@@ -58,13 +58,13 @@ typedef struct ptc__host {
 
 /* What a module returns. */
 typedef struct ptc__plugin {
-    int abi;               /* PTC__PLUGIN_ABI */
+    int abi; /* PTC__PLUGIN_ABI */
     ptc__plugin_kind kind;
-    const char *name;      /* "dnnl", "cuda", "mpi", "nccl", "codecs": the file is
+    const char *name;    /* "dnnl", "cuda", "mpi", "nccl", "codecs": the file is
                               <kind>-<name>.so */
-    const char *summary;   /* one line for `ptc --version` */
-    int experimental;      /* 1 until it has run where it is meant to run */
-    const void *ops;       /* by kind, see ptc__plugin_kind */
+    const char *summary; /* one line for `ptc --version` */
+    int experimental;    /* 1 until it has run where it is meant to run */
+    const void *ops;     /* by kind, see ptc__plugin_kind */
     /* 0 when the module can run on this machine; else a negative PTC_E* code and the reason in
      * err ("no CUDA driver is installed (libcuda.so.1 was not found)"). May be NULL (always can). */
     int (*probe)(ptc_error *err);

@@ -47,12 +47,12 @@ static size_t utf8_seq(const uint8_t *s, size_t n)
  * two different texts look the same. */
 static bool is_format_control(const uint8_t *s, size_t len)
 {
-    uint32_t cp = len == 2 ? ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F)
-                : len == 3 ? ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) |
-                                 (s[2] & 0x3F)
-                : len == 4 ? ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
-                                 ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F)
-                           : 0;
+    uint32_t cp = len == 2   ? ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F)
+                  : len == 3 ? ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) |
+                                   (s[2] & 0x3F)
+                  : len == 4 ? ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
+                                   ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F)
+                             : 0;
     return (cp >= 0x80 && cp <= 0x9F) || cp == 0xAD || cp == 0x061C ||
            (cp >= 0x200B && cp <= 0x200F) || cp == 0x2028 || cp == 0x2029 ||
            (cp >= 0x202A && cp <= 0x202E) || (cp >= 0x2060 && cp <= 0x2064) ||
@@ -131,11 +131,11 @@ char *ptc__escape(char *dst, size_t dstsz, const void *src, size_t n, bool keep_
 /* The code point of the valid sequence s[0..len). */
 static uint32_t utf8_cp(const uint8_t *s, size_t len)
 {
-    return len == 2   ? ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F)
-           : len == 3 ? ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) |
-                            (s[2] & 0x3F)
-                      : ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
-                            ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
+    return len == 2 ? ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F)
+           : len == 3
+               ? ((uint32_t)(s[0] & 0x0F) << 12) | ((uint32_t)(s[1] & 0x3F) << 6) | (s[2] & 0x3F)
+               : ((uint32_t)(s[0] & 0x07) << 18) | ((uint32_t)(s[1] & 0x3F) << 12) |
+                     ((uint32_t)(s[2] & 0x3F) << 6) | (s[3] & 0x3F);
 }
 
 /* Escapes the character at s[0..n) into out (at most 16 bytes); returns the output length and

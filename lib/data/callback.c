@@ -52,7 +52,7 @@ static int take(ptc_source *dst, const ptc_source *src, const char *which, ptc_e
 }
 
 int ptc__callback_read(ptc__split *out, const ptc_source *src, const char *which, int classes,
-                     const ptc__read_params *rp, ptc_error *err)
+                       const ptc__read_params *rp, ptc_error *err)
 {
     memset(out, 0, sizeof *out);
     ptc_source s;

@@ -169,7 +169,7 @@ int ptc__idx_read_ex(ptc__split *out, const char *images_path, const char *label
  * of range), PTC_EUNSUPPORTED (not 32 x 32), PTC_ELIMIT (more than rp->max_samples), PTC_ENOMEM,
  * or the code get returned (its message prefixed with the source and index). */
 int ptc__callback_read(ptc__split *out, const ptc_source *src, const char *which, int classes,
-                     const ptc__read_params *rp, ptc_error *err);
+                       const ptc__read_params *rp, ptc_error *err);
 void ptc__split_free(ptc__split *s); /* frees the arrays and empties s; accepts NULL */
 /* The statistics described in ptc__dataset, of any split (zeros for an empty one). */
 void ptc__split_stats(const ptc__split *s, double mean[3], double std[3]);
@@ -277,11 +277,11 @@ void ptc__augment_draw(uint64_t seed, uint64_t rank, uint64_t epoch, int64_t ind
 typedef struct ptc__loader ptc__loader;
 
 typedef struct ptc__batch {
-    int n;                  /* samples in this batch, 1..batch_size */
-    int64_t number;         /* 0, 1, ... within the epoch */
-    int64_t first;          /* position of the first sample in the index list */
-    float *images;          /* [n][3][32][32]; NULL with ptc__loader_params.draws_only */
-    int64_t *labels;        /* [n] */
+    int n;           /* samples in this batch, 1..batch_size */
+    int64_t number;  /* 0, 1, ... within the epoch */
+    int64_t first;   /* position of the first sample in the index list */
+    float *images;   /* [n][3][32][32]; NULL with ptc__loader_params.draws_only */
+    int64_t *labels; /* [n] */
     /* draws_only: what a backend's images_batch makes the images from (the dataset index as
      * int32 and the random choices of ptc__augment_draw, or 4, 4, 0 without augmentation); NULL
      * otherwise */

@@ -143,8 +143,8 @@ static int join(char *dst, size_t dstsz, const char *dir, const char *name, cons
 static int read_cifar10(ptc__dataset *d, const char *dir, const ptc__data_params *p,
                         uint64_t hist[3][256], ptc_error *err)
 {
-    ptc__read_params rp = {.max_samples = p->max_samples, .keep = p->keep > 0 ? p->keep : -1,
-                           .hist = hist};
+    ptc__read_params rp = {
+        .max_samples = p->max_samples, .keep = p->keep > 0 ? p->keep : -1, .hist = hist};
     int rc;
     if (!p->test_only) {
         char paths[5][PATH_CAP];
@@ -248,8 +248,8 @@ static int open_source(ptc__dataset **out, const ptc__data_params *p, ptc_error 
     for (int c = 0; given && c < 3; c++)
         if (!(p->std[c] > 0))
             return ptc__err(err, PTC_EINVAL, "", -1,
-                            "the source's standard deviation of channel %d is %g (must be > 0)",
-                            c, p->std[c]);
+                            "the source's standard deviation of channel %d is %g (must be > 0)", c,
+                            p->std[c]);
     ptc__dataset *d = ptc__calloc(1, sizeof *d);
     if (!d)
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory for a dataset");
@@ -324,9 +324,8 @@ int ptc__dataset_new(ptc__dataset **out, const ptc__data_params *params, ptc_err
         d->norm_mean[c] = p.format == PTC__DATA_CIFAR10 ? cifar_mean[c] : d->mean[c];
         d->norm_std[c] = p.format == PTC__DATA_CIFAR10 ? cifar_std[c] : d->std[c];
     }
-    if (p.format == PTC__DATA_IDX &&
-        (rc = check_variation((const uint64_t(*)[256])hist, d->mean[0], "train-images-idx3-ubyte",
-                              err)) < 0) {
+    if (p.format == PTC__DATA_IDX && (rc = check_variation((const uint64_t(*)[256])hist, d->mean[0],
+                                                           "train-images-idx3-ubyte", err)) < 0) {
         ptc__dataset_free(d);
         return rc;
     }

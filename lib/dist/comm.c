@@ -71,7 +71,10 @@ static void s_abort(ptc_comm *c, int code)
     (void)c, (void)code; /* one process: returning to the caller ends the job */
 }
 
-static void s_close(ptc_comm *c) { ptc__free(c); }
+static void s_close(ptc_comm *c)
+{
+    ptc__free(c);
+}
 
 static const ptc__comm_ops single_ops = {
     .name = "single",
@@ -163,9 +166,18 @@ int ptc_comm_open(ptc_comm **out, const char *kind, ptc_error *err)
     return cp->open(out, err);
 }
 
-int ptc_comm_rank(const ptc_comm *c) { return c ? c->rank : 0; }
-int ptc_comm_size(const ptc_comm *c) { return c ? c->size : 1; }
-const char *ptc_comm_kind(const ptc_comm *c) { return c ? c->ops->name : "single"; }
+int ptc_comm_rank(const ptc_comm *c)
+{
+    return c ? c->rank : 0;
+}
+int ptc_comm_size(const ptc_comm *c)
+{
+    return c ? c->size : 1;
+}
+const char *ptc_comm_kind(const ptc_comm *c)
+{
+    return c ? c->ops->name : "single";
+}
 
 int ptc_comm_barrier(ptc_comm *c, ptc_error *err)
 {

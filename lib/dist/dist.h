@@ -109,13 +109,13 @@ typedef struct ptc__reducer_params {
 
 typedef struct ptc__reducer_stats {
     int nbuckets;
-    size_t bytes;              /* gradient bytes all-reduced per step */
-    double allreduce_seconds;  /* the buckets all-reduced one after another, nothing else running
+    size_t bytes;             /* gradient bytes all-reduced per step */
+    double allreduce_seconds; /* the buckets all-reduced one after another, nothing else running
                                   (measured at the start, median of 5) */
-    double exposed_seconds;    /* summed over steps: waiting after backward ended (with a device
+    double exposed_seconds;   /* summed over steps: waiting after backward ended (with a device
                                   communicator the host does not wait: only the time to queue
                                   the waits, so this says nothing of the device's own wait) */
-    double pack_seconds;       /* summed over steps: copies into and out of buckets */
+    double pack_seconds;      /* summed over steps: copies into and out of buckets */
     int64_t steps;
 } ptc__reducer_stats;
 

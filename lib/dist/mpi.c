@@ -47,15 +47,26 @@ static int mpi_fail(ptc_error *err, int code, const char *call, int line, int ra
             return mpi_fail(err, mrc_, #call, __LINE__, (c) ? (c)->rank : -1);                     \
     } while (0)
 
-static MPI_Comm comm_of(const ptc_comm *c) { return ((const mpi_impl *)c->impl)->comm; }
+static MPI_Comm comm_of(const ptc_comm *c)
+{
+    return ((const mpi_impl *)c->impl)->comm;
+}
 
 static int mpi_type(ptc__cdtype t, MPI_Datatype *out, ptc_error *err)
 {
     switch (t) {
-    case PTC__C_BYTE: *out = MPI_BYTE; return 0;
-    case PTC__C_F32: *out = MPI_FLOAT; return 0;
-    case PTC__C_F64: *out = MPI_DOUBLE; return 0;
-    case PTC__C_I64: *out = MPI_INT64_T; return 0;
+    case PTC__C_BYTE:
+        *out = MPI_BYTE;
+        return 0;
+    case PTC__C_F32:
+        *out = MPI_FLOAT;
+        return 0;
+    case PTC__C_F64:
+        *out = MPI_DOUBLE;
+        return 0;
+    case PTC__C_I64:
+        *out = MPI_INT64_T;
+        return 0;
     }
     return ptc__err(err, PTC_EINVAL, "", -1, "unknown element type %d", (int)t);
 }
@@ -65,9 +76,15 @@ static int mpi_op(ptc__cdtype t, ptc__cop op, MPI_Op *out, ptc_error *err)
     if (t == PTC__C_BYTE)
         return ptc__err(err, PTC_EINVAL, "", -1, "bytes cannot be reduced");
     switch (op) {
-    case PTC__C_SUM: *out = MPI_SUM; return 0;
-    case PTC__C_MAX: *out = MPI_MAX; return 0;
-    case PTC__C_MIN: *out = MPI_MIN; return 0;
+    case PTC__C_SUM:
+        *out = MPI_SUM;
+        return 0;
+    case PTC__C_MAX:
+        *out = MPI_MAX;
+        return 0;
+    case PTC__C_MIN:
+        *out = MPI_MIN;
+        return 0;
     }
     return ptc__err(err, PTC_EINVAL, "", -1, "unknown reduction %d", (int)op);
 }

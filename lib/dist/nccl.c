@@ -55,7 +55,7 @@
  * more than this means completions are not being observed, and the next collective fails with
  * PTC_ELIMIT instead of the list growing without end. */
 #define NCCL_MAX_WATCHES 65536
-#define MSG_MAX 512 /* ptc_error's message */
+#define MSG_MAX          512 /* ptc_error's message */
 
 /* A collective in flight, watched by the watchdog (its own copy of the completion event). */
 typedef struct watch {
@@ -101,7 +101,10 @@ static double now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static nccl_impl *impl_of(ptc_comm *c) { return c->impl; }
+static nccl_impl *impl_of(ptc_comm *c)
+{
+    return c->impl;
+}
 
 /* ---- errors ------------------------------------------------------------------------------------ */
 
@@ -305,8 +308,10 @@ static void *watchdog(void *arg)
             }
             if (q != cudaErrorNotReady) {
                 char msg[MSG_MAX];
-                snprintf(msg, sizeof msg, "rank %d: NCCL %s: the device failed: %s; "
-                         "communicator aborted", c->rank, w->what, cudaGetErrorString(q));
+                snprintf(msg, sizeof msg,
+                         "rank %d: NCCL %s: the device failed: %s; "
+                         "communicator aborted",
+                         c->rank, w->what, cudaGetErrorString(q));
                 abort_locked(im, msg);
             } else if (!im->aborted) {
                 (void)health_locked(im, c->rank, w->t0, w->bytes, w->what);
@@ -331,10 +336,22 @@ static void *watchdog(void *arg)
 static int nccl_type(ptc__cdtype t, ncclDataType_t *out, size_t *size, ptc_error *err)
 {
     switch (t) {
-    case PTC__C_BYTE: *out = ncclUint8; *size = 1; return 0;
-    case PTC__C_F32: *out = ncclFloat32; *size = 4; return 0;
-    case PTC__C_F64: *out = ncclFloat64; *size = 8; return 0;
-    case PTC__C_I64: *out = ncclInt64; *size = 8; return 0;
+    case PTC__C_BYTE:
+        *out = ncclUint8;
+        *size = 1;
+        return 0;
+    case PTC__C_F32:
+        *out = ncclFloat32;
+        *size = 4;
+        return 0;
+    case PTC__C_F64:
+        *out = ncclFloat64;
+        *size = 8;
+        return 0;
+    case PTC__C_I64:
+        *out = ncclInt64;
+        *size = 8;
+        return 0;
     }
     return ptc__err(err, PTC_EINVAL, "", -1, "unknown element type %d", (int)t);
 }
@@ -344,9 +361,15 @@ static int nccl_op(ptc__cdtype t, ptc__cop op, ncclRedOp_t *out, ptc_error *err)
     if (t == PTC__C_BYTE)
         return ptc__err(err, PTC_EINVAL, "", -1, "bytes cannot be reduced");
     switch (op) {
-    case PTC__C_SUM: *out = ncclSum; return 0;
-    case PTC__C_MAX: *out = ncclMax; return 0;
-    case PTC__C_MIN: *out = ncclMin; return 0;
+    case PTC__C_SUM:
+        *out = ncclSum;
+        return 0;
+    case PTC__C_MAX:
+        *out = ncclMax;
+        return 0;
+    case PTC__C_MIN:
+        *out = ncclMin;
+        return 0;
     }
     return ptc__err(err, PTC_EINVAL, "", -1, "unknown reduction %d", (int)op);
 }
@@ -425,8 +448,11 @@ static int enqueue(ptc_comm *c, const coll *k, int after_backend, ptc_error *err
     }
     pthread_mutex_unlock(&im->mu);
     if (r != ncclSuccess) /* named: TRY(NCCL, r) would say "r failed" */
-        return lib_fail(err, rank, LIB_NCCL, r, k->kind == K_ALLREDUCE ? "ncclAllReduce"
-                        : k->kind == K_BCAST ? "ncclBroadcast" : "ncclAllGather", __LINE__);
+        return lib_fail(err, rank, LIB_NCCL, r,
+                        k->kind == K_ALLREDUCE ? "ncclAllReduce"
+                        : k->kind == K_BCAST   ? "ncclBroadcast"
+                                               : "ncclAllGather",
+                        __LINE__);
     return 0;
 }
 
@@ -454,8 +480,8 @@ static int blocking(ptc_comm *c, coll k, size_t bytes_in, size_t bytes_out, size
             return rc;
         unsigned char *s = im->stage;
         if (bytes_in)
-            TRY(CUDA, cudaMemcpyAsync(s + recv_off, user_send, bytes_in, cudaMemcpyDefault,
-                                      im->stream));
+            TRY(CUDA,
+                cudaMemcpyAsync(s + recv_off, user_send, bytes_in, cudaMemcpyDefault, im->stream));
         k.send = s + recv_off;
         k.recv = s;
     }
@@ -524,9 +550,9 @@ static int n_iallreduce(ptc_comm *c, void *buf, size_t count, ptc__cdtype t, ptc
     rc = enqueue(c, &k, 1, err);
     if (rc == 0) {
         cudaError_t e = cudaEventRecord(q->ev, im->stream);
-        rc = e == cudaSuccess ? watch_add(c, q->bytes, "all-reduce", err)
-                              : lib_fail(err, rank, LIB_CUDA, e,
-                                         "cudaEventRecord(q->ev, im->stream)", __LINE__);
+        rc = e == cudaSuccess
+                 ? watch_add(c, q->bytes, "all-reduce", err)
+                 : lib_fail(err, rank, LIB_CUDA, e, "cudaEventRecord(q->ev, im->stream)", __LINE__);
     }
     if (rc < 0) {
         put_event(im, q->ev);
@@ -586,8 +612,8 @@ static int n_bcast(ptc_comm *c, void *buf, size_t bytes, int root, ptc_error *er
         return ptc__err(err, PTC_EINVAL, "", -1, "broadcast from rank %d of %d", root, c->size);
     if (bytes == 0)
         return 0;
-    coll k = {.kind = K_BCAST, .send = buf, .recv = buf, .count = bytes, .t = ncclUint8,
-              .root = root};
+    coll k = {
+        .kind = K_BCAST, .send = buf, .recv = buf, .count = bytes, .t = ncclUint8, .root = root};
     return blocking(c, k, bytes, bytes, 0, err);
 }
 
@@ -602,8 +628,7 @@ static int n_allgather(ptc_comm *c, const void *send, void *recv, size_t bytes, 
     if (bytes == 0)
         return 0;
     if ((size_t)c->size > SIZE_MAX / bytes)
-        return ptc__err(err, PTC_ELIMIT, "", -1, "an all-gather of %d x %zu bytes", c->size,
-                        bytes);
+        return ptc__err(err, PTC_ELIMIT, "", -1, "an all-gather of %d x %zu bytes", c->size, bytes);
     coll k = {.kind = K_ALLGATHER, .send = send, .recv = recv, .count = bytes, .t = ncclUint8};
     return blocking(c, k, bytes, (size_t)c->size * bytes, (size_t)c->rank * bytes, err);
 }
@@ -824,7 +849,10 @@ static const ptc__plugin desc = {
     .probe = probe,
 };
 
-const ptc__plugin *ptc__nccl_plugin(void) { return &desc; }
+const ptc__plugin *ptc__nccl_plugin(void)
+{
+    return &desc;
+}
 
 /* A test that compiles this file next to libptc_core (tests/gpu/nccl_mock) defines
  * PTC_MODULE_LINKED_IN: it is not a module then, and lib/base/module.c is not linked in. */

@@ -38,7 +38,7 @@ typedef struct slot {
 typedef struct bucket {
     size_t first, count; /* slots[first .. first + count) */
     size_t bytes;
-    void *buf; /* host memory, or the device backend's (raw_alloc) */
+    void *buf;      /* host memory, or the device backend's (raw_alloc) */
     size_t pending; /* gradients still to come this step */
     ptc__creq *req; /* the all-reduce in flight, or NULL */
     int started;
@@ -57,7 +57,7 @@ struct ptc__reducer {
     bucket *buckets;
     int nbuckets, next;
     int active;
-    double scale; /* 1 / world */
+    double scale;        /* 1 / world */
     unsigned char *bufs; /* buffers and counters, for the broadcast before each forward */
     size_t bufs_bytes;
     ptc__reducer_stats st;
@@ -310,12 +310,12 @@ static int on_grad(void *ctx, ptc__entry *e, ptc_error *err)
         return ptc__err(err, PTC_EINVAL, "", -1, "reducer: %s is not a parameter", e->name);
     slot *s = &r->slots[si];
     if (s->ready)
-        return ptc__err(err, PTC_EINVAL, "", -1,
-                        "reducer: %s got a second gradient in one step", e->name);
+        return ptc__err(err, PTC_EINVAL, "", -1, "reducer: %s got a second gradient in one step",
+                        e->name);
     bucket *q = &r->buckets[s->bucket];
     double t0 = now();
-    int rc = r->ops->tensor_pack(r->be, e->grad, (unsigned char *)q->buf + s->offset, r->scale,
-                                 err);
+    int rc =
+        r->ops->tensor_pack(r->be, e->grad, (unsigned char *)q->buf + s->offset, r->scale, err);
     r->st.pack_seconds += now() - t0;
     if (rc < 0)
         return rc;
@@ -345,7 +345,8 @@ int ptc__reducer_finish(ptc__reducer *r, ptc_error *err)
     for (size_t i = 0; i < r->nslots && rc == 0; i++)
         if (!r->slots[i].ready)
             rc = ptc__err(err, PTC_EINVAL, "", -1,
-                          "reducer: %s got no gradient in this step's backward", r->slots[i].e->name);
+                          "reducer: %s got no gradient in this step's backward",
+                          r->slots[i].e->name);
     /* Every request is waited for, also after an error, so that none is left in flight. */
     double t0 = now();
     for (int k = 0; k < r->nbuckets; k++) {
@@ -374,7 +375,10 @@ int ptc__reducer_finish(ptc__reducer *r, ptc_error *err)
     return rc;
 }
 
-void ptc__reducer_get_stats(const ptc__reducer *r, ptc__reducer_stats *out) { *out = r->st; }
+void ptc__reducer_get_stats(const ptc__reducer *r, ptc__reducer_stats *out)
+{
+    *out = r->st;
+}
 
 /* ---- life --------------------------------------------------------------------------------------- */
 
@@ -424,9 +428,9 @@ int ptc__reducer_new(ptc__reducer **out, ptc_comm *c, ptc__model *m, const ptc__
     if (rc == 0 && !(r->bufs = ptc__malloc(r->bufs_bytes ? r->bufs_bytes : 1)))
         rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
     if (rc == 0 && c->size > 1)
-        rc = bcast_entries(r, 1u << PTC__ENTRY_PARAM | 1u << PTC__ENTRY_BUFFER |
-                                  1u << PTC__ENTRY_COUNTER,
-                           NULL, err);
+        rc = bcast_entries(
+            r, 1u << PTC__ENTRY_PARAM | 1u << PTC__ENTRY_BUFFER | 1u << PTC__ENTRY_COUNTER, NULL,
+            err);
     if (rc == 0 && c->size > 1)
         rc = calibrate(r, err);
     if (rc < 0)

@@ -29,9 +29,9 @@
 struct ptc_sgd {
     ptc_model *m;
     ptc__sgd_params p;
-    int64_t steps;     /* steps taken */
-    size_t n;          /* entries of the network when made */
-    ptc__bt **buf;     /* [n] the momentum buffer of entry i, NULL until its first step */
+    int64_t steps;      /* steps taken */
+    size_t n;           /* entries of the network when made */
+    ptc__bt **buf;      /* [n] the momentum buffer of entry i, NULL until its first step */
     int64_t *buf_numel; /* [n] the entry's numel when its buffer was made (a new head: dropped) */
 };
 
@@ -82,9 +82,8 @@ int ptc_model_reset_head(ptc_model *m, int num_classes, uint64_t seed, ptc_error
     if (!m)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_model_reset_head: the model is NULL");
     if (num_classes < 1 || num_classes > MAX_CLASSES)
-        return ptc__err(err, PTC_EINVAL, "", -1,
-                        "ptc_model_reset_head: num_classes %d (1 to %d)", num_classes,
-                        MAX_CLASSES);
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_model_reset_head: num_classes %d (1 to %d)",
+                        num_classes, MAX_CLASSES);
     ptc__entry *w = ptc__model_find(m->net, "fc.weight");
     const int64_t fan_in = w->shape[1];
     float *v = ptc__malloc((size_t)(num_classes * fan_in + num_classes) * sizeof *v);
@@ -224,8 +223,8 @@ static void lend(ptc_sgd *o, int in)
     }
 }
 
-int ptc_model_train_step(ptc_model *m, ptc_sgd *opt, const float *x, const int64_t *labels,
-                         int n, int h, int w, double *loss, ptc_error *err)
+int ptc_model_train_step(ptc_model *m, ptc_sgd *opt, const float *x, const int64_t *labels, int n,
+                         int h, int w, double *loss, ptc_error *err)
 {
     ptc__err_clear(err);
     if (!m || !opt || !x || !labels)

@@ -37,21 +37,21 @@ typedef struct ptc__model ptc__model;
 
 typedef struct ptc__model_params {
     ptc__arch arch;
-    int num_classes;              /* 10 */
-    const ptc__backend_ops *ops;  /* the backend */
-    ptc__be *be;                  /* its instance (float32), borrowed */
-    uint64_t seed;                /* for the initialisation */
+    int num_classes;             /* 10 */
+    const ptc__backend_ops *ops; /* the backend */
+    ptc__be *be;                 /* its instance (float32), borrowed */
+    uint64_t seed;               /* for the initialisation */
 } ptc__model_params;
 
 /* One entry of the state dict, in torchvision's order. */
 typedef enum ptc__entry_kind {
-    PTC__ENTRY_PARAM,     /* a parameter: has a gradient and an optimizer state */
-    PTC__ENTRY_BUFFER,    /* running_mean / running_var */
-    PTC__ENTRY_COUNTER    /* num_batches_tracked (int64, kept on the host) */
+    PTC__ENTRY_PARAM,  /* a parameter: has a gradient and an optimizer state */
+    PTC__ENTRY_BUFFER, /* running_mean / running_var */
+    PTC__ENTRY_COUNTER /* num_batches_tracked (int64, kept on the host) */
 } ptc__entry_kind;
 
 typedef struct ptc__entry {
-    const char *name;  /* "layer1.0.conv1.weight" */
+    const char *name; /* "layer1.0.conv1.weight" */
     ptc__entry_kind kind;
     int ndim;
     int64_t shape[4];
@@ -76,8 +76,7 @@ int ptc__model_new(ptc__model **out, const ptc__model_params *p, ptc_error *err)
  * ptc__model_preprocess gives it back: 1 when set, 0 when not. */
 void ptc__model_set_preprocess(ptc__model *m, const char *dataset, const double mean[3],
                                const double std[3]);
-int ptc__model_preprocess(const ptc__model *m, const char **dataset, double mean[3],
-                          double std[3]);
+int ptc__model_preprocess(const ptc__model *m, const char **dataset, double mean[3], double std[3]);
 
 void ptc__model_free(ptc__model *m); /* accepts NULL */
 
@@ -152,8 +151,7 @@ int ptc__model_forward_hw(ptc__model *m, const float *images, int n, int h, int 
                           float *logits, ptc_error *err);
 /* Whether an input of n x 3 x h x w is one the model can run (h, w >= 32 and every activation
  * below 2^31 elements); 0 or PTC_EINVAL with fn named in the message. */
-int ptc__model_check_size(const ptc__model *m, const char *fn, int n, int h, int w,
-                          ptc_error *err);
+int ptc__model_check_size(const ptc__model *m, const char *fn, int n, int h, int w, ptc_error *err);
 /* The number of classes (fc's outputs) and the architecture. */
 int ptc__model_classes(const ptc__model *m);
 ptc__arch ptc__model_arch(const ptc__model *m);
@@ -227,8 +225,8 @@ int ptc__syncbn_backward(const ptc__syncbn_ctx *k, const ptc__syncbn_layer *l, p
 /* Mean cross-entropy of logits against labels, and its gradient (softmax - one_hot) / n in
  * dlogits (may be NULL). correct: number of rows whose first maximum is the label (may be NULL).
  * A label outside [0, classes) is PTC_EINVAL. */
-int ptc__cross_entropy(const float *logits, const int64_t *labels, int n, int classes,
-                       double *loss, float *dlogits, int64_t *correct, ptc_error *err);
+int ptc__cross_entropy(const float *logits, const int64_t *labels, int n, int classes, double *loss,
+                       float *dlogits, int64_t *correct, ptc_error *err);
 
 /* ---- SGD and learning rates ------------------------------------------------------------------ */
 
@@ -245,15 +243,19 @@ typedef struct ptc__sgd_params {
 int ptc__model_sgd_step(ptc__model *m, const ptc__sgd_params *p, double lr, int64_t step,
                         ptc_error *err);
 
-typedef enum ptc__schedule_kind { PTC__SCHED_CONSTANT, PTC__SCHED_STEP, PTC__SCHED_COSINE } ptc__schedule_kind;
+typedef enum ptc__schedule_kind {
+    PTC__SCHED_CONSTANT,
+    PTC__SCHED_STEP,
+    PTC__SCHED_COSINE
+} ptc__schedule_kind;
 
 typedef struct ptc__schedule {
     ptc__schedule_kind kind;
     double base_lr;
     int64_t step_size; /* step: every step_size epochs the rate is multiplied by gamma */
     double gamma;
-    int64_t warmup;    /* cosine: linear warmup over this many optimizer steps from 0 */
-    int64_t total;     /* cosine: total optimizer steps (the rate reaches 0 at total) */
+    int64_t warmup; /* cosine: linear warmup over this many optimizer steps from 0 */
+    int64_t total;  /* cosine: total optimizer steps (the rate reaches 0 at total) */
 } ptc__schedule;
 
 /* The learning rate for optimizer step `step` (0-based) in epoch `epoch` (0-based). */

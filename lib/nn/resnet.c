@@ -24,8 +24,8 @@
 #include <string.h>
 
 #define MAX_ENTRIES 160
-#define NAME_BYTES 48
-#define BN_EPS 1e-5
+#define NAME_BYTES  48
+#define BN_EPS      1e-5
 #define BN_MOMENTUM 0.1
 /* Activation sets kept, one per input shape (n, h, w), least recently used replaced first: a
  * training run alternates at most four (its batch and last batch, evaluation's batch and last
@@ -55,17 +55,17 @@ typedef struct block_l {
 /* What one block needs at one batch size. */
 typedef struct block_a {
     ptc__op *p1, *p2, *pds, *b1, *b2, *bds;
-    ptc__bt *c1, *r1, *c2, *n2, *d, *dn, *out;           /* forward */
-    ptc__bt *m1, *s1, *m2, *s2, *mds, *sds;              /* saved batch statistics */
+    ptc__bt *c1, *r1, *c2, *n2, *d, *dn, *out;          /* forward */
+    ptc__bt *m1, *s1, *m2, *s2, *mds, *sds;             /* saved batch statistics */
     ptc__bt *g_c1, *g_r1, *g_c2, *g_n2, *g_d, *g_in_ds; /* gradients */
 } block_a;
 
 /* The tensors and plans of one input shape. Gradient tensors (g_*) are made by the first
  * training forward at that shape (has_grads): an evaluation-only shape never holds them. */
 typedef struct act_set {
-    int n, h, w;    /* the input [n][3][h][w] */
+    int n, h, w; /* the input [n][3][h][w] */
     int has_grads;
-    uint64_t used;  /* the model's use clock at its latest use (least recently used goes first) */
+    uint64_t used; /* the model's use clock at its latest use (least recently used goes first) */
     ptc__op *pconv1, *pbn1, *ppool;
     ptc__bt *x, *c1, *b1, *p, *g_c1, *g_b1, *g_p, *m1, *s1;
     block_a blk[8];
@@ -109,8 +109,7 @@ void ptc__model_set_preprocess(ptc__model *m, const char *dataset, const double 
     memcpy(m->pre_std, std, sizeof m->pre_std);
 }
 
-int ptc__model_preprocess(const ptc__model *m, const char **dataset, double mean[3],
-                          double std[3])
+int ptc__model_preprocess(const ptc__model *m, const char **dataset, double mean[3], double std[3])
 {
     if (!m->pre_dataset[0])
         return 0;
@@ -222,7 +221,10 @@ static uint64_t mix(uint64_t *s)
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
     return z ^ (z >> 31);
 }
-static double uniform01(uint64_t *s) { return (double)(mix(s) >> 11) * 0x1p-53; }
+static double uniform01(uint64_t *s)
+{
+    return (double)(mix(s) >> 11) * 0x1p-53;
+}
 
 static int fill_host(ptc__model *m, ptc__entry *e, int kind, double a, uint64_t *rng,
                      ptc_error *err)
@@ -261,9 +263,8 @@ static int init_params(ptc__model *m, uint64_t seed, ptc_error *err)
         else if (e == m->fc_w || e == m->fc_b) /* nn.Linear: bound 1 / sqrt(fan_in) */
             rc = fill_host(m, e, 2, 1.0 / sqrt((double)m->fc_w->shape[1]), &rng, err);
         else /* batchnorm: weight 1, bias 0, running_mean 0, running_var 1 */
-            rc = fill_host(m, e, 0,
-                           strcmp(leaf, "weight") == 0 || strcmp(leaf, "running_var") == 0, &rng,
-                           err);
+            rc = fill_host(m, e, 0, strcmp(leaf, "weight") == 0 || strcmp(leaf, "running_var") == 0,
+                           &rng, err);
     }
     return rc;
 }
@@ -281,8 +282,8 @@ int ptc__model_new(ptc__model **out, const ptc__model_params *p, ptc_error *err)
     m->ops = p->ops;
     m->be = p->be;
     int cifar = p->arch == PTC__ARCH_RESNET18_CIFAR;
-    int rc = make_conv(m, &m->conv1, "conv1", 3, 64, cifar ? 3 : 7, cifar ? 1 : 2, cifar ? 1 : 3,
-                       err);
+    int rc =
+        make_conv(m, &m->conv1, "conv1", 3, 64, cifar ? 3 : 7, cifar ? 1 : 2, cifar ? 1 : 3, err);
     if (rc == 0)
         rc = make_bn(m, &m->bn1, "bn1", 64, err);
     static const int widths[4] = {64, 128, 256, 512};
@@ -336,9 +337,8 @@ int ptc__model_new(ptc__model **out, const ptc__model_params *p, ptc_error *err)
 static void free_set(ptc__model *m, act_set *s)
 {
     const ptc__backend_ops *o = m->ops;
-    ptc__bt **ts[] = {&s->x,   &s->c1,    &s->b1,     &s->p,     &s->g_c1,     &s->g_b1,
-                      &s->g_p, &s->m1,    &s->s1,     &s->avg,   &s->logits,   &s->g_avg,
-                      &s->g_logits, &s->g_x};
+    ptc__bt **ts[] = {&s->x,  &s->c1, &s->b1,  &s->p,      &s->g_c1,  &s->g_b1,     &s->g_p,
+                      &s->m1, &s->s1, &s->avg, &s->logits, &s->g_avg, &s->g_logits, &s->g_x};
     for (size_t i = 0; i < sizeof ts / sizeof *ts; i++)
         o->tensor_free(m->be, *ts[i]);
     o->plan_free(m->be, s->pconv1);
@@ -346,9 +346,9 @@ static void free_set(ptc__model *m, act_set *s)
     o->plan_free(m->be, s->ppool);
     for (int b = 0; b < 8; b++) {
         block_a *a = &s->blk[b];
-        ptc__bt *bt[] = {a->c1, a->r1, a->c2, a->n2, a->d,   a->dn,   a->out,   a->m1,   a->s1,
-                         a->m2, a->s2, a->mds, a->sds, a->g_c1, a->g_r1, a->g_c2, a->g_n2,
-                         a->g_d, a->g_in_ds};
+        ptc__bt *bt[] = {a->c1,   a->r1,   a->c2,   a->n2,  a->d,      a->dn,  a->out,
+                         a->m1,   a->s1,   a->m2,   a->s2,  a->mds,    a->sds, a->g_c1,
+                         a->g_r1, a->g_c2, a->g_n2, a->g_d, a->g_in_ds};
         for (size_t i = 0; i < sizeof bt / sizeof *bt; i++)
             o->tensor_free(m->be, bt[i]);
         ptc__op *ops[] = {a->p1, a->p2, a->pds, a->b1, a->b2, a->bds};
@@ -377,11 +377,26 @@ void ptc__model_free(ptc__model *m)
     ptc__free(m);
 }
 
-size_t ptc__model_nentries(const ptc__model *m) { return m->ne; }
-ptc__entry *ptc__model_entry(ptc__model *m, size_t i) { return i < m->ne ? &m->e[i] : NULL; }
-size_t ptc__model_nparams(const ptc__model *m) { return m->nparams; }
-int ptc__model_classes(const ptc__model *m) { return m->classes; }
-ptc__arch ptc__model_arch(const ptc__model *m) { return m->arch; }
+size_t ptc__model_nentries(const ptc__model *m)
+{
+    return m->ne;
+}
+ptc__entry *ptc__model_entry(ptc__model *m, size_t i)
+{
+    return i < m->ne ? &m->e[i] : NULL;
+}
+size_t ptc__model_nparams(const ptc__model *m)
+{
+    return m->nparams;
+}
+int ptc__model_classes(const ptc__model *m)
+{
+    return m->classes;
+}
+ptc__arch ptc__model_arch(const ptc__model *m)
+{
+    return m->arch;
+}
 
 ptc__entry *ptc__model_find(ptc__model *m, const char *name)
 {
@@ -475,8 +490,7 @@ static void stem_out(const ptc__model *m, int side, int *conv, int *pool)
     *pool = m->arch == PTC__ARCH_RESNET18_CIFAR ? *conv : ptc__conv_out(*conv, 3, 2, 1);
 }
 
-int ptc__model_check_size(const ptc__model *m, const char *fn, int n, int h, int w,
-                          ptc_error *err)
+int ptc__model_check_size(const ptc__model *m, const char *fn, int n, int h, int w, ptc_error *err)
 {
     if (n < 1 || h < MIN_SIDE || w < MIN_SIDE)
         return ptc__err(err, PTC_EINVAL, "", -1,
@@ -631,8 +645,8 @@ void ptc__model_set_bn_sync(ptc__model *m, ptc__bn_sync fn, void *ctx)
 
 static ptc__syncbn_ctx syncbn_ctx(ptc__model *m)
 {
-    return (ptc__syncbn_ctx){m->ops, m->be, m->bn_sync, m->bn_sync_ctx, BN_EPS, BN_MOMENTUM,
-                             &m->syncbn};
+    return (ptc__syncbn_ctx){m->ops, m->be,       m->bn_sync, m->bn_sync_ctx,
+                             BN_EPS, BN_MOMENTUM, &m->syncbn};
 }
 
 static int bn_forward(ptc__model *m, ptc__op *op, const bn_l *b, const ptc__bt *x, ptc__bt *y,
@@ -644,9 +658,14 @@ static int bn_forward(ptc__model *m, ptc__op *op, const bn_l *b, const ptc__bt *
     (*b->nbt->counter)++;
     if (m->bn_sync) {
         ptc__syncbn_ctx k = syncbn_ctx(m);
-        ptc__syncbn_layer l = {.x = x, .gamma = b->w->value, .beta = b->b->value, .y = y,
-                               .save_mean = mean, .save_invstd = invstd,
-                               .running_mean = b->rm->value, .running_var = b->rv->value,
+        ptc__syncbn_layer l = {.x = x,
+                               .gamma = b->w->value,
+                               .beta = b->b->value,
+                               .y = y,
+                               .save_mean = mean,
+                               .save_invstd = invstd,
+                               .running_mean = b->rm->value,
+                               .running_var = b->rv->value,
                                .relu = relu};
         return ptc__syncbn_forward(&k, &l, err);
     }
@@ -661,9 +680,15 @@ static int bn_backward(ptc__model *m, ptc__op *op, const bn_l *b, const ptc__bt 
 {
     if (m->bn_sync) {
         ptc__syncbn_ctx k = syncbn_ctx(m);
-        ptc__syncbn_layer l = {.x = x, .gamma = b->w->value, .dy = dy, .y = y,
-                               .save_mean = mean, .save_invstd = invstd, .dx = dx,
-                               .dgamma = b->w->grad, .dbeta = b->b->grad};
+        ptc__syncbn_layer l = {.x = x,
+                               .gamma = b->w->value,
+                               .dy = dy,
+                               .y = y,
+                               .save_mean = mean,
+                               .save_invstd = invstd,
+                               .dx = dx,
+                               .dgamma = b->w->grad,
+                               .dbeta = b->b->grad};
         return ptc__syncbn_backward(&k, &l, err);
     }
     return m->ops->bn_bwd(m->be, op, x, y, dy, b->w->value, mean, invstd, dx, b->w->grad,
@@ -739,8 +764,7 @@ static int forward_set(ptc__model *m, act_set *s, int train, float *logits, ptc_
             return rc;
         if (bl->has_ds) {
             if ((rc = o->conv_fwd(be, a->pds, x, bl->ds.w->value, a->d, err)) ||
-                (rc = bn_forward(m, a->bds, &bl->dsbn, a->d, a->dn, a->mds, a->sds, train, 0,
-                                 err)))
+                (rc = bn_forward(m, a->bds, &bl->dsbn, a->d, a->dn, a->mds, a->sds, train, 0, err)))
                 return rc;
             identity = a->dn;
         }
@@ -766,8 +790,14 @@ void ptc__model_set_grad_hook(ptc__model *m, ptc__grad_hook fn, void *ctx)
     m->hook_ctx = fn ? ctx : NULL;
 }
 
-const ptc__backend_ops *ptc__model_ops(const ptc__model *m) { return m->ops; }
-ptc__be *ptc__model_be(const ptc__model *m) { return m->be; }
+const ptc__backend_ops *ptc__model_ops(const ptc__model *m)
+{
+    return m->ops;
+}
+ptc__be *ptc__model_be(const ptc__model *m)
+{
+    return m->be;
+}
 
 /* Whether backward may stop before the entries below index `below`: nothing there needs a
  * gradient (every parameter among them is frozen) and no hook expects every gradient. */
@@ -865,8 +895,8 @@ int ptc__model_backward(ptc__model *m, const float *dlogits, ptc_error *err)
             (rc = o->conv_bwd_data(be, a->p1, a->g_c1, bl->conv1.w->value, gx, err)))
             return rc;
         if (bl->has_ds) {
-            if ((rc = bn_backward(m, a->bds, &bl->dsbn, a->d, NULL, a->g_n2, a->mds, a->sds,
-                                  a->g_d, err)) ||
+            if ((rc = bn_backward(m, a->bds, &bl->dsbn, a->d, NULL, a->g_n2, a->mds, a->sds, a->g_d,
+                                  err)) ||
                 (rc = ready(m, bl->dsbn.b, bl->dsbn.w, err)) ||
                 (rc = o->conv_bwd_weight(be, a->pds, x, a->g_d, bl->ds.w->grad, err)) ||
                 (rc = ready(m, bl->ds.w, NULL, err)) ||

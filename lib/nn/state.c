@@ -48,7 +48,7 @@
 /* The longest text a load report keeps: beyond it the text ends with a note (a hostile state dict
  * of a million long keys would otherwise make gigabytes of text). */
 #define LOAD_TEXT_MAX ((size_t)64 << 20)
-#define MAX_MODULES 96
+#define MAX_MODULES   96
 
 void ptc__load_report_free(ptc__load_report *r)
 {
@@ -255,8 +255,7 @@ static void index_put(key_index *ix, view_key *keys, size_t i)
 
 /* Which module reports key k as unexpected (-1: none), by walking down the module tree; *extra:
  * it is that module's prefix + "_extra_state" (reported before the module's other keys). */
-static int unexpected_at(const module_list *ml, ptc__model *m, const char *k, size_t kl,
-                         int *extra)
+static int unexpected_at(const module_list *ml, ptc__model *m, const char *k, size_t kl, int *extra)
 {
     int cur = 0;   /* the root */
     size_t pl = 0; /* the prefix: k[0..pl) is the module's name and a '.' */
@@ -295,22 +294,36 @@ static int unexpected_at(const module_list *ml, ptc__model *m, const char *k, si
 static const char *py_type(const ptc_value *v)
 {
     switch (ptc_value_kind_of(v)) {
-    case PTC_VALUE_NONE: return "<class 'NoneType'>";
-    case PTC_VALUE_BOOL: return "<class 'bool'>";
-    case PTC_VALUE_INT: return "<class 'int'>";
-    case PTC_VALUE_FLOAT: return "<class 'float'>";
-    case PTC_VALUE_STR: return "<class 'str'>";
-    case PTC_VALUE_BYTES: return "<class 'bytes'>";
-    case PTC_VALUE_TUPLE: return "<class 'tuple'>";
-    case PTC_VALUE_LIST: return "<class 'list'>";
+    case PTC_VALUE_NONE:
+        return "<class 'NoneType'>";
+    case PTC_VALUE_BOOL:
+        return "<class 'bool'>";
+    case PTC_VALUE_INT:
+        return "<class 'int'>";
+    case PTC_VALUE_FLOAT:
+        return "<class 'float'>";
+    case PTC_VALUE_STR:
+        return "<class 'str'>";
+    case PTC_VALUE_BYTES:
+        return "<class 'bytes'>";
+    case PTC_VALUE_TUPLE:
+        return "<class 'tuple'>";
+    case PTC_VALUE_LIST:
+        return "<class 'list'>";
     case PTC_VALUE_DICT:
         return ptc_dict_is_ordered(v) ? "<class 'collections.OrderedDict'>" : "<class 'dict'>";
-    case PTC_VALUE_SET: return "<class 'set'>";
-    case PTC_VALUE_COMPLEX: return "<class 'complex'>";
-    case PTC_VALUE_DTYPE: return "<class 'torch.dtype'>";
-    case PTC_VALUE_DEVICE: return "<class 'torch.device'>";
-    case PTC_VALUE_SIZE: return "<class 'torch.Size'>";
-    default: return "<class 'object'>";
+    case PTC_VALUE_SET:
+        return "<class 'set'>";
+    case PTC_VALUE_COMPLEX:
+        return "<class 'complex'>";
+    case PTC_VALUE_DTYPE:
+        return "<class 'torch.dtype'>";
+    case PTC_VALUE_DEVICE:
+        return "<class 'torch.device'>";
+    case PTC_VALUE_SIZE:
+        return "<class 'torch.Size'>";
+    default:
+        return "<class 'object'>";
     }
 }
 
@@ -347,8 +360,16 @@ static int cmp_unexpected(const void *a, const void *b)
 static bool convertible(ptc_dtype dt)
 {
     switch (dt) {
-    case PTC_FLOAT64: case PTC_FLOAT32: case PTC_FLOAT16: case PTC_BFLOAT16: case PTC_INT64:
-    case PTC_INT32: case PTC_INT16: case PTC_INT8: case PTC_UINT8: case PTC_BOOL:
+    case PTC_FLOAT64:
+    case PTC_FLOAT32:
+    case PTC_FLOAT16:
+    case PTC_BFLOAT16:
+    case PTC_INT64:
+    case PTC_INT32:
+    case PTC_INT16:
+    case PTC_INT8:
+    case PTC_UINT8:
+    case PTC_BOOL:
         return true;
     default:
         return false;
@@ -433,8 +454,8 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
     /* Unexpected keys, in the order of the modules that report them. */
     size_t nunexp = 0;
     for (size_t i = 0; i < nv; i++)
-        if ((keys[i].unexpected_at =
-                 unexpected_at(ml, m, keys[i].k, keys[i].kl, &keys[i].extra)) >= 0)
+        if ((keys[i].unexpected_at = unexpected_at(ml, m, keys[i].k, keys[i].kl, &keys[i].extra)) >=
+            0)
             unexp[nunexp++] = &keys[i];
     qsort(unexp, nunexp, sizeof *unexp, cmp_unexpected);
     for (size_t i = 0; i < nunexp && rc == 0; i++)
@@ -447,8 +468,7 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
         if (!v) {
             if (e->kind == PTC__ENTRY_COUNTER) {
                 char mod[64];
-                snprintf(mod, sizeof mod, "%.*s", (int)(strrchr(e->name, '.') - e->name),
-                         e->name);
+                snprintf(mod, sizeof mod, "%.*s", (int)(strrchr(e->name, '.') - e->name), e->name);
                 if (meta_version(md, mod) < 2)
                     continue; /* torch keeps the module's own count */
             }
@@ -479,8 +499,9 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
             rc = keylist_add(&rep->keys[2], e->name, strlen(e->name));
             if (rc == 0 && !skip_mismatched) {
                 nerr++;
-                if ((rc = ptc__buf_printf(&errs, "\n\tsize mismatch for %s: copying a param with "
-                                                 "shape ",
+                if ((rc = ptc__buf_printf(&errs,
+                                          "\n\tsize mismatch for %s: copying a param with "
+                                          "shape ",
                                           e->name)) == 0 &&
                     (rc = put_size(&errs, nd, sh)) == 0 &&
                     (rc = ptc__buf_append(&errs, " from checkpoint, the shape in current model is ",
@@ -513,8 +534,8 @@ int ptc__model_load_state_dict_ex(ptc__model *m, const ptc_value *root, const ch
         for (int l = 0; l < 2 && rc == 0; l++) {
             if (!strict || !rep->keys[l].n)
                 continue;
-            rc = ptc__buf_printf(&text, "\n\t%s key(s) in state_dict: ",
-                                 l ? "Unexpected" : "Missing");
+            rc = ptc__buf_printf(&text,
+                                 "\n\t%s key(s) in state_dict: ", l ? "Unexpected" : "Missing");
             for (size_t i = 0; i < rep->keys[l].n && rc == 0 && text.len < LOAD_TEXT_MAX; i++)
                 rc = ptc__buf_printf(&text, "%s\"%s\"", i ? ", " : "", rep->keys[l].keys[i]);
             if (rc == 0)
@@ -646,8 +667,9 @@ static int preprocess_metadata(ptc__model *m, ptc_doc *d, ptc_value *md)
         return 0;
     static const double input[2] = {32, 32}, source[2] = {28, 28};
     ptc_value *r = ptc_doc_dict(d, 0);
-    if (!r || ptc_doc_set(d, r, ptc_doc_str(d, "dataset", (size_t)-1),
-                          ptc_doc_str(d, dataset, (size_t)-1)) < 0 ||
+    if (!r ||
+        ptc_doc_set(d, r, ptc_doc_str(d, "dataset", (size_t)-1),
+                    ptc_doc_str(d, dataset, (size_t)-1)) < 0 ||
         numbers(d, r, "mean", mean, 3, 0) < 0 || numbers(d, r, "std", std, 3, 0) < 0 ||
         numbers(d, r, "input_size", input, 2, 1) < 0)
         return -1;
@@ -698,8 +720,8 @@ doc_fail:
 
 /* ---- cross-entropy ---------------------------------------------------------------------------- */
 
-int ptc__cross_entropy(const float *logits, const int64_t *labels, int n, int classes,
-                       double *loss, float *dlogits, int64_t *correct, ptc_error *err)
+int ptc__cross_entropy(const float *logits, const int64_t *labels, int n, int classes, double *loss,
+                       float *dlogits, int64_t *correct, ptc_error *err)
 {
     double total = 0;
     int64_t right = 0;

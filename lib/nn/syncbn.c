@@ -107,7 +107,8 @@ int ptc__syncbn_forward(const ptc__syncbn_ctx *k, const ptc__syncbn_layer *l, pt
                         "synchronised batchnorm: %.0f value(s) per channel over all ranks; "
                         "training needs more than 1",
                         cnt);
-    if ((rc = vec_read(k, l->gamma, gamma, err)) < 0 || (rc = vec_read(k, l->beta, beta, err)) < 0 ||
+    if ((rc = vec_read(k, l->gamma, gamma, err)) < 0 ||
+        (rc = vec_read(k, l->beta, beta, err)) < 0 ||
         (rc = vec_read(k, l->running_mean, rm, err)) < 0 ||
         (rc = vec_read(k, l->running_var, rv, err)) < 0)
         return rc;

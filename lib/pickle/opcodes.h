@@ -119,13 +119,28 @@ typedef enum ptc__op {
 } ptc__op;
 
 typedef enum ptc__op_arg {
-    PTC__ARG_NONE, PTC__ARG_LINE, PTC__ARG_LINE2, PTC__ARG_F1, PTC__ARG_F2, PTC__ARG_F4,
-    PTC__ARG_F8, PTC__ARG_L1, PTC__ARG_L4, PTC__ARG_S4, PTC__ARG_L8
+    PTC__ARG_NONE,
+    PTC__ARG_LINE,
+    PTC__ARG_LINE2,
+    PTC__ARG_F1,
+    PTC__ARG_F2,
+    PTC__ARG_F4,
+    PTC__ARG_F8,
+    PTC__ARG_L1,
+    PTC__ARG_L4,
+    PTC__ARG_S4,
+    PTC__ARG_L8
 } ptc__op_arg;
 
 typedef enum ptc__scan_role {
-    PTC__SCAN_ROLE_PLAIN, PTC__SCAN_ROLE_PROTO, PTC__SCAN_ROLE_STOP, PTC__SCAN_ROLE_GLOBAL,
-    PTC__SCAN_ROLE_STACK, PTC__SCAN_ROLE_EXT, PTC__SCAN_ROLE_STRING, PTC__SCAN_ROLE_MEMO
+    PTC__SCAN_ROLE_PLAIN,
+    PTC__SCAN_ROLE_PROTO,
+    PTC__SCAN_ROLE_STOP,
+    PTC__SCAN_ROLE_GLOBAL,
+    PTC__SCAN_ROLE_STACK,
+    PTC__SCAN_ROLE_EXT,
+    PTC__SCAN_ROLE_STRING,
+    PTC__SCAN_ROLE_MEMO
 } ptc__scan_role;
 
 #endif /* PTC_PICKLE_OPCODES_H */

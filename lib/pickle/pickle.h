@@ -61,7 +61,7 @@ struct ptc_value {
             const uint8_t *bytes; /* minimal two's-complement little-endian bytes (LONG1's form) */
             uint32_t nbytes;
             uint8_t small[8]; /* holds bytes for values that fit in 64 bits */
-            bool fits; /* v holds the value exactly */
+            bool fits;        /* v holds the value exactly */
         } i;
         double f;
         struct {
@@ -70,7 +70,7 @@ struct ptc_value {
         struct {
             const char *p; /* NUL-terminated copy */
             size_t n;
-        } s; /* str and bytes */
+        } s;          /* str and bytes */
         ptc__seq seq; /* tuple, list, set, torch.Size */
         ptc__dict dict;
         struct {
@@ -180,17 +180,17 @@ int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t ma
  * pickles); a truncated stream or an unknown opcode ends the scan with PTC_EFORMAT after every item
  * seen before it was reported. */
 typedef enum ptc__scan_kind {
-    PTC__SCAN_GLOBAL,      /* module/name known */
-    PTC__SCAN_DYNAMIC,     /* a global whose name is computed at run time */
-    PTC__SCAN_OPCODE,      /* an opcode outside the weights-only subset */
-    PTC__SCAN_PROTO        /* a PROTO opcode (value in proto) */
+    PTC__SCAN_GLOBAL,  /* module/name known */
+    PTC__SCAN_DYNAMIC, /* a global whose name is computed at run time */
+    PTC__SCAN_OPCODE,  /* an opcode outside the weights-only subset */
+    PTC__SCAN_PROTO    /* a PROTO opcode (value in proto) */
 } ptc__scan_kind;
 
 typedef struct ptc__scan_item {
     ptc__scan_kind kind;
     uint8_t opcode;
     int proto;
-    uint64_t offset;   /* of the opcode, base_offset included */
+    uint64_t offset;    /* of the opcode, base_offset included */
     const char *module; /* raw bytes as in the stream, NUL-terminated; NULL when dynamic */
     size_t module_len;  /* bytes in module (a name may hold NUL bytes) */
     const char *name;
@@ -201,7 +201,8 @@ typedef struct ptc__scan_item {
 typedef int (*ptc__scan_fn)(void *ud, const ptc__scan_item *item);
 
 int ptc__pickle_scan(const uint8_t *data, size_t len, const char *member, uint64_t base_offset,
-                     bool stop_at_first, ptc__scan_fn fn, void *ud, size_t *consumed, ptc_error *err);
+                     bool stop_at_first, ptc__scan_fn fn, void *ud, size_t *consumed,
+                     ptc_error *err);
 /* The same with two more controls, for sweeps that start a decode at many offsets of a region:
  * line arguments (GLOBAL, INST, the text opcodes) end at a '\n' found in data[0..line_limit) only
  * (pass one past the region's last '\n': a line with no '\n' after it then fails at once instead
@@ -254,7 +255,7 @@ void ptc__pickle_map_name(const char **module, const char **name);
  * PTC__PW_MAX_MEMO memo entries (LONG_BINPUT's u32 index). The memo's hash holds at most twice
  * as many slots as entries. */
 #define PTC__PW_MAX_BYTES ((size_t)1 << 30)
-#define PTC__PW_MAX_MEMO UINT32_MAX
+#define PTC__PW_MAX_MEMO  UINT32_MAX
 typedef struct ptc__pw {
     ptc__buf out;
     const void **keys; /* open addressing: memo key -> index in vals */

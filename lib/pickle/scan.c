@@ -39,8 +39,7 @@ typedef struct strref {
 static strref string_value(uint8_t op, const uint8_t *arg, size_t n)
 {
     if (op == PTC__OP_STRING && n >= 2 && (arg[0] == '\'' || arg[0] == '"') &&
-        arg[n - 1] == arg[0] &&
-        !memchr(arg + 1, '\\', n - 2))
+        arg[n - 1] == arg[0] && !memchr(arg + 1, '\\', n - 2))
         return (strref){arg + 1, n - 2};
     return (strref){arg, n};
 }
@@ -58,7 +57,8 @@ bool ptc__python_name(const uint8_t *s, size_t n)
             start = true;
             continue;
         }
-        bool alpha = (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || ch >= 0x80;
+        bool alpha =
+            (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || ch == '_' || ch >= 0x80;
         if (!alpha && !(ch >= '0' && ch <= '9' && !start))
             return false;
         start = false;
@@ -93,7 +93,8 @@ static int report(ptc__scan_fn fn, void *ud, ptc__scan_kind kind, uint8_t op, ui
 }
 
 int ptc__pickle_scan(const uint8_t *data, size_t len, const char *member, uint64_t base_offset,
-                     bool stop_at_first, ptc__scan_fn fn, void *ud, size_t *consumed, ptc_error *err)
+                     bool stop_at_first, ptc__scan_fn fn, void *ud, size_t *consumed,
+                     ptc_error *err)
 {
     return ptc__pickle_scan_ex(data, len, len, member, base_offset, stop_at_first, fn, ud, consumed,
                                NULL, err);
@@ -126,7 +127,8 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
         uint64_t n = 0;
         bool truncated = false;
         switch (k) {
-        case PTC__ARG_NONE: break;
+        case PTC__ARG_NONE:
+            break;
         case PTC__ARG_LINE:
         case PTC__ARG_LINE2: {
             const uint8_t *nl =
@@ -149,7 +151,10 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
             }
             break;
         }
-        case PTC__ARG_F1: case PTC__ARG_F2: case PTC__ARG_F4: case PTC__ARG_F8: {
+        case PTC__ARG_F1:
+        case PTC__ARG_F2:
+        case PTC__ARG_F4:
+        case PTC__ARG_F8: {
             size_t w = k == PTC__ARG_F1 ? 1 : k == PTC__ARG_F2 ? 2 : k == PTC__ARG_F4 ? 4 : 8;
             if (len - pos < w)
                 truncated = true;
@@ -158,7 +163,10 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
             alen = w;
             break;
         }
-        case PTC__ARG_L1: case PTC__ARG_L4: case PTC__ARG_S4: case PTC__ARG_L8: {
+        case PTC__ARG_L1:
+        case PTC__ARG_L4:
+        case PTC__ARG_S4:
+        case PTC__ARG_L8: {
             size_t w = k == PTC__ARG_L1 ? 1 : k == PTC__ARG_L8 ? 8 : 4;
             if (len - pos < w) {
                 truncated = true;
@@ -190,7 +198,8 @@ int ptc__pickle_scan_ex(const uint8_t *data, size_t len, size_t line_limit, cons
             if (reach)
                 *reach = pos;
             return ptc__err(err, PTC_EFORMAT, member, (int64_t)off,
-                            "truncated: %s runs past the end of the pickle", ptc__pickle_opname(op));
+                            "truncated: %s runs past the end of the pickle",
+                            ptc__pickle_opname(op));
         }
 
         /* Report what matters. */
@@ -320,7 +329,7 @@ typedef struct sweep {
     sw_elem *e;
     uint32_t ne, cape, efree, elive;
     uint32_t *heap, nheap;
-    uint32_t *ht; /* walk index + 1, 0 empty; capacity 2 * capw, a power of two */
+    uint32_t *ht;            /* walk index + 1, 0 empty; capacity 2 * capw, a power of two */
     sw_walk w_in[SW_INLINE]; /* w, heap and ht while capw is SW_INLINE */
     uint32_t heap_in[SW_INLINE], ht_in[2 * SW_INLINE];
     size_t htmask;
@@ -443,8 +452,8 @@ static int new_walk(sweep *s, size_t pos, size_t quiet_end, uint32_t *out, ptc_e
         }
         wi = s->nw++;
     }
-    s->w[wi] = (sw_walk){.pos = pos, .quiet_end = quiet_end, .head = NONE, .tail = NONE,
-                         .nelems = 0, .many = false};
+    s->w[wi] = (sw_walk){
+        .pos = pos, .quiet_end = quiet_end, .head = NONE, .tail = NONE, .nelems = 0, .many = false};
     s->alive++;
     *out = wi;
     return 0;
@@ -569,8 +578,10 @@ static void park(sweep *s, uint32_t wi)
 
 static int hexval(uint8_t c)
 {
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    return c >= '0' && c <= '9'   ? c - '0'
+           : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                  : -1;
 }
 
 /* Whether an escaped STRING ('S': Python's escape_decode) or UNICODE ('V': raw-unicode-escape)
@@ -696,7 +707,8 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
     const uint8_t *arg = d + pos, *arg2 = NULL;
     size_t alen = 0, alen2 = 0;
     switch (k) {
-    case PTC__ARG_NONE: break;
+    case PTC__ARG_NONE:
+        break;
     case PTC__ARG_LINE:
     case PTC__ARG_LINE2: {
         size_t nl = find_nl(s, 0, pos);
@@ -713,14 +725,20 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
         }
         break;
     }
-    case PTC__ARG_F1: case PTC__ARG_F2: case PTC__ARG_F4: case PTC__ARG_F8: {
+    case PTC__ARG_F1:
+    case PTC__ARG_F2:
+    case PTC__ARG_F4:
+    case PTC__ARG_F8: {
         size_t fw = k == PTC__ARG_F1 ? 1 : k == PTC__ARG_F2 ? 2 : k == PTC__ARG_F4 ? 4 : 8;
         if (len - pos < fw)
             return 0;
         pos += fw;
         break;
     }
-    case PTC__ARG_L1: case PTC__ARG_L4: case PTC__ARG_S4: case PTC__ARG_L8: {
+    case PTC__ARG_L1:
+    case PTC__ARG_L4:
+    case PTC__ARG_S4:
+    case PTC__ARG_L8: {
         size_t lw = k == PTC__ARG_L1 ? 1 : k == PTC__ARG_L8 ? 8 : 4;
         if (len - pos < lw)
             return 0;
@@ -743,8 +761,8 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
         w->many = false;
         if (!quiet && alen < NAME_COPY && alen2 < NAME_COPY && ptc__python_name(arg, alen) &&
             ptc__python_name(arg2, alen2))
-            rc = report(s->fn, s->ud, PTC__SCAN_GLOBAL, op, s->base + at, arg, alen, arg2, alen2,
-                        0);
+            rc =
+                report(s->fn, s->ud, PTC__SCAN_GLOBAL, op, s->base + at, arg, alen, arg2, alen2, 0);
     } else if (role == PTC__SCAN_ROLE_STACK) {
         for (uint32_t ei = w->head; ei != NONE && rc == 0; ei = s->e[ei].next) {
             const sw_elem *e = &s->e[ei];
@@ -753,8 +771,8 @@ static int sweep_step(sweep *s, uint32_t wi, bool *on, ptc_error *err)
                             d + e->bo, e->bl, 0);
         }
         if (rc == 0 && w->many && !quiet)
-            rc = report(s->fn, s->ud, PTC__SCAN_GLOBAL, op, s->base + at, (const uint8_t *)"?",
-                        1, (const uint8_t *)"?", 1, 0);
+            rc = report(s->fn, s->ud, PTC__SCAN_GLOBAL, op, s->base + at, (const uint8_t *)"?", 1,
+                        (const uint8_t *)"?", 1, 0);
         clear_elems(s, w);
         w->many = false;
     } else if (role == PTC__SCAN_ROLE_STRING) {
@@ -786,8 +804,15 @@ int ptc__pickle_sweep(const uint8_t *data, size_t len, uint64_t base_offset, boo
 {
     if (len == 0)
         return 0;
-    sweep s = {.d = data, .len = len, .wfree = NONE, .efree = NONE, .base = base_offset,
-               .member = member, .fn = fn, .ud = ud, .nl_at = {SIZE_MAX, SIZE_MAX},
+    sweep s = {.d = data,
+               .len = len,
+               .wfree = NONE,
+               .efree = NONE,
+               .base = base_offset,
+               .member = member,
+               .fn = fn,
+               .ud = ud,
+               .nl_at = {SIZE_MAX, SIZE_MAX},
                .g = SIZE_MAX};
     const uint8_t *last_nl = memrchr(data, '\n', len);
     s.line_limit = last_nl ? (size_t)(last_nl - data) + 1 : 0;
@@ -814,8 +839,8 @@ int ptc__pickle_sweep(const uint8_t *data, size_t len, uint64_t base_offset, boo
         }
         size_t pos = s.w[cur].pos;
         /* A PROTO before this walk starts a walk first; one here is this walk's opcode. */
-        size_t g = (s.g == SIZE_MAX ? s.g_from > pos : s.g > pos) ? SIZE_MAX
-                                                                   : proto_before(&s, pos + 1);
+        size_t g =
+            (s.g == SIZE_MAX ? s.g_from > pos : s.g > pos) ? SIZE_MAX : proto_before(&s, pos + 1);
         if (g < pos) {
             park(&s, cur);
             cur = NONE;

@@ -128,11 +128,20 @@ static bool hashable_rec(const ptc_value *v, int depth, size_t *nodes)
     if (++*nodes > KEY_MAX_NODES || depth > KEY_MAX_DEPTH)
         return false;
     switch (v->kind) {
-    case PTC_VALUE_NONE: case PTC_VALUE_BOOL: case PTC_VALUE_INT: case PTC_VALUE_FLOAT:
-    case PTC_VALUE_STR: case PTC_VALUE_BYTES: case PTC_VALUE_COMPLEX: case PTC_VALUE_DTYPE:
-    case PTC_VALUE_GLOBAL: case PTC_VALUE_TENSOR: case PTC_VALUE_DEVICE:
+    case PTC_VALUE_NONE:
+    case PTC_VALUE_BOOL:
+    case PTC_VALUE_INT:
+    case PTC_VALUE_FLOAT:
+    case PTC_VALUE_STR:
+    case PTC_VALUE_BYTES:
+    case PTC_VALUE_COMPLEX:
+    case PTC_VALUE_DTYPE:
+    case PTC_VALUE_GLOBAL:
+    case PTC_VALUE_TENSOR:
+    case PTC_VALUE_DEVICE:
         return !(v->kind == PTC_VALUE_BYTES && (v->flags & PTC__V_BYTEARRAY));
-    case PTC_VALUE_TUPLE: case PTC_VALUE_SIZE:
+    case PTC_VALUE_TUPLE:
+    case PTC_VALUE_SIZE:
         for (size_t i = 0; i < v->u.seq.n; i++)
             if (v->u.seq.items[i] == v || !hashable_rec(v->u.seq.items[i], depth + 1, nodes))
                 return false;
@@ -317,14 +326,22 @@ static uint64_t hash_value(const ptc_value *v, int depth)
     if (is_number_kind(v))
         return hash_number(v);
     switch (v->kind) {
-    case PTC_VALUE_NONE: return 0x9e3779b97f4a7c15ULL;
-    case PTC_VALUE_STR: return hash_bytes(v->u.s.p, v->u.s.n);
-    case PTC_VALUE_BYTES: return ~hash_bytes(v->u.s.p, v->u.s.n);
-    case PTC_VALUE_DTYPE: return mix(0xd7 + (uint64_t)v->u.dt);
-    case PTC_VALUE_GLOBAL: return hash_bytes(v->u.g.full, strlen(v->u.g.full));
-    case PTC_VALUE_TENSOR: return mix((uint64_t)(uintptr_t)v->u.t);
-    case PTC_VALUE_COMPLEX: return mix((uint64_t)(int64_t)(v->u.c.re * 1000003 + v->u.c.im));
-    case PTC_VALUE_DEVICE: return hash_bytes(v->u.dev.type, strlen(v->u.dev.type)) ^ (uint64_t)v->u.dev.index;
+    case PTC_VALUE_NONE:
+        return 0x9e3779b97f4a7c15ULL;
+    case PTC_VALUE_STR:
+        return hash_bytes(v->u.s.p, v->u.s.n);
+    case PTC_VALUE_BYTES:
+        return ~hash_bytes(v->u.s.p, v->u.s.n);
+    case PTC_VALUE_DTYPE:
+        return mix(0xd7 + (uint64_t)v->u.dt);
+    case PTC_VALUE_GLOBAL:
+        return hash_bytes(v->u.g.full, strlen(v->u.g.full));
+    case PTC_VALUE_TENSOR:
+        return mix((uint64_t)(uintptr_t)v->u.t);
+    case PTC_VALUE_COMPLEX:
+        return mix((uint64_t)(int64_t)(v->u.c.re * 1000003 + v->u.c.im));
+    case PTC_VALUE_DEVICE:
+        return hash_bytes(v->u.dev.type, strlen(v->u.dev.type)) ^ (uint64_t)v->u.dev.index;
     case PTC_VALUE_TUPLE:
     case PTC_VALUE_SIZE: {
         uint64_t h = 0x345678;
@@ -334,7 +351,8 @@ static uint64_t hash_value(const ptc_value *v, int depth)
             h = mix(h * 1000003 ^ hash_value(v->u.seq.items[k], depth + 1));
         return h;
     }
-    default: return 0;
+    default:
+        return 0;
     }
 }
 
@@ -353,13 +371,17 @@ static int equal_depth(const ptc_value *a, const ptc_value *b, int depth)
             return 0;
     }
     switch (a->kind) {
-    case PTC_VALUE_NONE: return 1;
+    case PTC_VALUE_NONE:
+        return 1;
     case PTC_VALUE_STR:
     case PTC_VALUE_BYTES:
         return a->u.s.n == b->u.s.n && memcmp(a->u.s.p, b->u.s.p, a->u.s.n) == 0;
-    case PTC_VALUE_COMPLEX: return a->u.c.re == b->u.c.re && a->u.c.im == b->u.c.im;
-    case PTC_VALUE_DTYPE: return a->u.dt == b->u.dt;
-    case PTC_VALUE_GLOBAL: return strcmp(a->u.g.full, b->u.g.full) == 0;
+    case PTC_VALUE_COMPLEX:
+        return a->u.c.re == b->u.c.re && a->u.c.im == b->u.c.im;
+    case PTC_VALUE_DTYPE:
+        return a->u.dt == b->u.dt;
+    case PTC_VALUE_GLOBAL:
+        return strcmp(a->u.g.full, b->u.g.full) == 0;
     case PTC_VALUE_DEVICE:
         return strcmp(a->u.dev.type, b->u.dev.type) == 0 && a->u.dev.index == b->u.dev.index;
     case PTC_VALUE_TUPLE:
@@ -370,11 +392,15 @@ static int equal_depth(const ptc_value *a, const ptc_value *b, int depth)
             if (!equal_depth(a->u.seq.items[k], b->u.seq.items[k], depth + 1))
                 return 0;
         return 1;
-    default: return 0; /* tensors compare by identity (checked above) */
+    default:
+        return 0; /* tensors compare by identity (checked above) */
     }
 }
 
-int ptc__value_equal(const ptc_value *a, const ptc_value *b) { return equal_depth(a, b, 0); }
+int ptc__value_equal(const ptc_value *a, const ptc_value *b)
+{
+    return equal_depth(a, b, 0);
+}
 
 /* A secret of this process, from the system's entropy (its clock and address layout if that
  * fails): dict indexes are seeded from it, so that a file cannot pick keys whose hashes collide
@@ -388,7 +414,8 @@ static uint64_t process_secret(void)
     if (getentropy(&s, sizeof s) != 0 || s == 0) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
-        s = mix((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&secret) | 1;
+        s = mix((uint64_t)ts.tv_nsec ^ ((uint64_t)ts.tv_sec << 32) ^ (uint64_t)(uintptr_t)&secret) |
+            1;
     }
     __atomic_store_n(&secret, s, __ATOMIC_RELAXED);
     return s;
@@ -513,11 +540,17 @@ typedef struct frame {
 static size_t nchildren(const ptc_value *v)
 {
     switch (v->kind) {
-    case PTC_VALUE_TUPLE: case PTC_VALUE_LIST: case PTC_VALUE_SET: case PTC_VALUE_SIZE:
+    case PTC_VALUE_TUPLE:
+    case PTC_VALUE_LIST:
+    case PTC_VALUE_SET:
+    case PTC_VALUE_SIZE:
         return v->u.seq.n;
-    case PTC_VALUE_DICT: return 2 * v->u.dict.n + 1;
-    case PTC_VALUE_OBJECT: return 2;
-    default: return 0;
+    case PTC_VALUE_DICT:
+        return 2 * v->u.dict.n + 1;
+    case PTC_VALUE_OBJECT:
+        return 2;
+    default:
+        return 0;
     }
 }
 
@@ -528,8 +561,10 @@ static const ptc_value *child(const ptc_value *v, size_t i)
         if (i == 2 * v->u.dict.n)
             return v->u.dict.attrs;
         return (i & 1) ? v->u.dict.vals[i / 2] : v->u.dict.keys[i / 2];
-    case PTC_VALUE_OBJECT: return i == 0 ? v->u.obj.args : v->u.obj.state;
-    default: return v->u.seq.items[i];
+    case PTC_VALUE_OBJECT:
+        return i == 0 ? v->u.obj.args : v->u.obj.state;
+    default:
+        return v->u.seq.items[i];
     }
 }
 
@@ -601,7 +636,8 @@ int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t ma
         if (n == cap) {
             frame *ns = ptc__realloc(st, 2 * cap * sizeof *st);
             if (!ns) {
-                rc = ptc__err(err, PTC_ENOMEM, member, -1, "out of memory checking the object tree");
+                rc =
+                    ptc__err(err, PTC_ENOMEM, member, -1, "out of memory checking the object tree");
                 break;
             }
             st = ns;
@@ -616,13 +652,16 @@ int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t ma
 
 /* ---- public accessors ------------------------------------------------------------------------ */
 
-ptc_value_kind ptc_value_kind_of(const ptc_value *v) { return v ? (ptc_value_kind)v->kind : PTC_VALUE_NONE; }
+ptc_value_kind ptc_value_kind_of(const ptc_value *v)
+{
+    return v ? (ptc_value_kind)v->kind : PTC_VALUE_NONE;
+}
 
 const char *ptc_value_kind_name(ptc_value_kind k)
 {
-    static const char *const names[] = {"none", "bool", "int", "float", "str", "bytes", "tuple",
-                                        "list", "dict", "set", "complex", "tensor", "dtype",
-                                        "device", "size", "global", "object"};
+    static const char *const names[] = {"none",  "bool",   "int",  "float",  "str",     "bytes",
+                                        "tuple", "list",   "dict", "set",    "complex", "tensor",
+                                        "dtype", "device", "size", "global", "object"};
     return (unsigned)k < sizeof names / sizeof *names ? names[k] : "unknown";
 }
 
@@ -693,11 +732,18 @@ size_t ptc_value_len(const ptc_value *v)
     if (!v)
         return 0;
     switch (v->kind) {
-    case PTC_VALUE_TUPLE: case PTC_VALUE_LIST: case PTC_VALUE_SET: case PTC_VALUE_SIZE:
+    case PTC_VALUE_TUPLE:
+    case PTC_VALUE_LIST:
+    case PTC_VALUE_SET:
+    case PTC_VALUE_SIZE:
         return v->u.seq.n;
-    case PTC_VALUE_DICT: return v->u.dict.n;
-    case PTC_VALUE_STR: case PTC_VALUE_BYTES: return v->u.s.n;
-    default: return 0;
+    case PTC_VALUE_DICT:
+        return v->u.dict.n;
+    case PTC_VALUE_STR:
+    case PTC_VALUE_BYTES:
+        return v->u.s.n;
+    default:
+        return 0;
     }
 }
 
@@ -706,9 +752,13 @@ const ptc_value *ptc_value_item(const ptc_value *v, size_t i)
     if (!v)
         return NULL;
     switch (v->kind) {
-    case PTC_VALUE_TUPLE: case PTC_VALUE_LIST: case PTC_VALUE_SET: case PTC_VALUE_SIZE:
+    case PTC_VALUE_TUPLE:
+    case PTC_VALUE_LIST:
+    case PTC_VALUE_SET:
+    case PTC_VALUE_SIZE:
         return i < v->u.seq.n ? v->u.seq.items[i] : NULL;
-    default: return NULL;
+    default:
+        return NULL;
     }
 }
 

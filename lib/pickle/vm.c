@@ -36,9 +36,15 @@ static const struct {
 #undef X
 };
 
-const char *ptc__pickle_opname(uint8_t op) { return OPS[op].name; }
+const char *ptc__pickle_opname(uint8_t op)
+{
+    return OPS[op].name;
+}
 
-int ptc__pickle_in_subset(uint8_t op) { return OPS[op].subset; }
+int ptc__pickle_in_subset(uint8_t op)
+{
+    return OPS[op].subset;
+}
 
 /* torch's Python-2 mapping (torch/_utils.py IMPORT_MAPPING and NAME_MAPPING), the entries that can
  * matter for a weights-only load; unmapped names pass through unchanged. */
@@ -85,29 +91,61 @@ void ptc__pickle_map_name(const char **module, const char **name)
     static const struct {
         const char *from, *to;
     } modules[] = {
-        {"__builtin__", "builtins"}, {"copy_reg", "copyreg"}, {"Queue", "queue"},
-        {"SocketServer", "socketserver"}, {"ConfigParser", "configparser"}, {"repr", "reprlib"},
-        {"tkFileDialog", "tkinter.filedialog"}, {"tkSimpleDialog", "tkinter.simpledialog"},
-        {"tkColorChooser", "tkinter.colorchooser"}, {"tkCommonDialog", "tkinter.commondialog"},
-        {"Dialog", "tkinter.dialog"}, {"Tkdnd", "tkinter.dnd"}, {"tkFont", "tkinter.font"},
-        {"tkMessageBox", "tkinter.messagebox"}, {"ScrolledText", "tkinter.scrolledtext"},
-        {"Tkconstants", "tkinter.constants"}, {"Tix", "tkinter.tix"}, {"ttk", "tkinter.ttk"},
-        {"Tkinter", "tkinter"}, {"markupbase", "_markupbase"}, {"_winreg", "winreg"},
-        {"thread", "_thread"}, {"dummy_thread", "_dummy_thread"}, {"dbhash", "dbm.bsd"},
-        {"dumbdbm", "dbm.dumb"}, {"dbm", "dbm.ndbm"}, {"gdbm", "dbm.gnu"},
-        {"xmlrpclib", "xmlrpc.client"}, {"SimpleXMLRPCServer", "xmlrpc.server"},
-        {"httplib", "http.client"}, {"htmlentitydefs", "html.entities"},
-        {"HTMLParser", "html.parser"}, {"Cookie", "http.cookies"},
-        {"cookielib", "http.cookiejar"}, {"BaseHTTPServer", "http.server"},
-        {"test.test_support", "test.support"}, {"commands", "subprocess"},
-        {"urlparse", "urllib.parse"}, {"robotparser", "urllib.robotparser"},
-        {"urllib2", "urllib.request"}, {"anydbm", "dbm"}, {"_abcoll", "collections.abc"},
-        {"cPickle", "pickle"}, {"_elementtree", "xml.etree.ElementTree"},
-        {"FileDialog", "tkinter.filedialog"}, {"SimpleDialog", "tkinter.simpledialog"},
-        {"DocXMLRPCServer", "xmlrpc.server"}, {"SimpleHTTPServer", "http.server"},
-        {"CGIHTTPServer", "http.server"}, {"UserDict", "collections"},
-        {"UserList", "collections"}, {"UserString", "collections"}, {"whichdb", "dbm"},
-        {"StringIO", "io"}, {"cStringIO", "io"},
+        {"__builtin__", "builtins"},
+        {"copy_reg", "copyreg"},
+        {"Queue", "queue"},
+        {"SocketServer", "socketserver"},
+        {"ConfigParser", "configparser"},
+        {"repr", "reprlib"},
+        {"tkFileDialog", "tkinter.filedialog"},
+        {"tkSimpleDialog", "tkinter.simpledialog"},
+        {"tkColorChooser", "tkinter.colorchooser"},
+        {"tkCommonDialog", "tkinter.commondialog"},
+        {"Dialog", "tkinter.dialog"},
+        {"Tkdnd", "tkinter.dnd"},
+        {"tkFont", "tkinter.font"},
+        {"tkMessageBox", "tkinter.messagebox"},
+        {"ScrolledText", "tkinter.scrolledtext"},
+        {"Tkconstants", "tkinter.constants"},
+        {"Tix", "tkinter.tix"},
+        {"ttk", "tkinter.ttk"},
+        {"Tkinter", "tkinter"},
+        {"markupbase", "_markupbase"},
+        {"_winreg", "winreg"},
+        {"thread", "_thread"},
+        {"dummy_thread", "_dummy_thread"},
+        {"dbhash", "dbm.bsd"},
+        {"dumbdbm", "dbm.dumb"},
+        {"dbm", "dbm.ndbm"},
+        {"gdbm", "dbm.gnu"},
+        {"xmlrpclib", "xmlrpc.client"},
+        {"SimpleXMLRPCServer", "xmlrpc.server"},
+        {"httplib", "http.client"},
+        {"htmlentitydefs", "html.entities"},
+        {"HTMLParser", "html.parser"},
+        {"Cookie", "http.cookies"},
+        {"cookielib", "http.cookiejar"},
+        {"BaseHTTPServer", "http.server"},
+        {"test.test_support", "test.support"},
+        {"commands", "subprocess"},
+        {"urlparse", "urllib.parse"},
+        {"robotparser", "urllib.robotparser"},
+        {"urllib2", "urllib.request"},
+        {"anydbm", "dbm"},
+        {"_abcoll", "collections.abc"},
+        {"cPickle", "pickle"},
+        {"_elementtree", "xml.etree.ElementTree"},
+        {"FileDialog", "tkinter.filedialog"},
+        {"SimpleDialog", "tkinter.simpledialog"},
+        {"DocXMLRPCServer", "xmlrpc.server"},
+        {"SimpleHTTPServer", "http.server"},
+        {"CGIHTTPServer", "http.server"},
+        {"UserDict", "collections"},
+        {"UserList", "collections"},
+        {"UserString", "collections"},
+        {"whichdb", "dbm"},
+        {"StringIO", "io"},
+        {"cStringIO", "io"},
     };
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         if (strcmp(*module, names[i].from_mod) == 0 && strcmp(*name, names[i].from_name) == 0) {
@@ -145,19 +183,30 @@ struct ptc__vm {
     ptc_value *singletons[3];
 };
 
-const char *ptc__vm_member(const ptc__vm *vm) { return vm->p->member; }
-int64_t ptc__vm_offset(const ptc__vm *vm) { return (int64_t)(vm->p->base_offset + vm->op_pos); }
-ptc__arena *ptc__vm_arena(ptc__vm *vm) { return vm->arena; }
-const ptc_limits *ptc__vm_limits(const ptc__vm *vm) { return vm->p->limits; }
+const char *ptc__vm_member(const ptc__vm *vm)
+{
+    return vm->p->member;
+}
+int64_t ptc__vm_offset(const ptc__vm *vm)
+{
+    return (int64_t)(vm->p->base_offset + vm->op_pos);
+}
+ptc__arena *ptc__vm_arena(ptc__vm *vm)
+{
+    return vm->arena;
+}
+const ptc_limits *ptc__vm_limits(const ptc__vm *vm)
+{
+    return vm->p->limits;
+}
 
-#define VM_ERR(vm, code, ...) \
-    ptc__err(err, code, (vm)->p->member, ptc__vm_offset(vm), __VA_ARGS__)
+#define VM_ERR(vm, code, ...) ptc__err(err, code, (vm)->p->member, ptc__vm_offset(vm), __VA_ARGS__)
 /* A refusal torch 2.6 would not make (PTC_ERR_STRICTER). */
-#define VM_STRICTER(vm, code, ...) \
+#define VM_STRICTER(vm, code, ...)                                                                 \
     ptc__err_stricter(err, code, (vm)->p->member, ptc__vm_offset(vm), __VA_ARGS__)
 
 /* VM_ERR, or VM_STRICTER when stricter is true. */
-#define VM_ERR_IF(vm, stricter, code, ...) \
+#define VM_ERR_IF(vm, stricter, code, ...)                                                         \
     ((stricter) ? VM_STRICTER(vm, code, __VA_ARGS__) : VM_ERR(vm, code, __VA_ARGS__))
 
 /* Grows one of the machine's arrays (stack, MARK stack, memo) to hold need entries; more than max
@@ -210,9 +259,9 @@ static ptc_value *singleton(ptc__vm *vm, uint8_t op, ptc_error *err, int *rc)
     ptc_value *v = vm->singletons[k];
     if (v) {
         if (++vm->nobjects > vm->p->limits->max_objects) {
-            *rc = VM_STRICTER(vm, PTC_ELIMIT,
-                              "the pickle builds more than the limit of %llu objects",
-                              (unsigned long long)vm->p->limits->max_objects);
+            *rc =
+                VM_STRICTER(vm, PTC_ELIMIT, "the pickle builds more than the limit of %llu objects",
+                            (unsigned long long)vm->p->limits->max_objects);
             return NULL;
         }
         return v;
@@ -227,8 +276,8 @@ static int push(ptc__vm *vm, ptc_value *v, ptc_error *err)
 {
     /* Every push consumes at least one byte of input, so the stack never holds more entries than
      * a pickle may have bytes. */
-    int rc = grow_array(vm, (void **)&vm->stack, &vm->capstack, vm->nstack + 1,
-                        sizeof *vm->stack, vm->p->limits->max_pickle_bytes, "stack", err);
+    int rc = grow_array(vm, (void **)&vm->stack, &vm->capstack, vm->nstack + 1, sizeof *vm->stack,
+                        vm->p->limits->max_pickle_bytes, "stack", err);
     if (rc < 0)
         return rc;
     vm->stack[vm->nstack++] = v;
@@ -236,7 +285,10 @@ static int push(ptc__vm *vm, ptc_value *v, ptc_error *err)
 }
 
 /* Number of stack items above the innermost MARK (or the whole stack when no MARK is open). */
-static size_t floor_of(const ptc__vm *vm) { return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0; }
+static size_t floor_of(const ptc__vm *vm)
+{
+    return vm->nmarks ? vm->marks[vm->nmarks - 1] : 0;
+}
 
 static int need(ptc__vm *vm, size_t n, uint8_t op, ptc_error *err)
 {
@@ -711,7 +763,8 @@ static int op_build(ptc__vm *vm, ptc_error *err)
         return build_attrs(vm, target, state, err);
     }
     if (!vm->p->hooks->build)
-        return VM_ERR(vm, PTC_EFORMAT, "BUILD on a %s", ptc_value_kind_name((ptc_value_kind)target->kind));
+        return VM_ERR(vm, PTC_EFORMAT, "BUILD on a %s",
+                      ptc_value_kind_name((ptc_value_kind)target->kind));
     return vm->p->hooks->build(vm->p->hooks->ud, vm, target, state, err);
 }
 
@@ -720,11 +773,22 @@ static int op_build(ptc__vm *vm, ptc_error *err)
 static bool torch_starts_with(uint8_t op)
 {
     switch (op) {
-    case PTC__OP_MARK: case PTC__OP_NONE: case PTC__OP_NEWTRUE: case PTC__OP_NEWFALSE:
-    case PTC__OP_EMPTY_TUPLE: case PTC__OP_EMPTY_LIST: case PTC__OP_EMPTY_DICT:
-    case PTC__OP_EMPTY_SET: case PTC__OP_BININT: case PTC__OP_BININT1: case PTC__OP_BININT2:
-    case PTC__OP_BINFLOAT: case PTC__OP_BINUNICODE: case PTC__OP_SHORT_BINSTRING:
-    case PTC__OP_LONG1: case PTC__OP_GLOBAL:
+    case PTC__OP_MARK:
+    case PTC__OP_NONE:
+    case PTC__OP_NEWTRUE:
+    case PTC__OP_NEWFALSE:
+    case PTC__OP_EMPTY_TUPLE:
+    case PTC__OP_EMPTY_LIST:
+    case PTC__OP_EMPTY_DICT:
+    case PTC__OP_EMPTY_SET:
+    case PTC__OP_BININT:
+    case PTC__OP_BININT1:
+    case PTC__OP_BININT2:
+    case PTC__OP_BINFLOAT:
+    case PTC__OP_BINUNICODE:
+    case PTC__OP_SHORT_BINSTRING:
+    case PTC__OP_LONG1:
+    case PTC__OP_GLOBAL:
         return true;
     default:
         return false;
@@ -793,8 +857,9 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             size_t n = op == PTC__OP_BININT ? 4 : op == PTC__OP_BININT1 ? 1 : 2;
             if ((rc = read_bytes(vm, n, &p, err)) < 0)
                 return rc;
-            int64_t x = op == PTC__OP_BININT ? (int64_t)(int32_t)ptc__le32(p)
-                        : op == PTC__OP_BININT1 ? p[0] : ptc__le16(p);
+            int64_t x = op == PTC__OP_BININT    ? (int64_t)(int32_t)ptc__le32(p)
+                        : op == PTC__OP_BININT1 ? p[0]
+                                                : ptc__le16(p);
             if (++vm->nobjects > lim->max_objects)
                 return VM_STRICTER(vm, PTC_ELIMIT, "too many objects");
             if (!(v = ptc__value_int(vm->arena, x)))
@@ -859,13 +924,17 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
         case PTC__OP_EMPTY_LIST:
         case PTC__OP_EMPTY_DICT:
         case PTC__OP_EMPTY_SET:
-            v = new_value(vm, op == PTC__OP_EMPTY_LIST ? PTC_VALUE_LIST
-                              : op == PTC__OP_EMPTY_DICT ? PTC_VALUE_DICT : PTC_VALUE_SET, err, &rc);
+            v = new_value(vm,
+                          op == PTC__OP_EMPTY_LIST   ? PTC_VALUE_LIST
+                          : op == PTC__OP_EMPTY_DICT ? PTC_VALUE_DICT
+                                                     : PTC_VALUE_SET,
+                          err, &rc);
             if (!v || (rc = push(vm, v, err)) < 0)
                 return rc;
             break;
         case PTC__OP_APPEND:
-            if ((rc = need(vm, 2, op, err)) < 0 || (rc = op_appends(vm, vm->nstack - 1, op, err)) < 0)
+            if ((rc = need(vm, 2, op, err)) < 0 ||
+                (rc = op_appends(vm, vm->nstack - 1, op, err)) < 0)
                 return rc;
             break;
         case PTC__OP_APPENDS:
@@ -877,7 +946,8 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                 return rc;
             break;
         case PTC__OP_SETITEM:
-            if ((rc = need(vm, 3, op, err)) < 0 || (rc = op_setitems(vm, vm->nstack - 2, op, err)) < 0)
+            if ((rc = need(vm, 3, op, err)) < 0 ||
+                (rc = op_setitems(vm, vm->nstack - 2, op, err)) < 0)
                 return rc;
             break;
         case PTC__OP_SETITEMS:
@@ -901,7 +971,8 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             /* torch unpacks a list of arguments as well (for an allowed callable). */
             if (fn->kind != PTC_VALUE_GLOBAL)
                 return VM_ERR(vm, PTC_EFORMAT, "%s on a %s, which is not callable",
-                              ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)fn->kind));
+                              ptc__pickle_opname(op),
+                              ptc_value_kind_name((ptc_value_kind)fn->kind));
             if (args->kind == PTC_VALUE_LIST && (rc = list_args(vm, &args, err)) < 0)
                 return rc;
             if (args->kind != PTC_VALUE_TUPLE)
@@ -909,8 +980,9 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                               ptc__pickle_opname(op),
                               ptc_value_kind_name((ptc_value_kind)args->kind));
             v = NULL;
-            rc = op == PTC__OP_REDUCE ? vm->p->hooks->reduce(vm->p->hooks->ud, vm, fn, args, &v, err)
-                                 : vm->p->hooks->newobj(vm->p->hooks->ud, vm, fn, args, &v, err);
+            rc = op == PTC__OP_REDUCE
+                     ? vm->p->hooks->reduce(vm->p->hooks->ud, vm, fn, args, &v, err)
+                     : vm->p->hooks->newobj(vm->p->hooks->ud, vm, fn, args, &v, err);
             if (rc < 0)
                 return rc;
             if (++vm->nobjects > lim->max_objects)
@@ -945,7 +1017,7 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
                 return rc;
             uint32_t idx = lng ? ptc__le32(p) : p[0];
             rc = (op == PTC__OP_BINPUT || op == PTC__OP_LONG_BINPUT) ? memo_put(vm, idx, err)
-                                                           : memo_get(vm, idx, err);
+                                                                     : memo_get(vm, idx, err);
             if (rc < 0)
                 return rc;
             break;
@@ -957,9 +1029,10 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
         case PTC__OP_EXT2:
         case PTC__OP_EXT4:
         case PTC__OP_NEWOBJ_EX:
-            return VM_ERR(vm, PTC_EUNSAFE,
-                          "opcode %s can reach a callable and is not allowed in a weights-only pickle",
-                          ptc__pickle_opname(op));
+            return VM_ERR(
+                vm, PTC_EUNSAFE,
+                "opcode %s can reach a callable and is not allowed in a weights-only pickle",
+                ptc__pickle_opname(op));
         default:
             if (ptc__pickle_opname(op))
                 return VM_ERR(vm, PTC_EFORMAT, "opcode %s is not allowed in a weights-only pickle",

@@ -24,9 +24,15 @@ void ptc__pw_free(ptc__pw *w)
     memset(w, 0, sizeof *w);
 }
 
-bool ptc__pw_failed(const ptc__pw *w) { return w->failed != 0; }
+bool ptc__pw_failed(const ptc__pw *w)
+{
+    return w->failed != 0;
+}
 
-int ptc__pw_error(const ptc__pw *w) { return w->failed; }
+int ptc__pw_error(const ptc__pw *w)
+{
+    return w->failed;
+}
 
 static void emit(ptc__pw *w, const void *p, size_t n)
 {
@@ -35,7 +41,10 @@ static void emit(ptc__pw *w, const void *p, size_t n)
         w->failed = rc;
 }
 
-void ptc__pw_op(ptc__pw *w, uint8_t op) { emit(w, &op, 1); }
+void ptc__pw_op(ptc__pw *w, uint8_t op)
+{
+    emit(w, &op, 1);
+}
 
 static size_t slot_of(const ptc__pw *w, const void *key)
 {

@@ -78,9 +78,9 @@ extern "C" {
 /* ---------------------------------------------------------------------------------------------
  * Versions
  */
-#define PTC_VERSION_MAJOR 0
-#define PTC_VERSION_MINOR 1
-#define PTC_VERSION_PATCH 0
+#define PTC_VERSION_MAJOR  0
+#define PTC_VERSION_MINOR  1
+#define PTC_VERSION_PATCH  0
 #define PTC_VERSION_STRING "0.1.0"
 /* "0.1.0": the version of the library running, which may be newer than the PTC_VERSION_* the
  * caller was compiled with. Static; never fails; any thread. */
@@ -102,25 +102,25 @@ PTC_API const char *ptc_version(void);
  *   NOTZIP       the input is neither a zip checkpoint nor a legacy stream
  *   COMM         a collective between processes failed (MPI's message in the detail)
  */
-#define PTC_ERRNO_MAP(XX)                                                                  \
-    XX(NOMEM, -1, "out of memory")                                                         \
-    XX(INVAL, -2, "invalid argument")                                                      \
-    XX(IO, -3, "input/output error")                                                       \
-    XX(FORMAT, -4, "malformed checkpoint")                                                 \
-    XX(UNSAFE, -5, "content outside the allowlist")                                        \
-    XX(LIMIT, -6, "resource limit exceeded")                                               \
-    XX(UNSUPPORTED, -7, "unsupported format")                                              \
-    XX(NOTFOUND, -8, "not found")                                                          \
-    XX(CRC, -9, "checksum mismatch")                                                       \
-    XX(RANGE, -10, "value out of range")                                                   \
-    XX(NOTZIP, -11, "not a checkpoint")                                                    \
+#define PTC_ERRNO_MAP(XX)                                                                          \
+    XX(NOMEM, -1, "out of memory")                                                                 \
+    XX(INVAL, -2, "invalid argument")                                                              \
+    XX(IO, -3, "input/output error")                                                               \
+    XX(FORMAT, -4, "malformed checkpoint")                                                         \
+    XX(UNSAFE, -5, "content outside the allowlist")                                                \
+    XX(LIMIT, -6, "resource limit exceeded")                                                       \
+    XX(UNSUPPORTED, -7, "unsupported format")                                                      \
+    XX(NOTFOUND, -8, "not found")                                                                  \
+    XX(CRC, -9, "checksum mismatch")                                                               \
+    XX(RANGE, -10, "value out of range")                                                           \
+    XX(NOTZIP, -11, "not a checkpoint")                                                            \
     XX(COMM, -12, "communication failure")
 
 typedef enum ptc_errno {
 #define PTC_XX_ENUM(name, value, text) PTC_E##name = value,
     PTC_ERRNO_MAP(PTC_XX_ENUM)
 #undef PTC_XX_ENUM
-    PTC_OK = 0
+        PTC_OK = 0
 } ptc_errno;
 
 /* Detail of a failure. member is the record the problem was found in ("data.pkl", "data/3",
@@ -200,8 +200,8 @@ typedef enum ptc_dtype {
 } ptc_dtype;
 
 /* Functions of a dtype keep no state: any thread, never fail except as said. */
-PTC_API const char *ptc_dtype_name(ptc_dtype dt);  /* static; NULL for an invalid value */
-PTC_API size_t ptc_dtype_size(ptc_dtype dt);       /* bytes per element; 0 for an invalid value */
+PTC_API const char *ptc_dtype_name(ptc_dtype dt); /* static; NULL for an invalid value */
+PTC_API size_t ptc_dtype_size(ptc_dtype dt);      /* bytes per element; 0 for an invalid value */
 /* torch's name ("float32", "bfloat16") to the dtype: 0; PTC_ENOTFOUND when unknown; PTC_EINVAL
  * when name or out is NULL. */
 PTC_API int ptc_dtype_from_name(const char *name, ptc_dtype *out);
@@ -245,25 +245,25 @@ typedef struct ptc_storage ptc_storage;
 typedef enum ptc_value_kind {
     PTC_VALUE_NONE,
     PTC_VALUE_BOOL,
-    PTC_VALUE_INT,     /* any size; ptc_value_int answers PTC_ERANGE beyond 64 bits */
+    PTC_VALUE_INT, /* any size; ptc_value_int answers PTC_ERANGE beyond 64 bits */
     PTC_VALUE_FLOAT,
-    PTC_VALUE_STR,     /* UTF-8, may contain NUL and, as Python reads pickles, lone surrogates */
-    PTC_VALUE_BYTES,   /* bytes / bytearray */
+    PTC_VALUE_STR,   /* UTF-8, may contain NUL and, as Python reads pickles, lone surrogates */
+    PTC_VALUE_BYTES, /* bytes / bytearray */
     PTC_VALUE_TUPLE,
     PTC_VALUE_LIST,
-    PTC_VALUE_DICT,    /* dict, collections.OrderedDict or collections.Counter; insertion order */
+    PTC_VALUE_DICT, /* dict, collections.OrderedDict or collections.Counter; insertion order */
     PTC_VALUE_SET,
     PTC_VALUE_COMPLEX,
     PTC_VALUE_TENSOR,
-    PTC_VALUE_DTYPE,   /* torch.float32 ... */
-    PTC_VALUE_DEVICE,  /* torch.device('cuda', 0) */
-    PTC_VALUE_SIZE,    /* torch.Size: a tuple of ints */
-    PTC_VALUE_GLOBAL,  /* a bare reference to an allowed global that was never called */
-    PTC_VALUE_OBJECT   /* an instance of a class a policy allowed (see ptc_policy_allow_global) */
+    PTC_VALUE_DTYPE,  /* torch.float32 ... */
+    PTC_VALUE_DEVICE, /* torch.device('cuda', 0) */
+    PTC_VALUE_SIZE,   /* torch.Size: a tuple of ints */
+    PTC_VALUE_GLOBAL, /* a bare reference to an allowed global that was never called */
+    PTC_VALUE_OBJECT  /* an instance of a class a policy allowed (see ptc_policy_allow_global) */
 } ptc_value_kind;
 
 PTC_API ptc_value_kind ptc_value_kind_of(const ptc_value *v); /* PTC_VALUE_NONE for NULL */
-PTC_API const char *ptc_value_kind_name(ptc_value_kind k); /* "none", "dict", ...; static */
+PTC_API const char *ptc_value_kind_name(ptc_value_kind k);    /* "none", "dict", ...; static */
 
 PTC_API int ptc_value_bool(const ptc_value *v, int *out);
 /* PTC_ERANGE when the int does not fit 64 bits (ptc_value_int_bytes reads it whole). */
@@ -312,14 +312,14 @@ PTC_API const ptc_tensor *ptc_value_tensor(const ptc_value *v); /* NULL unless a
  */
 PTC_API ptc_dtype ptc_tensor_dtype(const ptc_tensor *t);
 PTC_API int ptc_tensor_ndim(const ptc_tensor *t);
-PTC_API const int64_t *ptc_tensor_shape(const ptc_tensor *t);  /* [ndim] */
-PTC_API const int64_t *ptc_tensor_stride(const ptc_tensor *t); /* [ndim], in elements */
+PTC_API const int64_t *ptc_tensor_shape(const ptc_tensor *t);   /* [ndim] */
+PTC_API const int64_t *ptc_tensor_stride(const ptc_tensor *t);  /* [ndim], in elements */
 PTC_API int64_t ptc_tensor_storage_offset(const ptc_tensor *t); /* in elements */
 PTC_API int64_t ptc_tensor_numel(const ptc_tensor *t);
-PTC_API int64_t ptc_tensor_nbytes(const ptc_tensor *t);        /* numel * element size */
+PTC_API int64_t ptc_tensor_nbytes(const ptc_tensor *t); /* numel * element size */
 PTC_API int ptc_tensor_requires_grad(const ptc_tensor *t);
-PTC_API int ptc_tensor_is_parameter(const ptc_tensor *t);      /* pickled as nn.Parameter */
-PTC_API int ptc_tensor_is_contiguous(const ptc_tensor *t);     /* row-major, no gaps */
+PTC_API int ptc_tensor_is_parameter(const ptc_tensor *t);  /* pickled as nn.Parameter */
+PTC_API int ptc_tensor_is_contiguous(const ptc_tensor *t); /* row-major, no gaps */
 /* conj / neg bits: the storage holds the data before conjugation / negation (torch's lazy views);
  * ptc_tensor_read applies them. */
 PTC_API int ptc_tensor_is_conj(const ptc_tensor *t);
@@ -339,7 +339,7 @@ PTC_API const char *ptc_storage_key(const ptc_storage *s);      /* "0", "1", ...
 PTC_API const char *ptc_storage_location(const ptc_storage *s); /* "cpu", "cuda:0", ... */
 PTC_API ptc_dtype ptc_storage_dtype(const ptc_storage *s);
 PTC_API int64_t ptc_storage_nbytes(const ptc_storage *s);
-PTC_API const void *ptc_storage_data(const ptc_storage *s);     /* host byte order; borrowed */
+PTC_API const void *ptc_storage_data(const ptc_storage *s); /* host byte order; borrowed */
 /* 1 when the data is used in place from the file's mapping, 0 when ptc holds a copy (the record was
  * deflated, unaligned, byte-swapped, or the checkpoint was opened with PTC_OPEN_COPY). */
 PTC_API int ptc_storage_is_mapped(const ptc_storage *s);
@@ -580,13 +580,13 @@ PTC_API ptc_value *ptc_doc_cast(ptc_doc *d, const ptc_tensor *t, ptc_dtype dt);
  * nothing; elsewhere it is ".<name>.ptc-XXXXXX", which ptc_save_remove_temporaries unlinks.
  */
 typedef enum ptc_save_format {
-    PTC_SAVE_AUTO,       /* from the extension: .safetensors, anything else torch's zip */
-    PTC_SAVE_PTH,        /* torch.save's zip format */
+    PTC_SAVE_AUTO, /* from the extension: .safetensors, anything else torch's zip */
+    PTC_SAVE_PTH,  /* torch.save's zip format */
     PTC_SAVE_SAFETENSORS
 } ptc_save_format;
 
 typedef struct ptc_save_params {
-    size_t size;              /* sizeof(ptc_save_params), set by ptc_save_params_default */
+    size_t size; /* sizeof(ptc_save_params), set by ptc_save_params_default */
     ptc_save_format format;
     const char *archive_name; /* zip prefix; NULL: the file name without its last extension */
     int serialization_id;     /* write .data/serialization_id as torch >= 2.1 does (default 1) */
@@ -645,7 +645,11 @@ PTC_API const char *ptc_verdict_name(ptc_verdict v); /* "ok", "unsafe", "malform
 
 /* What torch 2.6 would do with torch.load(path, weights_only=True): PTC_TORCH_UNKNOWN only where
  * the container is ambiguous and the outcome depends on which member torch's zip reader picks. */
-typedef enum ptc_torch_answer { PTC_TORCH_LOADS, PTC_TORCH_REFUSES, PTC_TORCH_UNKNOWN } ptc_torch_answer;
+typedef enum ptc_torch_answer {
+    PTC_TORCH_LOADS,
+    PTC_TORCH_REFUSES,
+    PTC_TORCH_UNKNOWN
+} ptc_torch_answer;
 /* "loads", "refuses", "unknown"; static */
 PTC_API const char *ptc_torch_answer_name(ptc_torch_answer a);
 
@@ -733,8 +737,8 @@ typedef struct ptc_comm ptc_comm;
 /* *out receives the communicator (ptc_comm_close), NULL on failure. Errors as above, and
  * PTC_EINVAL for out NULL or an unknown kind; PTC_ENOMEM. */
 PTC_API int ptc_comm_open(ptc_comm **out, const char *kind, ptc_error *err);
-PTC_API int ptc_comm_rank(const ptc_comm *c);      /* 0 for NULL; never fails */
-PTC_API int ptc_comm_size(const ptc_comm *c);      /* 1 for NULL; never fails */
+PTC_API int ptc_comm_rank(const ptc_comm *c); /* 0 for NULL; never fails */
+PTC_API int ptc_comm_size(const ptc_comm *c); /* 1 for NULL; never fails */
 /* "single" or "mpi" (static); "single" for NULL */
 PTC_API const char *ptc_comm_kind(const ptc_comm *c);
 /* Waits for every process. 0 (at once for "single" or NULL); PTC_ECOMM when MPI fails. */
@@ -804,35 +808,36 @@ typedef struct ptc_source {
     int64_t count; /* images */
     int h, w;      /* every image's height and width: 32, 32 */
     int (*get)(void *ctx, int64_t i, uint8_t *hwc_rgb, int64_t *label, ptc_error *err);
-    void *ctx;     /* passed to get */
+    void *ctx; /* passed to get */
 } ptc_source;
 
 /* Zeroes s and sets s->size (h and w 32). s NULL does nothing. Thread safe. */
 PTC_API void ptc_source_default(ptc_source *s);
 
 typedef struct ptc_train_params {
-    size_t size;          /* sizeof(ptc_train_params), set by ptc_train_params_default */
-    const char *dataset;  /* "cifar10" or "fashion-mnist" (default) */
-    const char *data_dir; /* NULL: ./data/cifar-10-batches-bin or /usr/share/datasets/fashion-mnist */
-    int64_t max_samples;  /* use only the first N images of each split; 0: all */
-    const char *arch;     /* "resnet18" (default) or "resnet18-cifar" */
-    const char *backend;  /* "ref", "dnnl" or "cuda"; NULL or "auto": cuda when its module loads
+    size_t size;         /* sizeof(ptc_train_params), set by ptc_train_params_default */
+    const char *dataset; /* "cifar10" or "fashion-mnist" (default) */
+    /* NULL: ./data/cifar-10-batches-bin or /usr/share/datasets/fashion-mnist */
+    const char *data_dir;
+    int64_t max_samples; /* use only the first N images of each split; 0: all */
+    const char *arch;    /* "resnet18" (default) or "resnet18-cifar" */
+    const char *backend; /* "ref", "dnnl" or "cuda"; NULL or "auto": cuda when its module loads
                              and finds a GPU, else dnnl when its module loads, else ref */
-    int threads;          /* 0: the backend's default */
-    int device;           /* GPU ordinal; -1 (default): the local rank's (OMPI_COMM_WORLD_LOCAL_RANK,
+    int threads;         /* 0: the backend's default */
+    int device;          /* GPU ordinal; -1 (default): the local rank's (OMPI_COMM_WORLD_LOCAL_RANK,
                              SLURM_LOCALID) or 0 */
     const char *precision; /* "f32" (default, NULL) or "bf16" (device backends only) */
-    int tf32;             /* allow TF32 tensor cores in float32 math (device backends); 0 */
-    int deterministic;    /* only algorithms whose results do not depend on scheduling; 0 */
-    int epochs;           /* 10 */
-    int64_t max_steps;    /* 0: no limit */
-    int batch_size;       /* 128 */
+    int tf32;              /* allow TF32 tensor cores in float32 math (device backends); 0 */
+    int deterministic;     /* only algorithms whose results do not depend on scheduling; 0 */
+    int epochs;            /* 10 */
+    int64_t max_steps;     /* 0: no limit */
+    int batch_size;        /* 128 */
     double lr, momentum, dampening, weight_decay; /* 0.01, 0.9, 0, 5e-4 */
     int nesterov;
     const char *schedule; /* "constant" (default), "step:S:G", "cosine", "cosine:W" */
     uint64_t seed;
-    int shuffle, augment; /* 1, 1 */
-    int eval_every;       /* 2; 0: after the last epoch only */
+    int shuffle, augment;                                    /* 1, 1 */
+    int eval_every;                                          /* 2; 0: after the last epoch only */
     const char *init, *save, *checkpoint, *resume, *metrics; /* paths or NULL */
     /* Data parallelism (DistributedDataParallel's defaults). comm NULL: one process. With several
      * processes batch_size is per process, rank r trains on DistributedSampler's shard r, the
@@ -861,7 +866,7 @@ typedef struct ptc_train_params {
     void (*device_status)(void *ctx, const char *text);
     /* The library reads no environment for these (only module search and launcher detection,
      * which the modules section describes): the caller passes what it wants. */
-    int dnnl_winograd; /* 1: the dnnl backend's 3x3 stride-1 convolutions may use Winograd
+    int dnnl_winograd;           /* 1: the dnnl backend's 3x3 stride-1 convolutions may use Winograd
                           F(4x4, 3x3), faster with rounding a little further from torch's; 0 */
     const char *visible_devices; /* CUDA_VISIBLE_DEVICES's value in this process, which maps the
                                     training GPU to NVML's numbering for the GPU readings
@@ -891,8 +896,8 @@ typedef struct ptc_train_result {
     double train_images_per_sec;     /* after 10 warm-up steps, evaluations and saves left out;
                                         all processes together */
     double eval_images_per_sec;
-    int world;                  /* processes */
-    double allreduce_ms;        /* one step's all-reduces run alone, nothing hidden (world > 1) */
+    int world;                   /* processes */
+    double allreduce_ms;         /* one step's all-reduces run alone, nothing hidden (world > 1) */
     double allreduce_exposed_ms; /* per step: waiting for all-reduces after backward ended */
 } ptc_train_result;
 
@@ -942,26 +947,28 @@ typedef struct ptc_model ptc_model;
 typedef struct ptc_sgd ptc_sgd;
 
 typedef struct ptc_model_params {
-    size_t size;           /* sizeof(ptc_model_params); set by ptc_model_params_default */
-    const char *arch;      /* "resnet18" (default) or "resnet18-cifar" */
-    int num_classes;       /* 10 */
-    const char *backend;   /* NULL or "auto": the best available (as ptc_train); "ref", "dnnl", "cuda" */
+    size_t size;      /* sizeof(ptc_model_params); set by ptc_model_params_default */
+    const char *arch; /* "resnet18" (default) or "resnet18-cifar" */
+    int num_classes;  /* 10 */
+    /* NULL or "auto": the best available (as ptc_train); "ref", "dnnl", "cuda" */
+    const char *backend;
     int threads;           /* 0: the backend's default */
     int device;            /* GPU ordinal; -1: the local rank's or 0 */
     const char *precision; /* NULL or "f32"; "bf16" on device backends */
     uint64_t seed;         /* of the initialisation, as ptc train's --seed: torch's init
                             * distributions, not torch.manual_seed(seed)'s bits */
-    float mean[3], std[3]; /* ptc_model_classify's normalisation: the CIFAR-10 tutorial's by default */
-    int input_h, input_w;  /* ptc_model_classify resizes images to this size: 32 x 32 by default */
+    float mean[3],
+        std[3]; /* ptc_model_classify's normalisation: the CIFAR-10 tutorial's by default */
+    int input_h, input_w; /* ptc_model_classify resizes images to this size: 32 x 32 by default */
 } ptc_model_params;
 
 /* ptc_model_load's flags. */
 enum {
-    PTC_LOAD_STRICT = 1u << 0,          /* load_state_dict(strict=True): missing and unexpected
+    PTC_LOAD_STRICT = 1u << 0,         /* load_state_dict(strict=True): missing and unexpected
                                            keys are errors */
-    PTC_LOAD_STRIP_PREFIX = 1u << 1,    /* remove a leading "module." (DDP) from every key that
+    PTC_LOAD_STRIP_PREFIX = 1u << 1,   /* remove a leading "module." (DDP) from every key that
                                            has one, as torch's consume_prefix_in_state_dict_if_present */
-    PTC_LOAD_SKIP_MISMATCHED = 1u << 2  /* entries whose shape differs from the model's (a new
+    PTC_LOAD_SKIP_MISMATCHED = 1u << 2 /* entries whose shape differs from the model's (a new
                                            head) are left as they are instead of being errors */
 };
 
@@ -1144,8 +1151,8 @@ PTC_API int ptc_model_state_dict(ptc_model *m, ptc_doc *doc, ptc_value **root, p
 PTC_API int ptc_image_read(const char *path, uint8_t **rgb, int *h, int *w, ptc_error *err);
 /* The same from size bytes at data (the caller's, read during the call only); name is what
  * messages call the input (NULL: "(image)"). */
-PTC_API int ptc_image_decode(const void *data, size_t size, const char *name, uint8_t **rgb,
-                             int *h, int *w, ptc_error *err);
+PTC_API int ptc_image_decode(const void *data, size_t size, const char *name, uint8_t **rgb, int *h,
+                             int *w, ptc_error *err);
 /* Frees an image of ptc_image_read / ptc_image_decode; NULL does nothing. */
 PTC_API void ptc_image_free(uint8_t *rgb);
 
@@ -1352,11 +1359,11 @@ PTC_API int ptc_report_json(const char *path, const ptc_report *r, const ptc_err
  * write's code. err (may be NULL) says why. Reads c only, and keeps no state between calls:
  * several threads may write documents of one checkpoint at once, as they may walk it. */
 typedef struct ptc_ckpt_json_params {
-    size_t size;       /* sizeof(ptc_ckpt_json_params), set by ptc_ckpt_json_params_default */
-    const char *file;  /* the "file" member's text (the path the checkpoint came from), or NULL */
-    int values;        /* 1 (default): the "values" and "metadata" arrays; 0: not listed */
-    int hash;          /* 1: each tensor's "sha256" (reads every tensor's data); default 0 */
-    uint64_t budget;   /* bytes the listing may take, see ptc_budget_init; 0: the default */
+    size_t size;      /* sizeof(ptc_ckpt_json_params), set by ptc_ckpt_json_params_default */
+    const char *file; /* the "file" member's text (the path the checkpoint came from), or NULL */
+    int values;       /* 1 (default): the "values" and "metadata" arrays; 0: not listed */
+    int hash;         /* 1: each tensor's "sha256" (reads every tensor's data); default 0 */
+    uint64_t budget;  /* bytes the listing may take, see ptc_budget_init; 0: the default */
     void (*progress)(void *progress_ctx, uint64_t done, uint64_t total); /* or NULL */
     void *progress_ctx;
 } ptc_ckpt_json_params;

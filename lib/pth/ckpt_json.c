@@ -28,11 +28,11 @@
 #define MAX_VALUE_VISITS (1u << 22) /* nodes the value listing visits before it stops */
 #define INLINE_MAX_DEPTH 4          /* nesting shown inside one rendered value */
 #define INLINE_MAX_ITEMS 16         /* items shown of one container inside a rendered value */
-#define TEXT_MAX_STR 256            /* bytes of a str shown in a rendered value */
-#define TEXT_MAX_BYTES 32           /* bytes of a bytes value shown in a rendered value */
-#define JSON_MAX_BYTES 65536        /* bytes of a bytes value given as hex in JSON */
+#define TEXT_MAX_STR     256        /* bytes of a str shown in a rendered value */
+#define TEXT_MAX_BYTES   32         /* bytes of a bytes value shown in a rendered value */
+#define JSON_MAX_BYTES   65536      /* bytes of a bytes value given as hex in JSON */
 #define BIGINT_MAX_BYTES 1024       /* longest int rendered in decimal (the conversion is O(n^2)) */
-#define JSON_MAX_DEPTH 16           /* nesting of a set / tuple rendered as a JSON array */
+#define JSON_MAX_DEPTH   16         /* nesting of a set / tuple rendered as a JSON array */
 
 /* A container (dict, list or tuple with items) of the tree: how many times the tree reaches it
  * and, once listed, where it was first met and what its subtree added. */
@@ -77,7 +77,7 @@ typedef struct cj {
     int counting; /* json_value for the scan: charge a str's bytes, build nothing */
     ptc_write_fn write;
     void *ctx;
-    int wrc; /* the first write error */
+    int wrc;                                    /* the first write error */
     uint64_t tot_tensors, tot_numel, tot_bytes; /* totals with the $ref rows expanded */
     size_t ntrows;                              /* entries of "tensors" */
     shared_map shared;                          /* the containers of the tree */
@@ -263,9 +263,12 @@ static int render_path_ok(cj *in, size_t len, size_t depth)
 static const char *format_name(const ptc_ckpt *c)
 {
     switch (ptc_ckpt_format(c)) {
-    case PTC_FORMAT_ZIP: return "zip";
-    case PTC_FORMAT_LEGACY: return "legacy";
-    case PTC_FORMAT_SAFETENSORS: return "safetensors";
+    case PTC_FORMAT_ZIP:
+        return "zip";
+    case PTC_FORMAT_LEGACY:
+        return "legacy";
+    case PTC_FORMAT_SAFETENSORS:
+        return "safetensors";
     }
     return "unknown";
 }
@@ -545,23 +548,40 @@ static void render(cj *in, sbuf *b, const ptc_value *v, int depth, unsigned flag
 static const char *kind_name(ptc_value_kind k)
 {
     switch (k) {
-    case PTC_VALUE_NONE: return "none";
-    case PTC_VALUE_BOOL: return "bool";
-    case PTC_VALUE_INT: return "int";
-    case PTC_VALUE_FLOAT: return "float";
-    case PTC_VALUE_STR: return "str";
-    case PTC_VALUE_BYTES: return "bytes";
-    case PTC_VALUE_TUPLE: return "tuple";
-    case PTC_VALUE_LIST: return "list";
-    case PTC_VALUE_DICT: return "dict";
-    case PTC_VALUE_SET: return "set";
-    case PTC_VALUE_COMPLEX: return "complex";
-    case PTC_VALUE_TENSOR: return "tensor";
-    case PTC_VALUE_DTYPE: return "dtype";
-    case PTC_VALUE_DEVICE: return "device";
-    case PTC_VALUE_SIZE: return "size";
-    case PTC_VALUE_GLOBAL: return "global";
-    case PTC_VALUE_OBJECT: return "object";
+    case PTC_VALUE_NONE:
+        return "none";
+    case PTC_VALUE_BOOL:
+        return "bool";
+    case PTC_VALUE_INT:
+        return "int";
+    case PTC_VALUE_FLOAT:
+        return "float";
+    case PTC_VALUE_STR:
+        return "str";
+    case PTC_VALUE_BYTES:
+        return "bytes";
+    case PTC_VALUE_TUPLE:
+        return "tuple";
+    case PTC_VALUE_LIST:
+        return "list";
+    case PTC_VALUE_DICT:
+        return "dict";
+    case PTC_VALUE_SET:
+        return "set";
+    case PTC_VALUE_COMPLEX:
+        return "complex";
+    case PTC_VALUE_TENSOR:
+        return "tensor";
+    case PTC_VALUE_DTYPE:
+        return "dtype";
+    case PTC_VALUE_DEVICE:
+        return "device";
+    case PTC_VALUE_SIZE:
+        return "size";
+    case PTC_VALUE_GLOBAL:
+        return "global";
+    case PTC_VALUE_OBJECT:
+        return "object";
     }
     return "unknown";
 }
@@ -622,7 +642,7 @@ static int json_push(json_t *arr, json_t *val)
  * the braces, brackets, commas and keys around the entries are written here, so that the bytes
  * are those json_dumps(root, JSON_FLAGS) would give for the whole document. */
 #define JSON_FLAGS (JSON_INDENT(JSON_STEP) | JSON_PRESERVE_ORDER)
-#define JSON_STEP 2 /* spaces per nesting level, as JSON_INDENT(2) indents */
+#define JSON_STEP  2 /* spaces per nesting level, as JSON_INDENT(2) indents */
 
 /* Writes p[0..n) through the caller's function; after a failure, nothing more (in->wrc keeps
  * the first error). */
@@ -1120,7 +1140,7 @@ typedef struct jframe {
     const ptc_value *v;
     size_t i, n;
     size_t tlen; /* length of v's path */
-    shared *sh; /* v's entry when it is shared, else NULL */
+    shared *sh;  /* v's entry when it is shared, else NULL */
     size_t rows0, count0;
     uint64_t ntensors0, numel0, nbytes0;
 } jframe;
@@ -1175,9 +1195,7 @@ static int emit_ref(cj *in, value_sink *out, const shared *sh, const sbuf *tpath
 static int emit_tensor(cj *in, value_sink *out, const sbuf *tpath, const ptc_tensor *t)
 {
     if (out->mode == JW_TENSORS)
-        return json_stream_put(out->array, json_tensor(in, sb_str(tpath), t)) < 0
-                   ? PTC_ENOMEM
-                   : 0;
+        return json_stream_put(out->array, json_tensor(in, sb_str(tpath), t)) < 0 ? PTC_ENOMEM : 0;
     if (out->mode != JW_SCAN)
         return 0;
     if (!render_charge_bytes(in, tpath->len)) /* the entry's path, written by JW_TENSORS */
@@ -1256,9 +1274,9 @@ static int walk_json(cj *in, value_sink *out, ptc_error *err)
                         }
                     }
                 }
-                st[nst++] = (jframe){v,           0,           ptc_value_len(v), tpath.len,
-                                     sh,          in->ntrows,
-                                     out->count,  in->tot_tensors, in->tot_numel, in->tot_bytes};
+                st[nst++] = (jframe){
+                    v,          0,          ptc_value_len(v), tpath.len,     sh,
+                    in->ntrows, out->count, in->tot_tensors,  in->tot_numel, in->tot_bytes};
             } else if (values && !out->truncated) {
                 emit_leaf(out, &tpath, v); /* scalars, sets, sizes, and empty containers */
             }
@@ -1391,17 +1409,17 @@ static json_t *json_tensor(cj *in, const char *path, const ptc_tensor *t)
     json_t *e = json_object();
     if (!e)
         return NULL;
-    int bad = json_put(e, "path", json_cstr(path)) < 0 ||
-              json_put(e, "dtype", json_cstr(ptc_dtype_name(ptc_tensor_dtype(t)))) < 0 ||
-              json_put(e, "shape", json_dims(ndim, ptc_tensor_shape(t))) < 0 ||
-              json_put(e, "stride", json_dims(ndim, ptc_tensor_stride(t))) < 0 ||
-              json_put(e, "storage_offset",
-                       json_integer((json_int_t)ptc_tensor_storage_offset(t))) < 0 ||
-              json_put(e, "storage", s ? json_cstr(ptc_storage_key(s)) : json_null()) < 0 ||
-              json_put(e, "numel", json_integer((json_int_t)ptc_tensor_numel(t))) < 0 ||
-              json_put(e, "nbytes", json_integer((json_int_t)ptc_tensor_nbytes(t))) < 0 ||
-              json_put(e, "requires_grad", json_boolean(ptc_tensor_requires_grad(t))) < 0 ||
-              json_put(e, "parameter", json_boolean(ptc_tensor_is_parameter(t))) < 0;
+    int bad =
+        json_put(e, "path", json_cstr(path)) < 0 ||
+        json_put(e, "dtype", json_cstr(ptc_dtype_name(ptc_tensor_dtype(t)))) < 0 ||
+        json_put(e, "shape", json_dims(ndim, ptc_tensor_shape(t))) < 0 ||
+        json_put(e, "stride", json_dims(ndim, ptc_tensor_stride(t))) < 0 ||
+        json_put(e, "storage_offset", json_integer((json_int_t)ptc_tensor_storage_offset(t))) < 0 ||
+        json_put(e, "storage", s ? json_cstr(ptc_storage_key(s)) : json_null()) < 0 ||
+        json_put(e, "numel", json_integer((json_int_t)ptc_tensor_numel(t))) < 0 ||
+        json_put(e, "nbytes", json_integer((json_int_t)ptc_tensor_nbytes(t))) < 0 ||
+        json_put(e, "requires_grad", json_boolean(ptc_tensor_requires_grad(t))) < 0 ||
+        json_put(e, "parameter", json_boolean(ptc_tensor_is_parameter(t))) < 0;
     if (!bad && in->p.hash) {
         const digest *d = digest_find(&in->digests, t, 0, NULL);
         char hex[65];
@@ -1526,7 +1544,6 @@ static int print_json(cj *in, const value_sink *scan)
         return in->wrc;
     return bad ? PTC_ENOMEM : 0;
 }
-
 
 /* ---- the call -------------------------------------------------------------------------------- */
 

@@ -51,7 +51,10 @@ void ptc_doc_free(ptc_doc *d)
     ptc__free(d);
 }
 
-const ptc_error *ptc_doc_error(const ptc_doc *d) { return d ? &d->err : NULL; }
+const ptc_error *ptc_doc_error(const ptc_doc *d)
+{
+    return d ? &d->err : NULL;
+}
 
 static ptc_value *node(ptc_doc *d, ptc_value_kind k)
 {
@@ -63,7 +66,10 @@ static ptc_value *node(ptc_doc *d, ptc_value_kind k)
     return v;
 }
 
-ptc_value *ptc_doc_none(ptc_doc *d) { return node(d, PTC_VALUE_NONE); }
+ptc_value *ptc_doc_none(ptc_doc *d)
+{
+    return node(d, PTC_VALUE_NONE);
+}
 
 ptc_value *ptc_doc_bool(ptc_doc *d, int b)
 {
@@ -222,8 +228,9 @@ int ptc_doc_set_attrs(ptc_doc *d, ptc_value *dict, const ptc_value *attrs)
 {
     if (!d)
         return PTC_EINVAL;
-    if (!dict || dict->kind != PTC_VALUE_DICT || !(dict->flags & (PTC__V_ORDERED | PTC__V_COUNTER)) ||
-        !attrs || attrs->kind != PTC_VALUE_DICT)
+    if (!dict || dict->kind != PTC_VALUE_DICT ||
+        !(dict->flags & (PTC__V_ORDERED | PTC__V_COUNTER)) || !attrs ||
+        attrs->kind != PTC_VALUE_DICT)
         return ptc__err(&d->err, PTC_EINVAL, "", -1,
                         "ptc_doc_set_attrs: attributes go on an OrderedDict and must be a dict");
     for (size_t i = 0; i < attrs->u.dict.n; i++)
@@ -289,7 +296,10 @@ ptc_storage *ptc_doc_storage(ptc_doc *d, ptc_dtype dt, int64_t nbytes, const voi
     return s;
 }
 
-void *ptc_storage_mutable(ptc_storage *s) { return s && s->writable ? (void *)s->data : NULL; }
+void *ptc_storage_mutable(ptc_storage *s)
+{
+    return s && s->writable ? (void *)s->data : NULL;
+}
 
 ptc_value *ptc_doc_tensor(ptc_doc *d, const ptc_storage *s, ptc_dtype dt, int ndim,
                           const int64_t *shape, const int64_t *stride, int64_t offset,

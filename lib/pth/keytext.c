@@ -220,16 +220,22 @@ size_t ptc_key_text(const ptc_value *key, char *dst, size_t size)
     if (!key)
         return put(dst, size, "?", 1);
     switch (key->kind) {
-    case PTC_VALUE_STR: return put(dst, size, key->u.s.p, key->u.s.n);
-    case PTC_VALUE_INT: return ptc_value_int_text(key, PTC_KEY_INT_MAX, dst, size);
-    case PTC_VALUE_BOOL: return key->u.b ? put(dst, size, "True", 4) : put(dst, size, "False", 5);
-    case PTC_VALUE_NONE: return put(dst, size, "None", 4);
-    case PTC_VALUE_FLOAT: return ptc_float_text(key->u.f, dst, size);
+    case PTC_VALUE_STR:
+        return put(dst, size, key->u.s.p, key->u.s.n);
+    case PTC_VALUE_INT:
+        return ptc_value_int_text(key, PTC_KEY_INT_MAX, dst, size);
+    case PTC_VALUE_BOOL:
+        return key->u.b ? put(dst, size, "True", 4) : put(dst, size, "False", 5);
+    case PTC_VALUE_NONE:
+        return put(dst, size, "None", 4);
+    case PTC_VALUE_FLOAT:
+        return ptc_float_text(key->u.f, dst, size);
     case PTC_VALUE_DTYPE: {
         const char *name = ptc_dtype_name(key->u.dt);
         return putf(dst, size, "torch.%s", name ? name : "?");
     }
-    default: return putf(dst, size, "<%s>", ptc_value_kind_name((ptc_value_kind)key->kind));
+    default:
+        return putf(dst, size, "<%s>", ptc_value_kind_name((ptc_value_kind)key->kind));
     }
 }
 

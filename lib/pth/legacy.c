@@ -128,7 +128,8 @@ int ptc__load_legacy(ptc_ckpt *c, ptc_error *err)
                                    nitems);
             break;
         }
-        default: break;
+        default:
+            break;
         }
         pos += used;
     }

@@ -83,8 +83,8 @@ static int bind_record(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
     snprintf(name, sizeof name, "data/%s", s->key);
     const ptc__zip_entry *e = ptc__zip_find(c->zip, name);
     if (!e)
-        return ptc__err(err, PTC_EFORMAT, "data.pkl", -1,
-                        "storage \"%s\" has no record %s/%s", s->key, c->prefix, name);
+        return ptc__err(err, PTC_EFORMAT, "data.pkl", -1, "storage \"%s\" has no record %s/%s",
+                        s->key, c->prefix, name);
     if (e->size != (uint64_t)s->nbytes) /* torch 2.6 takes the record whatever its size */
         return ptc__err_stricter(err, PTC_EFORMAT, name, -1,
                                  "record holds %llu bytes but its storage declares %lld (%s)",
@@ -144,8 +144,8 @@ int ptc__ckpt_add_storage(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
     c->storages[c->nstorages++] = s;
     if (c->nstorages * 2 > c->sindex_cap) {
         size_t cap = c->sindex_cap ? c->sindex_cap * 2 : 128;
-        if (cap > UINT32_MAX || ptc__budget_take(&c->budget, cap * sizeof *c->sindex, err,
-                                                 "data.pkl", -1) < 0)
+        if (cap > UINT32_MAX ||
+            ptc__budget_take(&c->budget, cap * sizeof *c->sindex, err, "data.pkl", -1) < 0)
             return PTC_ELIMIT;
         uint32_t *idx = ptc__calloc(cap, sizeof *idx);
         if (!idx)
@@ -172,8 +172,8 @@ int ptc__pth_run_pickle(ptc_ckpt *c, const uint8_t *data, size_t len, const char
     /* Fail closed: a reference outside the policy anywhere in the bytes refuses the pickle before
      * a single opcode runs, even if the stream breaks later (threat model P9). */
     size_t scanned = len;
-    int rc = ptc__pth_prescan(c->policy, data, len, member, base_offset, !allow_trailing, &scanned,
-                              err);
+    int rc =
+        ptc__pth_prescan(c->policy, data, len, member, base_offset, !allow_trailing, &scanned, err);
     if (rc < 0)
         return rc;
     ptc__vm_hooks hooks = ptc__pth_hooks_template;
@@ -195,8 +195,12 @@ int ptc__pth_run_pickle(ptc_ckpt *c, const uint8_t *data, size_t len, const char
 
 static bool record_allowed(const char *r)
 {
-    static const char *const fixed[] = {"data.pkl", "byteorder", "version", ".data/version",
-                                        ".data/serialization_id", ".format_version",
+    static const char *const fixed[] = {"data.pkl",
+                                        "byteorder",
+                                        "version",
+                                        ".data/version",
+                                        ".data/serialization_id",
+                                        ".format_version",
                                         ".storage_alignment"};
     for (size_t i = 0; i < sizeof fixed / sizeof *fixed; i++)
         if (strcmp(r, fixed[i]) == 0)
@@ -205,8 +209,7 @@ static bool record_allowed(const char *r)
 }
 
 /* Reads a small record whole (version, byteorder) into buf, NUL-terminated. */
-static int small_record(ptc_ckpt *c, const ptc__zip_entry *e, char *buf, size_t cap,
-                        ptc_error *err)
+static int small_record(ptc_ckpt *c, const ptc__zip_entry *e, char *buf, size_t cap, ptc_error *err)
 {
     if (e->size >= cap)
         return ptc__err(err, PTC_EFORMAT, e->record, -1, "record of %llu bytes is too long",
@@ -312,8 +315,11 @@ static int check_serialization_id(ptc_ckpt *c, ptc_error *err)
     size_t n = (size_t)e->size, i = 0;
     while (i < n) {
         uint8_t b = data[i];
-        size_t k = b < 0x80 ? 1 : b >= 0xC2 && b <= 0xDF ? 2 : b >= 0xE0 && b <= 0xEF ? 3
-                 : b >= 0xF0 && b <= 0xF4 ? 4 : 0;
+        size_t k = b < 0x80                 ? 1
+                   : b >= 0xC2 && b <= 0xDF ? 2
+                   : b >= 0xE0 && b <= 0xEF ? 3
+                   : b >= 0xF0 && b <= 0xF4 ? 4
+                                            : 0;
         if (k == 0 || k > n - i || (k > 1 && !ptc__utf8_valid(data + i, k)))
             break;
         i += k;
@@ -385,7 +391,8 @@ int ptc__load_zip(ptc_ckpt *c, ptc_error *err)
         rc = ptc__zip_check_crc(c->zip, pkl, err);
     ptc_value *root = NULL;
     if (rc == 0)
-        rc = ptc__pth_run_pickle(c, data, (size_t)pkl->size, "data.pkl", 0, false, &root, NULL, err);
+        rc =
+            ptc__pth_run_pickle(c, data, (size_t)pkl->size, "data.pkl", 0, false, &root, NULL, err);
     ptc__zip_release(c->zip, pkl, owned);
     if (rc < 0)
         return rc;
@@ -506,8 +513,8 @@ int ptc_ckpt_open(ptc_ckpt **out, const char *path, const ptc_open_params *param
     return open_common(out, src, params, err);
 }
 
-int ptc_ckpt_open_memory(ptc_ckpt **out, const void *buf, size_t len,
-                         const ptc_open_params *params, ptc_error *err)
+int ptc_ckpt_open_memory(ptc_ckpt **out, const void *buf, size_t len, const ptc_open_params *params,
+                         ptc_error *err)
 {
     ptc__err_clear(err);
     if (!out || (!buf && len))
@@ -553,18 +560,36 @@ void ptc_ckpt_close(ptc_ckpt *c)
     ptc__free(c);
 }
 
-const ptc_value *ptc_ckpt_root(const ptc_ckpt *c) { return c ? c->root : NULL; }
-ptc_format ptc_ckpt_format(const ptc_ckpt *c) { return c->format; }
-const char *ptc_ckpt_prefix(const ptc_ckpt *c) { return c->prefix; }
-const char *ptc_ckpt_byteorder(const ptc_ckpt *c) { return c->big_endian ? "big" : "little"; }
-size_t ptc_ckpt_nstorages(const ptc_ckpt *c) { return c ? c->nstorages : 0; }
+const ptc_value *ptc_ckpt_root(const ptc_ckpt *c)
+{
+    return c ? c->root : NULL;
+}
+ptc_format ptc_ckpt_format(const ptc_ckpt *c)
+{
+    return c->format;
+}
+const char *ptc_ckpt_prefix(const ptc_ckpt *c)
+{
+    return c->prefix;
+}
+const char *ptc_ckpt_byteorder(const ptc_ckpt *c)
+{
+    return c->big_endian ? "big" : "little";
+}
+size_t ptc_ckpt_nstorages(const ptc_ckpt *c)
+{
+    return c ? c->nstorages : 0;
+}
 
 const ptc_storage *ptc_ckpt_storage(const ptc_ckpt *c, size_t i)
 {
     return c && i < c->nstorages ? c->storages[i] : NULL;
 }
 
-size_t ptc_ckpt_nrecords(const ptc_ckpt *c) { return c && c->zip ? ptc__zip_count(c->zip) : 0; }
+size_t ptc_ckpt_nrecords(const ptc_ckpt *c)
+{
+    return c && c->zip ? ptc__zip_count(c->zip) : 0;
+}
 
 const char *ptc_ckpt_record_name(const ptc_ckpt *c, size_t i)
 {

@@ -31,15 +31,13 @@ bool ptc__module_blocked(const char *module)
     return false;
 }
 
-static const char *const tensor_classes[] = {"DoubleTensor", "FloatTensor", "HalfTensor",
-                                             "BFloat16Tensor", "LongTensor", "IntTensor",
-                                             "ShortTensor", "CharTensor", "ByteTensor",
-                                             "BoolTensor"};
-static const char *const cuda_storages[] = {"DoubleStorage", "FloatStorage", "HalfStorage",
-                                            "BFloat16Storage", "LongStorage", "IntStorage",
-                                            "ShortStorage", "CharStorage", "ByteStorage",
-                                            "BoolStorage", "ComplexDoubleStorage",
-                                            "ComplexFloatStorage"};
+static const char *const tensor_classes[] = {
+    "DoubleTensor", "FloatTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
+    "IntTensor",    "ShortTensor", "CharTensor", "ByteTensor",     "BoolTensor"};
+static const char *const cuda_storages[] = {
+    "DoubleStorage", "FloatStorage", "HalfStorage",          "BFloat16Storage",
+    "LongStorage",   "IntStorage",   "ShortStorage",         "CharStorage",
+    "ByteStorage",   "BoolStorage",  "ComplexDoubleStorage", "ComplexFloatStorage"};
 static const char *const qschemes[] = {"per_tensor_affine", "per_tensor_symmetric",
                                        "per_channel_affine", "per_channel_symmetric",
                                        "per_channel_affine_float_qparams"};
@@ -339,8 +337,8 @@ int ptc__pth_prescan(const ptc_policy *p, const uint8_t *data, size_t len, const
     prescan_ctx c = {p, member, false, err};
     ptc_error scan_err;
     size_t first = 0, rest = 0;
-    int rc = ptc__pickle_scan(data, len, member, base_offset, true, prescan_item, &c, &first,
-                              &scan_err);
+    int rc =
+        ptc__pickle_scan(data, len, member, base_offset, true, prescan_item, &c, &first, &scan_err);
     /* With whole, the bytes after the first STOP are scanned as well, on their own. */
     if (rc == 0 && whole && first < len) {
         c.after_stop = true;

@@ -11,20 +11,41 @@
 
 /* ptc__err, or ptc__err_stricter (PTC_ERR_STRICTER) when stricter says that torch 2.6 would
  * accept what is refused; err is the ptc_error * in scope. */
-#define PTC__ERR_IF(stricter, ...) \
+#define PTC__ERR_IF(stricter, ...)                                                                 \
     ((stricter) ? ptc__err_stricter(err, __VA_ARGS__) : ptc__err(err, __VA_ARGS__))
 
 /* What an allowed global is; stored in ptc_value.u.g.id of PTC_VALUE_GLOBAL values. */
 typedef enum ptc__gid {
     G_NONE = 0,
-    G_ORDERED_DICT, G_COUNTER, G_PARAMETER, G_GET_LAYOUT, G_SIZE, G_TENSOR, G_DEVICE,
-    G_CODECS_ENCODE, G_BYTEARRAY, G_SET, G_COMPLEX,
+    G_ORDERED_DICT,
+    G_COUNTER,
+    G_PARAMETER,
+    G_GET_LAYOUT,
+    G_SIZE,
+    G_TENSOR,
+    G_DEVICE,
+    G_CODECS_ENCODE,
+    G_BYTEARRAY,
+    G_SET,
+    G_COMPLEX,
     G_LEGACY_TENSOR_CLASS, /* torch.FloatTensor, torch.cuda.LongTensor, ... */
-    G_STORAGE,             /* legacy typed storage class: torch.FloatStorage, torch.cuda.HalfStorage */
-    G_UNTYPED_STORAGE, G_TYPED_STORAGE, G_QSCHEME,
-    G_REBUILD_PARAMETER, G_REBUILD_PARAMETER_WITH_STATE, G_REBUILD_QTENSOR, G_REBUILD_TENSOR,
-    G_REBUILD_TENSOR_V2, G_REBUILD_TENSOR_V3, G_REBUILD_SPARSE, G_REBUILD_META, G_REBUILD_NESTED,
-    G_REBUILD_WRAPPER, G_REBUILD_DEVICE_NUMPY, G_REBUILD_DEVICE_CPU, G_REBUILD_FROM_TYPE_V2,
+    G_STORAGE, /* legacy typed storage class: torch.FloatStorage, torch.cuda.HalfStorage */
+    G_UNTYPED_STORAGE,
+    G_TYPED_STORAGE,
+    G_QSCHEME,
+    G_REBUILD_PARAMETER,
+    G_REBUILD_PARAMETER_WITH_STATE,
+    G_REBUILD_QTENSOR,
+    G_REBUILD_TENSOR,
+    G_REBUILD_TENSOR_V2,
+    G_REBUILD_TENSOR_V3,
+    G_REBUILD_SPARSE,
+    G_REBUILD_META,
+    G_REBUILD_NESTED,
+    G_REBUILD_WRAPPER,
+    G_REBUILD_DEVICE_NUMPY,
+    G_REBUILD_DEVICE_CPU,
+    G_REBUILD_FROM_TYPE_V2,
     G_DTYPE, /* torch.float32 ...: becomes a PTC_VALUE_DTYPE, never a GLOBAL */
     G_USER   /* allowed by ptc_policy_allow_global */
 } ptc__gid;

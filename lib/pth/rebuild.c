@@ -20,10 +20,10 @@
 
 #define HOOK_ERR(code, ...) ptc__err(err, code, ptc__vm_member(vm), ptc__vm_offset(vm), __VA_ARGS__)
 /* A refusal torch 2.6 would not make (PTC_ERR_STRICTER). */
-#define HOOK_STRICTER(code, ...) \
+#define HOOK_STRICTER(code, ...)                                                                   \
     ptc__err_stricter(err, code, ptc__vm_member(vm), ptc__vm_offset(vm), __VA_ARGS__)
 /* HOOK_ERR, or HOOK_STRICTER when stricter is true. */
-#define HOOK_ERR_IF(stricter, code, ...) \
+#define HOOK_ERR_IF(stricter, code, ...)                                                           \
     PTC__ERR_IF(stricter, code, ptc__vm_member(vm), ptc__vm_offset(vm), __VA_ARGS__)
 
 static const char *kind_name(const ptc_value *v)
@@ -31,7 +31,10 @@ static const char *kind_name(const ptc_value *v)
     return v->kind == PTC__VALUE_OPAQUE ? "storage" : ptc_value_kind_name((ptc_value_kind)v->kind);
 }
 
-static ptc_value *new_kind(ptc__vm *vm, ptc_value_kind k) { return ptc__value_new(ptc__vm_arena(vm), k); }
+static ptc_value *new_kind(ptc__vm *vm, ptc_value_kind k)
+{
+    return ptc__value_new(ptc__vm_arena(vm), k);
+}
 
 static int hook_global(void *ud, ptc__vm *vm, const char *module, const char *name, ptc_value **out,
                        ptc_error *err)
@@ -155,17 +158,23 @@ static bool iterable_of_hashables(const ptc_value *v)
 static int64_t iter_len(const ptc_value *v)
 {
     switch (v->kind) {
-    case PTC_VALUE_TUPLE: case PTC_VALUE_LIST: case PTC_VALUE_SIZE: case PTC_VALUE_SET:
+    case PTC_VALUE_TUPLE:
+    case PTC_VALUE_LIST:
+    case PTC_VALUE_SIZE:
+    case PTC_VALUE_SET:
         return (int64_t)v->u.seq.n;
-    case PTC_VALUE_DICT: return (int64_t)v->u.dict.n;
-    case PTC_VALUE_BYTES: return (int64_t)v->u.s.n;
+    case PTC_VALUE_DICT:
+        return (int64_t)v->u.dict.n;
+    case PTC_VALUE_BYTES:
+        return (int64_t)v->u.s.n;
     case PTC_VALUE_STR: {
         int64_t n = 0;
         for (size_t i = 0; i < v->u.s.n; i++)
             n += ((uint8_t)v->u.s.p[i] & 0xC0) != 0x80;
         return n;
     }
-    default: return -1;
+    default:
+        return -1;
     }
 }
 
@@ -177,8 +186,7 @@ static bool pairs(const ptc_value *v)
         return false;
     for (size_t i = 0; i < v->u.seq.n; i++) {
         const ptc_value *p = v->u.seq.items[i];
-        if (iter_len(p) != 2 ||
-            (is_seq(p) && !ptc__value_hashable(p->u.seq.items[0])) ||
+        if (iter_len(p) != 2 || (is_seq(p) && !ptc__value_hashable(p->u.seq.items[0])) ||
             (p->kind == PTC_VALUE_SET && !ptc__value_hashable(p->u.seq.items[0])))
             return false;
     }
@@ -219,7 +227,7 @@ static void codec_name(const ptc_value *v, char *out, size_t cap)
 }
 
 #define CODEC_ROT13 1u
-#define CODEC_UTF8 0x10FFFFu
+#define CODEC_UTF8  0x10FFFFu
 
 /* The largest code point a codec Python knows encodes (CODEC_UTF8, 0xFF for latin-1, 0x7F for
  * ASCII), CODEC_ROT13 for rot13 (str to str), 0 for a codec ptc does not know. */
@@ -228,13 +236,13 @@ static unsigned codec_max(const ptc_value *codec)
     static const struct {
         const char *name;
         unsigned max;
-    } codecs[] = {{"utf_8", CODEC_UTF8},   {"utf8", CODEC_UTF8},     {"u8", CODEC_UTF8},
-                  {"utf", CODEC_UTF8},     {"cp65001", CODEC_UTF8},  {"latin_1", 0xFF},
-                  {"latin1", 0xFF},        {"iso8859_1", 0xFF},      {"iso_8859_1", 0xFF},
-                  {"l1", 0xFF},            {"latin", 0xFF},          {"8859", 0xFF},
-                  {"cp819", 0xFF},         {"iso_ir_100", 0xFF},     {"ascii", 0x7F},
-                  {"us_ascii", 0x7F},      {"646", 0x7F},            {"us", 0x7F},
-                  {"rot13", CODEC_ROT13},  {"rot_13", CODEC_ROT13}};
+    } codecs[] = {{"utf_8", CODEC_UTF8},  {"utf8", CODEC_UTF8},    {"u8", CODEC_UTF8},
+                  {"utf", CODEC_UTF8},    {"cp65001", CODEC_UTF8}, {"latin_1", 0xFF},
+                  {"latin1", 0xFF},       {"iso8859_1", 0xFF},     {"iso_8859_1", 0xFF},
+                  {"l1", 0xFF},           {"latin", 0xFF},         {"8859", 0xFF},
+                  {"cp819", 0xFF},        {"iso_ir_100", 0xFF},    {"ascii", 0x7F},
+                  {"us_ascii", 0x7F},     {"646", 0x7F},           {"us", 0x7F},
+                  {"rot13", CODEC_ROT13}, {"rot_13", CODEC_ROT13}};
     char name[40];
     codec_name(codec, name, sizeof name);
     for (size_t i = 0; i < sizeof codecs / sizeof *codecs; i++)
@@ -340,7 +348,8 @@ static int int_tuple(ptc__vm *vm, const ptc_value *t, const char *what, int64_t 
                      ptc_error *err)
 {
     if (!is_seq(t))
-        return HOOK_ERR(PTC_EFORMAT, "tensor %s must be a tuple of ints, not %s", what, kind_name(t));
+        return HOOK_ERR(PTC_EFORMAT, "tensor %s must be a tuple of ints, not %s", what,
+                        kind_name(t));
     int64_t *a = ptc__arena_alloc(ptc__vm_arena(vm), (t->u.seq.n ? t->u.seq.n : 1) * sizeof *a);
     if (!a)
         return HOOK_ERR(PTC_ENOMEM, "out of memory");
@@ -393,7 +402,9 @@ static int rebuild_tensor(ptc__vm *vm, ptc_ckpt *c, const ptc_value *args, bool 
     size_t n = args->u.seq.n, base = old ? 4 : v3 ? 7 : 6;
     if (n != base && !(n == base + 1 && !old))
         return HOOK_ERR(PTC_EFORMAT, "%s takes %zu or %zu arguments, got %zu",
-                        old ? "_rebuild_tensor" : v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2",
+                        old  ? "_rebuild_tensor"
+                        : v3 ? "_rebuild_tensor_v3"
+                             : "_rebuild_tensor_v2",
                         base, base + 1, n);
     ptc_value **a = args->u.seq.items;
     if (a[0]->kind != PTC__VALUE_OPAQUE)
@@ -543,14 +554,53 @@ static int check_state(ptc__vm *vm, const ptc_value *state, ptc_error *err)
     /* torch applies each with setattr: a name of the tensor's own properties (data, real,
      * requires_grad, shape, ...: torch 2.6's data descriptors of Parameter and Tensor) changes
      * the tensor or fails, which ptc does not model; other names are plain attributes. */
-    static const char *const properties[] = {
-        "H", "T", "_backward_hooks", "_base", "_cdata", "_grad", "_grad_fn",
-        "_has_symbolic_sizes_strides", "_post_accumulate_grad_hooks", "_python_dispatch",
-        "_version", "data", "device", "dtype", "grad", "grad_fn", "imag", "is_cpu", "is_cuda",
-        "is_ipu", "is_leaf", "is_maia", "is_meta", "is_mkldnn", "is_mps", "is_mtia", "is_nested",
-        "is_quantized", "is_sparse", "is_sparse_csr", "is_vulkan", "is_xla", "is_xpu", "itemsize",
-        "layout", "mH", "mT", "name", "names", "nbytes", "ndim", "output_nr", "real",
-        "requires_grad", "retains_grad", "shape", "volatile"};
+    static const char *const properties[] = {"H",
+                                             "T",
+                                             "_backward_hooks",
+                                             "_base",
+                                             "_cdata",
+                                             "_grad",
+                                             "_grad_fn",
+                                             "_has_symbolic_sizes_strides",
+                                             "_post_accumulate_grad_hooks",
+                                             "_python_dispatch",
+                                             "_version",
+                                             "data",
+                                             "device",
+                                             "dtype",
+                                             "grad",
+                                             "grad_fn",
+                                             "imag",
+                                             "is_cpu",
+                                             "is_cuda",
+                                             "is_ipu",
+                                             "is_leaf",
+                                             "is_maia",
+                                             "is_meta",
+                                             "is_mkldnn",
+                                             "is_mps",
+                                             "is_mtia",
+                                             "is_nested",
+                                             "is_quantized",
+                                             "is_sparse",
+                                             "is_sparse_csr",
+                                             "is_vulkan",
+                                             "is_xla",
+                                             "is_xpu",
+                                             "itemsize",
+                                             "layout",
+                                             "mH",
+                                             "mT",
+                                             "name",
+                                             "names",
+                                             "nbytes",
+                                             "ndim",
+                                             "output_nr",
+                                             "real",
+                                             "requires_grad",
+                                             "retains_grad",
+                                             "shape",
+                                             "volatile"};
     for (size_t i = 0; i < state->u.dict.n; i++) {
         const ptc_value *k = state->u.dict.keys[i];
         for (size_t j = 0; j < sizeof properties / sizeof *properties; j++) {
@@ -573,8 +623,7 @@ static ptc_value *encode_text(ptc__vm *vm, const ptc_value *args)
     ptc_value **a = args->u.seq.items;
     /* One argument: str.encode's default, UTF-8. */
     unsigned max = n == 1 && a[0]->kind == PTC_VALUE_STR ? CODEC_UTF8
-                   : n >= 2 && n <= 3 && a[0]->kind == PTC_VALUE_STR &&
-                           a[1]->kind == PTC_VALUE_STR
+                   : n >= 2 && n <= 3 && a[0]->kind == PTC_VALUE_STR && a[1]->kind == PTC_VALUE_STR
                        ? codec_max(a[1])
                        : 0;
     if (max <= CODEC_ROT13 || (n > 1 && !python_encodes(args, true)) || !encodes_all(a[0], max))
@@ -873,15 +922,18 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
     ptc_value **a = args->u.seq.items;
     bool b;
     switch ((ptc__gid)fn->u.g.id) {
-    case G_REBUILD_TENSOR_V2: return rebuild_tensor(vm, c, args, false, false, out, err);
-    case G_REBUILD_TENSOR_V3: return rebuild_tensor(vm, c, args, true, false, out, err);
-    case G_REBUILD_TENSOR: return rebuild_tensor(vm, c, args, false, true, out, err);
+    case G_REBUILD_TENSOR_V2:
+        return rebuild_tensor(vm, c, args, false, false, out, err);
+    case G_REBUILD_TENSOR_V3:
+        return rebuild_tensor(vm, c, args, true, false, out, err);
+    case G_REBUILD_TENSOR:
+        return rebuild_tensor(vm, c, args, false, true, out, err);
     case G_REBUILD_PARAMETER:
     case G_REBUILD_PARAMETER_WITH_STATE: {
         bool with_state = fn->u.g.id == G_REBUILD_PARAMETER_WITH_STATE;
         if (n != (with_state ? 4u : 3u) || !get_bool(a[1], &b))
-            return HOOK_ERR(PTC_EFORMAT, "%s takes (tensor, bool, OrderedDict()%s)",
-                            fn->u.g.name, with_state ? ", dict" : "");
+            return HOOK_ERR(PTC_EFORMAT, "%s takes (tensor, bool, OrderedDict()%s)", fn->u.g.name,
+                            with_state ? ", dict" : "");
         int rc = make_parameter(vm, a[0], b, out, err);
         if (rc == 0 && with_state && (rc = check_state(vm, a[3], err)) == 0 &&
             ptc__value_truthy(a[3]))
@@ -927,14 +979,13 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
         d->flags |= fn->u.g.id == G_ORDERED_DICT ? PTC__V_ORDERED : PTC__V_COUNTER;
         if (n == 1 && a[0]->kind == PTC_VALUE_DICT) {
             for (size_t i = 0; i < a[0]->u.dict.n; i++) {
-                int rc = ptc__dict_set(ptc__vm_arena(vm), d, a[0]->u.dict.keys[i],
-                                       a[0]->u.dict.vals[i], err, ptc__vm_member(vm),
-                                       ptc__vm_offset(vm));
+                int rc =
+                    ptc__dict_set(ptc__vm_arena(vm), d, a[0]->u.dict.keys[i], a[0]->u.dict.vals[i],
+                                  err, ptc__vm_member(vm), ptc__vm_offset(vm));
                 if (rc < 0)
                     return rc;
             }
-        } else if (n == 1 && fn->u.g.id == G_ORDERED_DICT && pairs(a[0]) &&
-                   ordered_pairs(a[0])) {
+        } else if (n == 1 && fn->u.g.id == G_ORDERED_DICT && pairs(a[0]) && ordered_pairs(a[0])) {
             /* [[key, value], ...], as Python 2 era pickles write an OrderedDict (a pair may be
              * any iterable of two: "ab" is ('a', 'b')): a later equal key replaces the value in
              * the first one's place, as in Python. */
@@ -942,9 +993,8 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
                 const ptc_value *kv;
                 int rc = items_of(vm, a[0]->u.seq.items[i], &kv, err);
                 if (rc == 0)
-                    rc = ptc__dict_set(ptc__vm_arena(vm), d, kv->u.seq.items[0],
-                                       kv->u.seq.items[1], err, ptc__vm_member(vm),
-                                       ptc__vm_offset(vm));
+                    rc = ptc__dict_set(ptc__vm_arena(vm), d, kv->u.seq.items[0], kv->u.seq.items[1],
+                                       err, ptc__vm_member(vm), ptc__vm_offset(vm));
                 if (rc < 0)
                     return rc;
             }
@@ -1009,9 +1059,12 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
         *out = v;
         return 0;
     }
-    case G_CODECS_ENCODE: return codecs_encode(vm, args, out, err);
-    case G_BYTEARRAY: return make_bytearray(vm, c, args, out, err);
-    case G_DEVICE: return make_device(vm, args, out, err);
+    case G_CODECS_ENCODE:
+        return codecs_encode(vm, args, out, err);
+    case G_BYTEARRAY:
+        return make_bytearray(vm, c, args, out, err);
+    case G_DEVICE:
+        return make_device(vm, args, out, err);
     case G_USER: {
         ptc_value *v = new_kind(vm, PTC_VALUE_OBJECT);
         if (!v)
@@ -1025,17 +1078,23 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
      * rebuilds need a layout, which only _get_layout makes, and ptc refuses that first (torch
      * takes the name of a layout); a qscheme is no callable; the numpy rebuild needs a numpy
      * array, which no allowed global makes. */
-    case G_REBUILD_SPARSE: case G_GET_LAYOUT:
+    case G_REBUILD_SPARSE:
+    case G_GET_LAYOUT:
         return HOOK_ERR_IF(fn->u.g.id == G_GET_LAYOUT && n == 1 && layout_name(a[0]),
                            PTC_EUNSUPPORTED, "sparse tensors (%s) are not supported", fn->u.g.full);
-    case G_REBUILD_QTENSOR: case G_QSCHEME:
+    case G_REBUILD_QTENSOR:
+    case G_QSCHEME:
         return HOOK_ERR_IF(fn->u.g.id == G_REBUILD_QTENSOR, PTC_EUNSUPPORTED,
                            "quantized tensors (%s) are not supported", fn->u.g.full);
-    case G_REBUILD_META: case G_REBUILD_NESTED: case G_REBUILD_WRAPPER:
-    case G_REBUILD_DEVICE_NUMPY: case G_REBUILD_DEVICE_CPU:
+    case G_REBUILD_META:
+    case G_REBUILD_NESTED:
+    case G_REBUILD_WRAPPER:
+    case G_REBUILD_DEVICE_NUMPY:
+    case G_REBUILD_DEVICE_CPU:
         return HOOK_ERR_IF(fn->u.g.id != G_REBUILD_WRAPPER && fn->u.g.id != G_REBUILD_DEVICE_NUMPY,
                            PTC_EUNSUPPORTED, "%s is not supported", fn->u.g.full);
-    case G_TENSOR: case G_LEGACY_TENSOR_CLASS:
+    case G_TENSOR:
+    case G_LEGACY_TENSOR_CLASS:
         return HOOK_ERR_IF(legacy_ctor_args(args), PTC_EUNSUPPORTED,
                            "legacy tensor pickles (calling %s) are not supported", fn->u.g.full);
     default: {
@@ -1145,9 +1204,9 @@ static int legacy_view(ptc__vm *vm, ptc_ckpt *c, ptc_storage *root, const ptc_va
                        const ptc_value *loc, ptc_storage **out, ptc_error *err)
 {
     int64_t off, size, es = (int64_t)ptc_dtype_size(root->dtype), obytes, sbytes, end;
-    if (view->kind != PTC_VALUE_TUPLE || view->u.seq.n != 3 || !key_ok(view->u.seq.items[0], true) ||
-        !get_int(view->u.seq.items[1], &off) || !get_int(view->u.seq.items[2], &size) || off < 0 ||
-        size < 0)
+    if (view->kind != PTC_VALUE_TUPLE || view->u.seq.n != 3 ||
+        !key_ok(view->u.seq.items[0], true) || !get_int(view->u.seq.items[1], &off) ||
+        !get_int(view->u.seq.items[2], &size) || off < 0 || size < 0)
         return HOOK_ERR(PTC_EFORMAT, "legacy view metadata must be (key, offset, size)");
     /* torch slices the root storage, which clips a view to it, and keeps a view key's first
      * declaration. */
@@ -1246,8 +1305,7 @@ static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value
     /* Loading with map_location='cpu', torch never looks at the location: ptc keeps any text as
      * the storage's saved location ("cpu", "cuda:0", ...) and reads the bytes to the host. */
     if (a[3]->kind != PTC_VALUE_STR && !ascii_bytes(a[3]))
-        return HOOK_STRICTER(PTC_EFORMAT, "storage location is a %s, not a str",
-                             kind_name(a[3]));
+        return HOOK_STRICTER(PTC_EFORMAT, "storage location is a %s, not a str", kind_name(a[3]));
     /* A NUL would cut the text every C reader (ptc's API, torch's C++) sees from what Python
      * holds: two readings of one location. */
     if (memchr(a[3]->u.s.p, '\0', a[3]->u.s.n))

@@ -262,8 +262,8 @@ static ptc_value *wd_build(const wdict *w, ptc_doc *d)
 
 /* Applies strip then add to dict v (meta: the _metadata rules). *out is v itself when nothing
  * changed. */
-static int rename_dict(ptc_doc *d, const ptc_value *v, const char *strip, const char *add,
-                       int meta, const ptc_value **out, int *matched)
+static int rename_dict(ptc_doc *d, const ptc_value *v, const char *strip, const char *add, int meta,
+                       const ptc_value **out, int *matched)
 {
     wdict w;
     int changed = 0, rc = wd_init(&w, v);

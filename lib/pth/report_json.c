@@ -34,8 +34,9 @@ static json_t *report_object(const char *path, const ptc_report *r, const ptc_er
     if (!r) {
         json_object_set_new(o, "verdict", json_string("error"));
         json_object_set_new(o, "error", json_string(ptc_err_name(failure->code)));
-        json_object_set_new(o, "message", jtext(failure->message[0] ? failure->message
-                                                                    : ptc_strerror(failure->code)));
+        json_object_set_new(
+            o, "message",
+            jtext(failure->message[0] ? failure->message : ptc_strerror(failure->code)));
         return o;
     }
     json_object_set_new(o, "verdict", json_string(ptc_verdict_name(ptc_report_verdict(r))));

@@ -28,8 +28,8 @@
 
 /* Identity keys for constants: any distinct addresses will do. */
 static const char K_STORAGE, K_CPU, K_LATIN1, K_OD, K_V2, K_V3, K_UNTYPED, K_PARAM, K_ENCODE,
-    K_PARAM_STATE, K_FROM_TYPE, K_TENSOR,
-    K_SET, K_COMPLEX, K_SIZE, K_DEVICE, K_BYTEARRAY, K_COUNTER;
+    K_PARAM_STATE, K_FROM_TYPE, K_TENSOR, K_SET, K_COMPLEX, K_SIZE, K_DEVICE, K_BYTEARRAY,
+    K_COUNTER;
 static const char K_DTYPE[PTC_DTYPE_COUNT], K_STORAGE_CLASS[PTC_DTYPE_COUNT];
 
 typedef struct saved_storage {
@@ -356,16 +356,23 @@ static int save(saver *s, const ptc_value *v, int depth)
     if (depth > MAX_DEPTH)
         return fail(s, PTC_ELIMIT, "the value tree nests deeper than 1000 levels");
     switch (v->kind) {
-    case PTC_VALUE_NONE: ptc__pw_op(&s->pw, PTC__OP_NONE); return 0;
-    case PTC_VALUE_BOOL: ptc__pw_op(&s->pw, v->u.b ? PTC__OP_NEWTRUE : PTC__OP_NEWFALSE); return 0;
+    case PTC_VALUE_NONE:
+        ptc__pw_op(&s->pw, PTC__OP_NONE);
+        return 0;
+    case PTC_VALUE_BOOL:
+        ptc__pw_op(&s->pw, v->u.b ? PTC__OP_NEWTRUE : PTC__OP_NEWFALSE);
+        return 0;
     case PTC_VALUE_INT:
         if (v->u.i.fits)
             ptc__pw_int(&s->pw, v->u.i.v);
         else
             ptc__pw_long(&s->pw, v->u.i.bytes, v->u.i.nbytes);
         return 0;
-    case PTC_VALUE_FLOAT: ptc__pw_float(&s->pw, v->u.f); return 0;
-    default: break;
+    case PTC_VALUE_FLOAT:
+        ptc__pw_float(&s->pw, v->u.f);
+        return 0;
+    default:
+        break;
     }
     if (ptc__pw_get(&s->pw, v))
         return 0;
@@ -391,7 +398,8 @@ static int save(saver *s, const ptc_value *v, int depth)
             return 0;
         }
         return save_bytes(s, v, v);
-    case PTC_VALUE_TUPLE: return save_tuple(s, v, depth);
+    case PTC_VALUE_TUPLE:
+        return save_tuple(s, v, depth);
     case PTC_VALUE_LIST:
         ptc__pw_op(&s->pw, PTC__OP_EMPTY_LIST);
         ptc__pw_put(&s->pw, v);
@@ -457,8 +465,8 @@ static int save(saver *s, const ptc_value *v, int depth)
             for (size_t i = 0; i < v->u.seq.n; i++)
                 if (save(s, v->u.seq.items[i], depth + 1) < 0)
                     return s->rc;
-            ptc__pw_op(&s->pw, v->u.seq.n > 3 ? PTC__OP_TUPLE
-                                              : (uint8_t)(PTC__OP_TUPLE1 + v->u.seq.n - 1));
+            ptc__pw_op(&s->pw,
+                       v->u.seq.n > 3 ? PTC__OP_TUPLE : (uint8_t)(PTC__OP_TUPLE1 + v->u.seq.n - 1));
             ptc__pw_put(&s->pw, NULL);
         }
         ptc__pw_op(&s->pw, PTC__OP_TUPLE1);
@@ -508,9 +516,9 @@ static int save(saver *s, const ptc_value *v, int depth)
         save_tensor(s, v, depth);
         return s->rc;
     default:
-        return fail(s, PTC_EINVAL, v->kind == PTC__VALUE_OPAQUE
-                                       ? "ptc_save: cannot write a bare storage"
-                                       : "ptc_save: cannot write a value of this kind");
+        return fail(s, PTC_EINVAL,
+                    v->kind == PTC__VALUE_OPAQUE ? "ptc_save: cannot write a bare storage"
+                                                 : "ptc_save: cannot write a value of this kind");
     }
 }
 
@@ -669,8 +677,7 @@ static bool device_tag(const char *t)
     return t[n] == ':' && digits > 0 && digits <= 6 && t[n + 1 + digits] == '\0';
 }
 
-int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *params,
-             ptc_error *err)
+int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *params, ptc_error *err)
 {
     ptc__err_clear(err);
     if (!root || !path || !*path)
@@ -688,7 +695,7 @@ int ptc_save(const ptc_value *root, const char *path, const ptc_save_params *par
     if (f == PTC_SAVE_AUTO) {
         size_t n = strlen(path);
         f = n >= 12 && strcmp(path + n - 12, ".safetensors") == 0 ? PTC_SAVE_SAFETENSORS
-                                                                 : PTC_SAVE_PTH;
+                                                                  : PTC_SAVE_PTH;
     }
     if (f == PTC_SAVE_SAFETENSORS)
         return ptc__save_safetensors(root, path, params, err);

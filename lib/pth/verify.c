@@ -41,7 +41,7 @@
 
 #define REPORT_CAP 4096
 /* The most regions full scans may cover (cover()): PTC_ELIMIT beyond. */
-#define COVER_CAP ((size_t)1 << 21)
+#define COVER_CAP        ((size_t)1 << 21)
 #define SCAN_INFLATE_CAP (64u << 20)
 
 struct ptc_report {
@@ -124,8 +124,8 @@ static int add_global(ptc_report *r, const char *member, int64_t offset, const c
         r->g = n;
         r->capg = cap;
     }
-    ptc_global_ref g = {rstr(r, member), offset, opcode, global ? rstr(r, global) : NULL, allowed,
-                        torch_allows};
+    ptc_global_ref g = {rstr(r, member), offset,      opcode, global ? rstr(r, global) : NULL,
+                        allowed,         torch_allows};
     if (!g.member || (global && !g.global))
         return PTC_ENOMEM;
     r->g[r->ng++] = g;
@@ -142,20 +142,38 @@ void ptc_report_free(ptc_report *r)
     ptc__free(r);
 }
 
-ptc_verdict ptc_report_verdict(const ptc_report *r) { return r->verdict; }
-const char *ptc_report_format(const ptc_report *r) { return r->format; }
-ptc_torch_answer ptc_report_torch(const ptc_report *r) { return r->torch; }
-size_t ptc_report_nfindings(const ptc_report *r) { return r ? r->nf : 0; }
+ptc_verdict ptc_report_verdict(const ptc_report *r)
+{
+    return r->verdict;
+}
+const char *ptc_report_format(const ptc_report *r)
+{
+    return r->format;
+}
+ptc_torch_answer ptc_report_torch(const ptc_report *r)
+{
+    return r->torch;
+}
+size_t ptc_report_nfindings(const ptc_report *r)
+{
+    return r ? r->nf : 0;
+}
 const ptc_finding *ptc_report_finding(const ptc_report *r, size_t i)
 {
     return r && i < r->nf ? &r->f[i] : NULL;
 }
-size_t ptc_report_nglobals(const ptc_report *r) { return r ? r->ng : 0; }
+size_t ptc_report_nglobals(const ptc_report *r)
+{
+    return r ? r->ng : 0;
+}
 const ptc_global_ref *ptc_report_global(const ptc_report *r, size_t i)
 {
     return r && i < r->ng ? &r->g[i] : NULL;
 }
-uint64_t ptc_report_dropped(const ptc_report *r) { return r ? r->dropped : 0; }
+uint64_t ptc_report_dropped(const ptc_report *r)
+{
+    return r ? r->dropped : 0;
+}
 
 /* ---- the static pass ------------------------------------------------------------------------ */
 
@@ -164,18 +182,18 @@ typedef struct scan_ctx {
     const ptc_policy *policy;
     const ptc_policy *torch_policy; /* torch 2.6's default allowlist */
     const char *member;             /* escaped label of the member being scanned */
-    bool torch_runs;  /* this pickle is one torch 2.6 would run */
-    bool suspect;     /* this pickle could be the one torch runs (ambiguous container) */
-    bool torch_hit;   /* a pickle torch runs references something torch refuses */
-    bool suspect_hit; /* a suspect pickle does */
-    unsigned refs;    /* references found in the member being scanned */
-    unsigned bad;     /* ... of which outside the policy */
-    bool sweep;       /* decoding from a PROTO found anywhere (see sweep_region) */
+    bool torch_runs;                /* this pickle is one torch 2.6 would run */
+    bool suspect;       /* this pickle could be the one torch runs (ambiguous container) */
+    bool torch_hit;     /* a pickle torch runs references something torch refuses */
+    bool suspect_hit;   /* a suspect pickle does */
+    unsigned refs;      /* references found in the member being scanned */
+    unsigned bad;       /* ... of which outside the policy */
+    bool sweep;         /* decoding from a PROTO found anywhere (see sweep_region) */
     const uint8_t *map; /* the whole file */
     uint64_t size;
-    ptc__span *cov;   /* file bytes full scans read (sweep_file replays them quietly) */
+    ptc__span *cov; /* file bytes full scans read (sweep_file replays them quietly) */
     size_t ncov, capcov;
-    int fatal;        /* PTC_ENOMEM from the report, PTC_ELIMIT past COVER_CAP */
+    int fatal; /* PTC_ENOMEM from the report, PTC_ELIMIT past COVER_CAP */
 } scan_ctx;
 
 static bool name_ok(const char *s, size_t n)
@@ -248,8 +266,8 @@ static int scan_item(void *ud, const ptc__scan_item *it)
         return 0;
     }
     /* A named global: GLOBAL, INST, or STACK_GLOBAL over two string constants. */
-    bool valid = !it->truncated && name_ok(it->module, it->module_len) &&
-                 name_ok(it->name, it->name_len);
+    bool valid =
+        !it->truncated && name_ok(it->module, it->module_len) && name_ok(it->name, it->name_len);
     bool allowed = false, torch_allows = false;
     if (valid) {
         const char *m = it->module, *n = it->name;
@@ -378,8 +396,8 @@ static int sweep_spans(scan_ctx *c, const uint8_t *data, size_t len, uint64_t ba
     c->sweep = true;
     c->torch_runs = c->suspect = false;
     ptc_error e;
-    int rc = ptc__pickle_sweep(data, len, base, at_start, quiet, nquiet, c->member, scan_item, c,
-                               &e);
+    int rc =
+        ptc__pickle_sweep(data, len, base, at_start, quiet, nquiet, c->member, scan_item, c, &e);
     c->sweep = saved_sweep;
     if (c->fatal)
         return c->fatal;
@@ -464,9 +482,13 @@ static bool plain_record(const char *rec)
  * The scan of local headers leaves them to the sweep of the whole file. */
 static bool text_record(const char *rec)
 {
-    static const char *const text[] = {"byteorder", "version", ".data/version",
-                                       ".data/serialization_id", ".format_version",
-                                       ".storage_alignment", ""};
+    static const char *const text[] = {"byteorder",
+                                       "version",
+                                       ".data/version",
+                                       ".data/serialization_id",
+                                       ".format_version",
+                                       ".storage_alignment",
+                                       ""};
     for (size_t i = 0; i < sizeof text / sizeof *text; i++)
         if (strcmp(rec, text[i]) == 0)
             return true;
@@ -597,8 +619,8 @@ static int scan_zip_entries(scan_ctx *c, ptc__zip *z, bool check_crc, bool *cons
             continue;
         }
         bool is_data_pkl = strcmp(en->record, "data.pkl") == 0;
-        bool full = is_data_pkl ||
-                    (!plain_record(en->record) && looks_like_pickle(data, (size_t)en->size));
+        bool full =
+            is_data_pkl || (!plain_record(en->record) && looks_like_pickle(data, (size_t)en->size));
         int n = 0;
         size_t reach = 0;
         if (full)
@@ -777,8 +799,8 @@ static int scan_local_headers(scan_ctx *c, const uint8_t *map, uint64_t size, bo
                      "member %s, one of the readings of an ambiguous zip, references globals "
                      "outside the policy",
                      label);
-            if ((rc = add_finding(c->r, PTC_VERDICT_UNSAFE, PTC_EUNSAFE, "hidden-pickle", label,
-                                  -1, detail, false)))
+            if ((rc = add_finding(c->r, PTC_VERDICT_UNSAFE, PTC_EUNSAFE, "hidden-pickle", label, -1,
+                                  detail, false)))
                 return rc;
         }
     }
@@ -904,7 +926,8 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     }
 
     /* 2. The static pass. */
-    c = (scan_ctx){.r = r, .policy = policy, .torch_policy = torch_policy, .map = map, .size = size};
+    c = (scan_ctx){
+        .r = r, .policy = policy, .torch_policy = torch_policy, .map = map, .size = size};
     bool constants = false, any_local = false;
     r->format = "unknown";
     if (size >= 4 && memcmp(map, "PK\x03\x04", 4) == 0) {
@@ -919,15 +942,15 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
         r->format = "legacy";
         /* Magic, protocol, sys_info, the object, the storage keys: torch runs all five; raw
          * storage bytes follow. Named and placed (file offsets) as the load names them. */
-        static const char *const parts[5] = {"legacy magic", "legacy protocol",
-                                             "legacy sys_info", "legacy object", "legacy keys"};
+        static const char *const parts[5] = {"legacy magic", "legacy protocol", "legacy sys_info",
+                                             "legacy object", "legacy keys"};
         size_t pos = 0;
         for (int i = 0; i < 5 && pos < size; i++) {
             size_t used = 0;
             c.member = parts[i];
             size_t reach = 0;
-            if ((rc = scan_pickles_at(&c, map + pos, (size_t)(size - pos), pos, 1, 1, false,
-                                      &used, &reach)) < 0)
+            if ((rc = scan_pickles_at(&c, map + pos, (size_t)(size - pos), pos, 1, 1, false, &used,
+                                      &reach)) < 0)
                 goto fail;
             cover(&c, pos, pos + reach);
             if (rc == 0)
@@ -1009,8 +1032,7 @@ fail:
     return rc;
 }
 
-int ptc_verify(ptc_report **out, const char *path, const ptc_verify_params *params,
-               ptc_error *err)
+int ptc_verify(ptc_report **out, const char *path, const ptc_verify_params *params, ptc_error *err)
 {
     ptc__err_clear(err);
     if (!out || !path)

@@ -15,9 +15,15 @@
 
 /* ---- work budget ----------------------------------------------------------------------------- */
 
-uint64_t ptc_ckpt_file_size(const ptc_ckpt *c) { return c ? ptc__source_size(c->src) : 0; }
+uint64_t ptc_ckpt_file_size(const ptc_ckpt *c)
+{
+    return c ? ptc__source_size(c->src) : 0;
+}
 
-uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c) { return c ? c->nops : 0; }
+uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c)
+{
+    return c ? c->nops : 0;
+}
 
 /* a * k + base, saturating. */
 static uint64_t scaled(uint64_t a, uint64_t k, uint64_t base)
@@ -80,8 +86,8 @@ struct ptc_walk {
 
 static bool descend(const ptc_value *v)
 {
-    return v && (v->kind == PTC_VALUE_DICT || v->kind == PTC_VALUE_LIST ||
-                 v->kind == PTC_VALUE_TUPLE);
+    return v &&
+           (v->kind == PTC_VALUE_DICT || v->kind == PTC_VALUE_LIST || v->kind == PTC_VALUE_TUPLE);
 }
 
 int ptc_walk_new(ptc_walk **out, const ptc_value *root, ptc_error *err)
@@ -104,7 +110,10 @@ void ptc_walk_set_budget(ptc_walk *w, ptc_budget *b)
         w->budget = b;
 }
 
-const ptc_error *ptc_walk_error(const ptc_walk *w) { return w ? &w->err : NULL; }
+const ptc_error *ptc_walk_error(const ptc_walk *w)
+{
+    return w ? &w->err : NULL;
+}
 
 void ptc_walk_free(ptc_walk *w)
 {

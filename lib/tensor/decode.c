@@ -65,26 +65,53 @@ static bool load(ptc_dtype dt, const uint8_t *p, int c, double *out)
         *out = f;
         return true;
     case PTC_FLOAT16:
-    case PTC_COMPLEX32: *out = half_to_double((uint16_t)le(p + 2 * c, 2)); return true;
+    case PTC_COMPLEX32:
+        *out = half_to_double((uint16_t)le(p + 2 * c, 2));
+        return true;
     case PTC_BFLOAT16:
         u32 = (uint32_t)le(p, 2) << 16;
         memcpy(&f, &u32, 4);
         *out = f;
         return true;
-    case PTC_FLOAT8_E5M2: *out = half_to_double((uint16_t)(p[0] << 8)); return true;
-    case PTC_FLOAT8_E4M3FN: *out = f8_to_double(p[0], 4, 7, 0); return true;
-    case PTC_FLOAT8_E4M3FNUZ: *out = f8_to_double(p[0], 4, 8, 1); return true;
-    case PTC_FLOAT8_E5M2FNUZ: *out = f8_to_double(p[0], 5, 16, 1); return true;
-    case PTC_INT64: *out = (double)(int64_t)le(p, 8); return true;
-    case PTC_INT32: *out = (double)(int32_t)(uint32_t)le(p, 4); return true;
-    case PTC_INT16: *out = (double)(int16_t)(uint16_t)le(p, 2); return true;
-    case PTC_INT8: *out = (double)(int8_t)p[0]; return true;
+    case PTC_FLOAT8_E5M2:
+        *out = half_to_double((uint16_t)(p[0] << 8));
+        return true;
+    case PTC_FLOAT8_E4M3FN:
+        *out = f8_to_double(p[0], 4, 7, 0);
+        return true;
+    case PTC_FLOAT8_E4M3FNUZ:
+        *out = f8_to_double(p[0], 4, 8, 1);
+        return true;
+    case PTC_FLOAT8_E5M2FNUZ:
+        *out = f8_to_double(p[0], 5, 16, 1);
+        return true;
+    case PTC_INT64:
+        *out = (double)(int64_t)le(p, 8);
+        return true;
+    case PTC_INT32:
+        *out = (double)(int32_t)(uint32_t)le(p, 4);
+        return true;
+    case PTC_INT16:
+        *out = (double)(int16_t)(uint16_t)le(p, 2);
+        return true;
+    case PTC_INT8:
+        *out = (double)(int8_t)p[0];
+        return true;
     case PTC_UINT8:
-    case PTC_BOOL: *out = p[0]; return true;
-    case PTC_UINT16: *out = (double)le(p, 2); return true;
-    case PTC_UINT32: *out = (double)le(p, 4); return true;
-    case PTC_UINT64: *out = (double)le(p, 8); return true;
-    default: return false;
+    case PTC_BOOL:
+        *out = p[0];
+        return true;
+    case PTC_UINT16:
+        *out = (double)le(p, 2);
+        return true;
+    case PTC_UINT32:
+        *out = (double)le(p, 4);
+        return true;
+    case PTC_UINT64:
+        *out = (double)le(p, 8);
+        return true;
+    default:
+        return false;
     }
 }
 

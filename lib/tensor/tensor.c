@@ -31,11 +31,11 @@ int ptc__tensor_check(const ptc_tensor *t, uint32_t max_ndim, const char *member
     for (int d = 0; d < t->ndim; d++) {
         if (t->shape[d] < 0 || t->stride[d] < 0)
             return ptc__err(err, PTC_EFORMAT, member, off,
-                            "dimension %d has size %lld and stride %lld; neither may be negative", d,
-                            (long long)t->shape[d], (long long)t->stride[d]);
+                            "dimension %d has size %lld and stride %lld; neither may be negative",
+                            d, (long long)t->shape[d], (long long)t->stride[d]);
         if (!ptc__mul_i64_ok(numel, t->shape[d], &numel))
-            return ptc__err(err, PTC_EFORMAT, member, off, "element count overflows at dimension %d",
-                            d);
+            return ptc__err(err, PTC_EFORMAT, member, off,
+                            "element count overflows at dimension %d", d);
     }
     int64_t nbytes;
     if (!ptc__mul_i64_ok(numel, (int64_t)info->size, &nbytes))
@@ -54,8 +54,8 @@ int ptc__tensor_check(const ptc_tensor *t, uint32_t max_ndim, const char *member
         int64_t span;
         if (!ptc__mul_i64_ok(t->shape[d] - 1, t->stride[d], &span) ||
             !ptc__add_i64_ok(last, span, &last))
-            return ptc__err(err, PTC_EFORMAT, member, off, "tensor extent overflows at dimension %d",
-                            d);
+            return ptc__err(err, PTC_EFORMAT, member, off,
+                            "tensor extent overflows at dimension %d", d);
     }
     if (last >= storage_elems)
         return ptc__err(err, PTC_EFORMAT, member, off,
@@ -67,18 +67,54 @@ int ptc__tensor_check(const ptc_tensor *t, uint32_t max_ndim, const char *member
 
 /* ---- accessors --------------------------------------------------------------------------------- */
 
-ptc_dtype ptc_tensor_dtype(const ptc_tensor *t) { return t->dtype; }
-int ptc_tensor_ndim(const ptc_tensor *t) { return t->ndim; }
-const int64_t *ptc_tensor_shape(const ptc_tensor *t) { return t->shape; }
-const int64_t *ptc_tensor_stride(const ptc_tensor *t) { return t->stride; }
-int64_t ptc_tensor_storage_offset(const ptc_tensor *t) { return t->offset; }
-int64_t ptc_tensor_numel(const ptc_tensor *t) { return t->numel; }
-int64_t ptc_tensor_nbytes(const ptc_tensor *t) { return t->numel * (int64_t)ptc_dtype_size(t->dtype); }
-int ptc_tensor_requires_grad(const ptc_tensor *t) { return t->requires_grad; }
-int ptc_tensor_is_parameter(const ptc_tensor *t) { return t->parameter; }
-int ptc_tensor_is_conj(const ptc_tensor *t) { return t->conj; }
-int ptc_tensor_is_neg(const ptc_tensor *t) { return t->neg; }
-const ptc_storage *ptc_tensor_storage(const ptc_tensor *t) { return t->storage; }
+ptc_dtype ptc_tensor_dtype(const ptc_tensor *t)
+{
+    return t->dtype;
+}
+int ptc_tensor_ndim(const ptc_tensor *t)
+{
+    return t->ndim;
+}
+const int64_t *ptc_tensor_shape(const ptc_tensor *t)
+{
+    return t->shape;
+}
+const int64_t *ptc_tensor_stride(const ptc_tensor *t)
+{
+    return t->stride;
+}
+int64_t ptc_tensor_storage_offset(const ptc_tensor *t)
+{
+    return t->offset;
+}
+int64_t ptc_tensor_numel(const ptc_tensor *t)
+{
+    return t->numel;
+}
+int64_t ptc_tensor_nbytes(const ptc_tensor *t)
+{
+    return t->numel * (int64_t)ptc_dtype_size(t->dtype);
+}
+int ptc_tensor_requires_grad(const ptc_tensor *t)
+{
+    return t->requires_grad;
+}
+int ptc_tensor_is_parameter(const ptc_tensor *t)
+{
+    return t->parameter;
+}
+int ptc_tensor_is_conj(const ptc_tensor *t)
+{
+    return t->conj;
+}
+int ptc_tensor_is_neg(const ptc_tensor *t)
+{
+    return t->neg;
+}
+const ptc_storage *ptc_tensor_storage(const ptc_tensor *t)
+{
+    return t->storage;
+}
 
 const void *ptc_tensor_data(const ptc_tensor *t)
 {
@@ -98,12 +134,30 @@ int ptc_tensor_is_contiguous(const ptc_tensor *t)
     return 1;
 }
 
-const char *ptc_storage_key(const ptc_storage *s) { return s->key; }
-const char *ptc_storage_location(const ptc_storage *s) { return s->location; }
-ptc_dtype ptc_storage_dtype(const ptc_storage *s) { return s->dtype; }
-int64_t ptc_storage_nbytes(const ptc_storage *s) { return s->nbytes; }
-const void *ptc_storage_data(const ptc_storage *s) { return s->data; }
-int ptc_storage_is_mapped(const ptc_storage *s) { return s->mapped; }
+const char *ptc_storage_key(const ptc_storage *s)
+{
+    return s->key;
+}
+const char *ptc_storage_location(const ptc_storage *s)
+{
+    return s->location;
+}
+ptc_dtype ptc_storage_dtype(const ptc_storage *s)
+{
+    return s->dtype;
+}
+int64_t ptc_storage_nbytes(const ptc_storage *s)
+{
+    return s->nbytes;
+}
+const void *ptc_storage_data(const ptc_storage *s)
+{
+    return s->data;
+}
+int ptc_storage_is_mapped(const ptc_storage *s)
+{
+    return s->mapped;
+}
 
 /* ---- row-major readout ------------------------------------------------------------------------
  * Elements are produced in chunks into a buffer and handed to a sink; the host is little-endian

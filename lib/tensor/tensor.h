@@ -31,12 +31,12 @@ struct ptc_storage {
     ptc_dtype dtype;      /* from the storage class; uint8 for UntypedStorage */
     bool untyped;         /* pickled as torch.storage.UntypedStorage (numel counts bytes) */
     int64_t nbytes;
-    const uint8_t *data;  /* host byte order */
-    void *owned;          /* heap copy (freed with the checkpoint) or NULL when mapped */
+    const uint8_t *data; /* host byte order */
+    void *owned;         /* heap copy (freed with the checkpoint) or NULL when mapped */
     bool mapped;
-    bool referenced;      /* some tensor uses it */
-    bool writable;        /* a document's own memory (ptc_storage_mutable) */
-    ptc_storage *parent;  /* legacy views: the storage whose bytes this one shares */
+    bool referenced;       /* some tensor uses it */
+    bool writable;         /* a document's own memory (ptc_storage_mutable) */
+    ptc_storage *parent;   /* legacy views: the storage whose bytes this one shares */
     int64_t parent_offset; /* bytes */
 };
 

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define WARN_BUSY_PCT 50.0
+#define WARN_BUSY_PCT    50.0
 #define WARN_MIN_SAMPLES 3
 
 /* NVML's types, as nvml.h declares them. */
@@ -95,9 +95,8 @@ static int find_device(ptc__gpumon *m, int ordinal, const char *visible)
     if (isdigit((unsigned char)*s)) {
         char *end;
         unsigned long idx = strtoul(s, &end, 10);
-        return *end == '\0' && idx < 1u << 16 && m->api.by_index((unsigned)idx, &m->dev) == 0
-                   ? 0
-                   : -1;
+        return *end == '\0' && idx < 1u << 16 && m->api.by_index((unsigned)idx, &m->dev) == 0 ? 0
+                                                                                              : -1;
     }
     if ((strncmp(s, "GPU-", 4) == 0 || strncmp(s, "MIG-", 4) == 0) && m->api.by_uuid)
         return m->api.by_uuid(s, &m->dev) == 0 ? 0 : -1;

@@ -85,7 +85,7 @@ typedef struct recipe {
     ptc__sgd_params sgd;
     ptc_comm *comm; /* p->comm, or a single-process one owned by the run */
     int world, rank;
-    double lr;      /* p->lr scaled for the world size */
+    double lr; /* p->lr scaled for the world size */
 } recipe;
 
 static int resolve(const ptc_train_params *p, recipe *re, ptc_error *err)
@@ -99,8 +99,11 @@ static int resolve(const ptc_train_params *p, recipe *re, ptc_error *err)
         return ptc__err(err, PTC_EINVAL, "", -1,
                         "unknown architecture \"%s\" (resnet18, resnet18-cifar)", p->arch);
     re->arch = (ptc__arch)a;
-    re->sgd = (ptc__sgd_params){.lr = p->lr, .momentum = p->momentum, .dampening = p->dampening,
-                                .weight_decay = p->weight_decay, .nesterov = p->nesterov};
+    re->sgd = (ptc__sgd_params){.lr = p->lr,
+                                .momentum = p->momentum,
+                                .dampening = p->dampening,
+                                .weight_decay = p->weight_decay,
+                                .nesterov = p->nesterov};
     re->comm = p->comm;
     re->world = ptc_comm_size(p->comm);
     re->rank = ptc_comm_rank(p->comm);
@@ -112,8 +115,10 @@ static int resolve(const ptc_train_params *p, recipe *re, ptc_error *err)
     else if (strcmp(p->lr_scaling, "linear") == 0)
         ls = PTC__LR_LINEAR;
     else
-        return ptc__err(err, PTC_EINVAL, "", -1, "unknown learning-rate scaling \"%s\" (none, "
-                        "sqrt, linear)", p->lr_scaling);
+        return ptc__err(err, PTC_EINVAL, "", -1,
+                        "unknown learning-rate scaling \"%s\" (none, "
+                        "sqrt, linear)",
+                        p->lr_scaling);
     re->lr = ptc__lr_scale(p->lr, ls, re->world);
     return 0;
 }
@@ -157,14 +162,14 @@ typedef struct run {
     /* ptc__train_ex's progress, carried from one epoch to the next */
     ptc_train_result *res;
     ptc__schedule sched;
-    int start_epoch;      /* from the checkpoint resumed, else 0 */
-    int64_t step;         /* optimizer steps taken, the resumed ones included */
-    double lr;            /* the last step's learning rate (rc.lr before the first step) */
-    bool stop;            /* max_steps reached */
-    double t_warm;        /* when the WARMUP_STEPS-th step ended (0: not yet) */
-    double t_other;       /* seconds spent on evaluations and checkpoints after t_warm */
-    int64_t images;       /* images trained on by this rank in this run */
-    int64_t warm_images;  /* images at t_warm */
+    int start_epoch;     /* from the checkpoint resumed, else 0 */
+    int64_t step;        /* optimizer steps taken, the resumed ones included */
+    double lr;           /* the last step's learning rate (rc.lr before the first step) */
+    bool stop;           /* max_steps reached */
+    double t_warm;       /* when the WARMUP_STEPS-th step ended (0: not yet) */
+    double t_other;      /* seconds spent on evaluations and checkpoints after t_warm */
+    int64_t images;      /* images trained on by this rank in this run */
+    int64_t warm_images; /* images at t_warm */
 } run;
 
 /* --threads 0 with several ranks on one machine: the CPUs this process may use shared among
@@ -182,8 +187,11 @@ static int threads_per_rank(int threads, const ptc_comm *comm)
 static int open_backend(const ptc_train_params *p, int threads, const ptc__backend_ops **ops,
                         ptc__be **be, ptc_error *err)
 {
-    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = threads, .tf32 = p->tf32,
-                         .deterministic = p->deterministic, .winograd = p->dnnl_winograd};
+    ptc__be_params bp = {.dtype = PTC__BE_F32,
+                         .threads = threads,
+                         .tf32 = p->tf32,
+                         .deterministic = p->deterministic,
+                         .winograd = p->dnnl_winograd};
     if (!p->precision || strcmp(p->precision, "f32") == 0 || strcmp(p->precision, "float32") == 0)
         bp.precision = PTC__PREC_F32;
     else if (strcmp(p->precision, "bf16") == 0 || strcmp(p->precision, "bfloat16") == 0)
@@ -317,8 +325,8 @@ static int totals_over_ranks(ptc_comm *comm, double *loss_sum, int64_t *right, i
 /* The test split, sharded over the ranks without padding (rank r takes r, r + world, ...); the
  * counts and the loss sum are all-reduced, so every rank gets the totals over every image once. */
 static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
-                    const ptc__normalizer *nz, int batch, ptc_comm *comm, double *acc,
-                    double *loss, int64_t *count, double *ips, ptc_error *err)
+                    const ptc__normalizer *nz, int batch, ptc_comm *comm, double *acc, double *loss,
+                    int64_t *count, double *ips, ptc_error *err)
 {
     int64_t *idx = NULL, n = 0;
     ptc__loader *l = NULL;
@@ -328,8 +336,12 @@ static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
     int rc = ptc__eval_shard(d->test.n, ptc_comm_size(comm), ptc_comm_rank(comm), &idx, &n, err);
     if (rc < 0)
         goto out;
-    ptc__loader_params lp = {.split = &d->test, .indices = idx, .nindices = n,
-                             .batch_size = batch, .nbuffers = 2, .augment = false,
+    ptc__loader_params lp = {.split = &d->test,
+                             .indices = idx,
+                             .nindices = n,
+                             .batch_size = batch,
+                             .nbuffers = 2,
+                             .augment = false,
                              .draws_only = im != NULL};
     memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
     memcpy(lp.std, d->norm_std, sizeof lp.std);
@@ -346,8 +358,7 @@ static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
         int64_t bc = 0;
         rc = forward_batch(m, im, nz, b, 0, logits, err);
         if (rc == 0)
-            rc = ptc__cross_entropy(logits, b->labels, b->n, d->classes, &bl, NULL, &bc,
-                                    err);
+            rc = ptc__cross_entropy(logits, b->labels, b->n, d->classes, &bl, NULL, &bc, err);
         int bn = b->n;
         ptc__loader_release(b);
         if (rc < 0)
@@ -372,7 +383,10 @@ out:
 
 /* ---- checkpoints ------------------------------------------------------------------------------ */
 
-static ptc_value *dstr(ptc_doc *d, const char *s) { return ptc_doc_str(d, s, (size_t)-1); }
+static ptc_value *dstr(ptc_doc *d, const char *s)
+{
+    return ptc_doc_str(d, s, (size_t)-1);
+}
 
 static int set(ptc_doc *d, ptc_value *dict, const char *key, ptc_value *v)
 {
@@ -413,7 +427,8 @@ static int optimizer_state(ptc__model *m, const ptc__sgd_params *sp, double lr, 
         set(d, g, "dampening", ptc_doc_float(d, sp->dampening)) < 0 ||
         set(d, g, "weight_decay", ptc_doc_float(d, sp->weight_decay)) < 0 ||
         set(d, g, "nesterov", ptc_doc_bool(d, sp->nesterov)) < 0 ||
-        set(d, g, "maximize", ptc_doc_bool(d, 0)) < 0 || set(d, g, "foreach", ptc_doc_none(d)) < 0 ||
+        set(d, g, "maximize", ptc_doc_bool(d, 0)) < 0 ||
+        set(d, g, "foreach", ptc_doc_none(d)) < 0 ||
         set(d, g, "differentiable", ptc_doc_bool(d, 0)) < 0 ||
         set(d, g, "fused", ptc_doc_none(d)) < 0 || set(d, g, "params", params) < 0 ||
         ptc_doc_push(d, groups, g) < 0)
@@ -428,8 +443,8 @@ doc_fail:
     return err->code;
 }
 
-static int save_file(ptc__model *m, const recipe *p, const char *path, int epoch,
-                     int64_t step, double lr, int full, ptc_error *err)
+static int save_file(ptc__model *m, const recipe *p, const char *path, int epoch, int64_t step,
+                     double lr, int full, ptc_error *err)
 {
     ptc_doc *d;
     int rc = ptc_doc_new(&d, err);
@@ -741,12 +756,13 @@ static int open_device_comm(run *r, ptc_error *err)
         rc = ptc__plugin_probe(pl, err);
     const ptc__comm_plugin *cp = rc == 0 ? pl->ops : NULL;
     if (rc == 0 && (!cp || !cp->open_device))
-        rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1, "the nccl module opens no device communicator");
+        rc =
+            ptc__err(err, PTC_EUNSUPPORTED, "", -1, "the nccl module opens no device communicator");
     if (rc == 0)
         rc = cp->open_device(&r->dcomm, r->rc.comm, r->ops, r->be, err);
     if (rc < 0)
-        ptc__err_prefix(err, "the %s backend's gradients need the nccl communicator: ",
-                        r->ops->name);
+        ptc__err_prefix(err,
+                        "the %s backend's gradients need the nccl communicator: ", r->ops->name);
     return rc;
 }
 
@@ -893,8 +909,11 @@ static int setup_compute(run *r, ptc_error *err)
 static int setup_model(run *r, int host_input, ptc_error *err)
 {
     const ptc_train_params *p = r->p;
-    ptc__model_params mp = {.arch = r->rc.arch, .num_classes = r->data->classes, .ops = r->ops,
-                            .be = r->be, .seed = p->seed};
+    ptc__model_params mp = {.arch = r->rc.arch,
+                            .num_classes = r->data->classes,
+                            .ops = r->ops,
+                            .be = r->be,
+                            .seed = p->seed};
     int rc = ptc__model_new(&r->model, &mp, err);
     if (rc == 0) /* recorded in the state dicts it saves (nn.h), for ptc predict */
         ptc__model_set_preprocess(r->model,
@@ -930,7 +949,8 @@ static int setup_outputs(run *r, ptc_error *err)
         void *stream;
         int dev;
         if (r->ops->device_info(r->be, &stream, &dev, NULL) == 0)
-            r->mon = ptc__gpumon_open(dev, p->visible_devices, GPU_SAMPLE_S); /* NULL without NVML */
+            r->mon =
+                ptc__gpumon_open(dev, p->visible_devices, GPU_SAMPLE_S); /* NULL without NVML */
     }
     size_t logit_bytes = (size_t)p->batch_size * (size_t)r->data->classes * sizeof(float);
     if (!(r->logits = ptc__malloc(logit_bytes)) || !(r->dlogits = ptc__malloc(logit_bytes)))
@@ -973,11 +993,12 @@ static void announce(const run *r)
                  world, kind, st.nbuckets, (double)st.bytes / 1048576.0,
                  p->sync_bn ? ", synchronised batchnorm" : "");
     }
-    say(p, "ptc train: %s on %s, %lld training and %lld test images, backend %s, batch %d%s, "
-           "%d epoch(s)%s%s",
-        ptc__arch_name(r->rc.arch), ptc__dataset_name(d),
-        (long long)d->train.n, (long long)d->test.n, r->ops->name, p->batch_size,
-        world > 1 ? " per process" : "", p->epochs, procs, r->start_epoch ? " (resumed)" : "");
+    say(p,
+        "ptc train: %s on %s, %lld training and %lld test images, backend %s, batch %d%s, "
+        "%d epoch(s)%s%s",
+        ptc__arch_name(r->rc.arch), ptc__dataset_name(d), (long long)d->train.n,
+        (long long)d->test.n, r->ops->name, p->batch_size, world > 1 ? " per process" : "",
+        p->epochs, procs, r->start_epoch ? " (resumed)" : "");
 }
 
 /* After a step of bn images: the counters, the loss into the totals (or left pending on the
@@ -1036,18 +1057,27 @@ static int train_epoch(run *r, int epoch, epoch_sums *ep, double *secs, ptc_erro
     const ptc_train_params *p = r->p;
     const ptc__dataset *d = r->data;
     const int rank = r->rc.rank;
-    ptc__sampler_params sp = {.n = d->train.n, .world = r->rc.world, .rank = rank,
-                              .shuffle = p->shuffle != 0, .drop_last = false, .seed = p->seed};
+    ptc__sampler_params sp = {.n = d->train.n,
+                              .world = r->rc.world,
+                              .rank = rank,
+                              .shuffle = p->shuffle != 0,
+                              .drop_last = false,
+                              .seed = p->seed};
     int64_t *idx = NULL, n = 0;
     ptc__loader *l = NULL;
     int rc = ptc__sampler_indices(&sp, (uint64_t)epoch, &idx, &n, err);
     if (rc < 0)
         goto out;
-    ptc__loader_params lp = {.split = &d->train, .indices = idx, .nindices = n,
-                             .batch_size = p->batch_size, .nbuffers = 3,
-                             .augment = p->augment != 0, .draws_only = r->img_train != NULL,
+    ptc__loader_params lp = {.split = &d->train,
+                             .indices = idx,
+                             .nindices = n,
+                             .batch_size = p->batch_size,
+                             .nbuffers = 3,
+                             .augment = p->augment != 0,
+                             .draws_only = r->img_train != NULL,
                              .seed = p->seed,
-                             .rank = (uint64_t)rank, .epoch = (uint64_t)epoch};
+                             .rank = (uint64_t)rank,
+                             .epoch = (uint64_t)epoch};
     memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
     memcpy(lp.std, d->norm_std, sizeof lp.std);
     if ((rc = ptc__loader_start(&l, &lp, err)) < 0)
@@ -1088,8 +1118,8 @@ static void report_epoch(run *r, int epoch, const epoch_sums *ep, double secs)
            "{\"event\": \"epoch\", \"epoch\": %d, \"step\": %lld, \"loss\": %.6f, "
            "\"accuracy\": %.6f, \"lr\": %.8g, \"images_per_sec\": %.1f, \"seconds\": %.3f%s}",
            epoch + 1, (long long)r->step, seen ? loss_sum / (double)seen : 0,
-           seen ? (double)right / (double)seen : 0, r->lr, secs > 0 ? (double)seen / secs : 0,
-           secs, gpu);
+           seen ? (double)right / (double)seen : 0, r->lr, secs > 0 ? (double)seen / secs : 0, secs,
+           gpu);
 }
 
 /* The test split after every eval_every-th epoch and after the last one. */
@@ -1102,8 +1132,7 @@ static int evaluate_epoch(run *r, int epoch, ptc_error *err)
         return 0;
     int64_t count;
     int rc = evaluate(r->model, r->data, r->img_test, &r->nz, p->batch_size, r->rc.comm,
-                      &res->test_accuracy, &res->test_loss, &count, &res->eval_images_per_sec,
-                      err);
+                      &res->test_accuracy, &res->test_loss, &count, &res->eval_images_per_sec, err);
     if (rc < 0)
         return rc;
     say(p, "epoch %d: test accuracy %.2f%% (%lld images), test loss %.4f", epoch + 1,
@@ -1236,8 +1265,11 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
         rc = open_backend(p, p->threads, &r.ops, &r.be, err);
     if (rc == 0)
         rc = load_data(&r.rc, true, &r.data, err);
-    ptc__model_params mp = {.arch = r.rc.arch, .num_classes = r.data ? r.data->classes : 0,
-                            .ops = r.ops, .be = r.be, .seed = 0};
+    ptc__model_params mp = {.arch = r.rc.arch,
+                            .num_classes = r.data ? r.data->classes : 0,
+                            .ops = r.ops,
+                            .be = r.be,
+                            .seed = 0};
     if (rc == 0)
         rc = ptc__model_new(&r.model, &mp, err);
     if (rc == 0)

@@ -20,8 +20,7 @@ int ptc__dataset_from_name(const char *name, ptc__data_format *out);
 /* ptc_train, with the input path chosen: host_input 0 is ptc_train (batches made in the
  * backend's memory when it has images_batch), 1 makes float batches on the host and writes them
  * whatever the backend has, so that tests hold the two paths to the same bits. */
-int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *res,
-                  ptc_error *err);
+int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *res, ptc_error *err);
 
 /* ptc_train's choice and opening of the backend from p's backend, precision, device, threads,
  * tf32 and deterministic (ptc_model_new uses it too). */

@@ -165,8 +165,8 @@ static void test_reducer(const char *backend)
     uint64_t layout;
     for (size_t i = 0; i < ptc__model_nentries(f.m); i++) {
         ptc__entry *e = ptc__model_entry(f.m, i);
-        if (e->kind == PTC__ENTRY_PARAM && f.ops->tensor_raw_size(f.be, e->grad, &nb, &layout,
-                                                                  &err) == 0)
+        if (e->kind == PTC__ENTRY_PARAM &&
+            f.ops->tensor_raw_size(f.be, e->grad, &nb, &layout, &err) == 0)
             want += nb;
     }
     CHECK(st.bytes == want);
@@ -184,7 +184,8 @@ static void test_reducer(const char *backend)
     for (size_t i = 0; i < nent; i++)
         if (ptc__model_entry(f.m, i)->kind == PTC__ENTRY_PARAM)
             total += (size_t)ptc__model_entry(f.m, i)->numel;
-    float *own = malloc(total * sizeof *own), *gathered = malloc(total * (size_t)world * sizeof *own);
+    float *own = malloc(total * sizeof *own),
+          *gathered = malloc(total * (size_t)world * sizeof *own);
     float *mean = malloc(total * sizeof *mean), *got = malloc(total * sizeof *got);
     size_t off = 0;
     for (size_t i = 0; i < nent; i++) {
@@ -240,7 +241,8 @@ static void test_reducer(const char *backend)
     free(first);
 
     /* Buffers: each rank's running statistics moved by its own batch; rank 0's win. */
-    float *mine = malloc((size_t)rm->numel * sizeof *mine), *r0 = malloc((size_t)rm->numel * sizeof *r0);
+    float *mine = malloc((size_t)rm->numel * sizeof *mine),
+          *r0 = malloc((size_t)rm->numel * sizeof *r0);
     CHECK(ptc__model_read_entry(f.m, rm, mine, &err) == 0);
     memcpy(r0, mine, (size_t)rm->numel * sizeof *r0);
     CHECK(comm->ops->bcast(comm, r0, (size_t)rm->numel * sizeof *r0, 0, &err) == 0);
@@ -350,8 +352,8 @@ static void test_device_buckets(void)
     dcops.iallreduce = dc_iallreduce;
     dcops.test = dc_test;
     dcops.wait = dc_wait;
-    ptc_comm dc = {.ops = &dcops, .rank = comm->rank, .size = comm->size,
-                   .local_size = comm->local_size};
+    ptc_comm dc = {
+        .ops = &dcops, .rank = comm->rank, .size = comm->size, .local_size = comm->local_size};
 
     fixture h, d;
     ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = 1};
@@ -398,7 +400,8 @@ static void test_device_buckets(void)
         ptc__entry *eh = ptc__model_entry(h.m, i), *ed = ptc__model_entry(d.m, i);
         if (eh->kind != PTC__ENTRY_PARAM)
             continue;
-        float *gh = malloc((size_t)eh->numel * sizeof *gh), *gd = malloc((size_t)eh->numel * sizeof *gd);
+        float *gh = malloc((size_t)eh->numel * sizeof *gh),
+              *gd = malloc((size_t)eh->numel * sizeof *gd);
         CHECK(ptc__model_read_grad(h.m, eh, gh, &err) == 0);
         CHECK(ptc__model_read_grad(d.m, ed, gd, &err) == 0);
         for (int64_t k = 0; k < eh->numel; k++) {
@@ -472,7 +475,8 @@ static double worst_difference(ptc__model *x, ptc__model *y, ptc__entry_kind kin
         ptc__entry *a = ptc__model_entry(x, i), *b = ptc__model_entry(y, i);
         if (a->kind != kind)
             continue;
-        float *va = malloc((size_t)a->numel * sizeof *va), *vb = malloc((size_t)a->numel * sizeof *vb);
+        float *va = malloc((size_t)a->numel * sizeof *va),
+              *vb = malloc((size_t)a->numel * sizeof *vb);
         double d;
         if (kind == PTC__ENTRY_PARAM) {
             CHECK(ptc__model_read_grad(x, a, va, &err) == 0);
@@ -583,7 +587,8 @@ static void test_syncbn(const char *backend)
                  "; the synchronised arithmetic against ref's own batchnorm: %.3g", d_native);
     if (rank == 0)
         printf("syncbn (%s, %d ranks x %d images) vs one process on %d images: logits %.3g, "
-               "gradients %.3g (tensor-wise), running statistics %.3g (relative, max over tensors); per-rank "
+               "gradients %.3g (tensor-wise), running statistics %.3g (relative, max over "
+               "tensors); per-rank "
                "statistics instead: logits %.3g%s\n",
                backend, world, B, NB, d_logits, d_grad, d_stat, d_plain, native);
 out:
@@ -606,8 +611,8 @@ static void test_mismatch(void)
     fixture f;
     const char *backend = rank == 0 || !ptc__backend_find("dnnl") ? "ref" : "dnnl";
     uint64_t seed = 7;
-    ptc__arch arch = rank == 0 || ptc__backend_find("dnnl") ? PTC__ARCH_RESNET18_CIFAR
-                                                             : PTC__ARCH_RESNET18;
+    ptc__arch arch =
+        rank == 0 || ptc__backend_find("dnnl") ? PTC__ARCH_RESNET18_CIFAR : PTC__ARCH_RESNET18;
     f.ops = ptc__backend_find(backend);
     ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = 1};
     f.be = NULL;
@@ -645,7 +650,10 @@ int main(int argc, char **argv)
     CHECK_STR(ptc_comm_kind(comm), "mpi");
     test_collectives();
     char list[64];
-    snprintf(list, sizeof list, "%s", argc > 1 ? argv[1] : ptc__backend_find("dnnl") ? "ref,dnnl" : "ref");
+    snprintf(list, sizeof list, "%s",
+             argc > 1                    ? argv[1]
+             : ptc__backend_find("dnnl") ? "ref,dnnl"
+                                         : "ref");
     int tested = 0;
     for (char *save = NULL, *b = strtok_r(list, ",", &save); b; b = strtok_r(NULL, ",", &save))
         if (ptc__backend_find(b) && ++tested) {

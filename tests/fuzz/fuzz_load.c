@@ -221,7 +221,7 @@ static void check_ckpt(const ptc_ckpt *c)
     FUZZ_REQUIRE(ptc_ckpt_prefix(c) != NULL && ptc_ckpt_byteorder(c) != NULL);
     ptc_format fmt = ptc_ckpt_format(c);
     FUZZ_REQUIRE(fmt == PTC_FORMAT_ZIP || fmt == PTC_FORMAT_LEGACY ||
-                     fmt == PTC_FORMAT_SAFETENSORS);
+                 fmt == PTC_FORMAT_SAFETENSORS);
 
     size_t nrecords = ptc_ckpt_nrecords(c);
     for (size_t i = 0; i < nrecords; i++) {

@@ -214,8 +214,8 @@ int main(void)
         CHECK_STR(c->ops->name, "nccl");
         CHECK_INT(c->rank, 0);
         CHECK_INT(c->size, 1);
-        test_device_allreduce(c, 1u << 20);  /* 4 MiB */
-        test_device_allreduce(c, 6553601u);  /* 25 MiB and a float: an odd size */
+        test_device_allreduce(c, 1u << 20); /* 4 MiB */
+        test_device_allreduce(c, 6553601u); /* 25 MiB and a float: an odd size */
         test_host(c);
         c->ops->close(c);
     }

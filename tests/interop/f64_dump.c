@@ -22,7 +22,8 @@ int main(int argc, char **argv)
     const char *path;
     const ptc_tensor *t;
     int rc, status = 0;
-    if (ptc_ckpt_open(&c, argv[1], NULL, &err) < 0 || ptc_walk_new(&w, ptc_ckpt_root(c), &err) < 0) {
+    if (ptc_ckpt_open(&c, argv[1], NULL, &err) < 0 ||
+        ptc_walk_new(&w, ptc_ckpt_root(c), &err) < 0) {
         fprintf(stderr, "f64_dump: %s\n", err.message);
         ptc_ckpt_close(c);
         return 1;

@@ -17,7 +17,7 @@ typedef struct fake_nvml_state {
     unsigned util[NDEV];
     unsigned long long mem_total, mem_used[NDEV];
     unsigned power_mw[NDEV], temp_c[NDEV];
-    unsigned fail;   /* bits: 1 init, 2 utilisation, 4 memory, 8 power, 16 temperature */
+    unsigned fail; /* bits: 1 init, 2 utilisation, 4 memory, 8 power, 16 temperature */
     int ndev;
     int inits;       /* nvmlInit_v2 calls not yet matched by nvmlShutdown */
     int last_handle; /* the device of the last handle given out, -1 none */
@@ -28,7 +28,10 @@ static int handles[NDEV];
 
 /* Exported for the test (not part of NVML). */
 EXPORT fake_nvml_state *fake_nvml_get(void);
-EXPORT fake_nvml_state *fake_nvml_get(void) { return &g; }
+EXPORT fake_nvml_state *fake_nvml_get(void)
+{
+    return &g;
+}
 
 EXPORT int nvmlInit_v2(void);
 EXPORT int nvmlShutdown(void);
@@ -79,8 +82,7 @@ EXPORT int nvmlDeviceGetHandleByUUID(const char *uuid, void **dev)
     /* device i is "GPU-fake-<i>" */
     if (g.inits <= 0)
         return ERR_UNINIT;
-    if (strncmp(uuid, "GPU-fake-", 9) != 0 || uuid[9] < '0' || uuid[9] >= '0' + g.ndev ||
-        uuid[10])
+    if (strncmp(uuid, "GPU-fake-", 9) != 0 || uuid[9] < '0' || uuid[9] >= '0' + g.ndev || uuid[10])
         return ERR_NOT_FOUND;
     int i = uuid[9] - '0';
     *dev = &handles[i];
@@ -107,7 +109,7 @@ EXPORT int nvmlDeviceGetMemoryInfo(void *dev, unsigned long long *m)
         return ERR_INVALID;
     if (g.fail & 4)
         return ERR_NOT_SUPPORTED;
-    m[0] = g.mem_total;                  /* total */
+    m[0] = g.mem_total;                 /* total */
     m[1] = g.mem_total - g.mem_used[i]; /* free */
     m[2] = g.mem_used[i];               /* used */
     return OK;

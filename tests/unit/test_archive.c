@@ -28,7 +28,10 @@
 
 /* CHECK_CODE tests its error pointer for NULL; handing it &err directly makes gcc warn that the
  * address is never NULL (-Waddress), so the address goes through a function. */
-static ptc_error *errp_of(ptc_error *e) { return e; }
+static ptc_error *errp_of(ptc_error *e)
+{
+    return e;
+}
 #define EP(e) errp_of(&(e))
 
 static const char *srcdir(void)
@@ -180,40 +183,40 @@ static void tb_fill(tbuf *b, uint8_t c, size_t n)
 
 /* One record. Zero-initialised fields give a valid torch-like stored record. */
 typedef struct zspec {
-    const char *name;        /* central name */
-    size_t name_len;         /* 0: strlen(name) (set it for names holding NUL) */
-    const char *local_name;  /* local header's name; NULL: the central name */
-    const void *content;     /* the record's bytes, before compression */
+    const char *name;       /* central name */
+    size_t name_len;        /* 0: strlen(name) (set it for names holding NUL) */
+    const char *local_name; /* local header's name; NULL: the central name */
+    const void *content;    /* the record's bytes, before compression */
     size_t content_len;
-    uint16_t method;         /* 8: the builder deflates; anything else: content stored as is */
-    uint16_t flags;          /* extra flag bits, in both headers */
+    uint16_t method; /* 8: the builder deflates; anything else: content stored as is */
+    uint16_t flags;  /* extra flag bits, in both headers */
     uint16_t local_flags_xor;
-    int desc;                /* 0: sizes in the local header; 1: descriptor with signature; 2:
+    int desc;                 /* 0: sizes in the local header; 1: descriptor with signature; 2:
                                 descriptor without signature */
-    uint32_t crc_xor;        /* spoils the CRC everywhere */
-    int64_t desc_size_delta; /* added to the sizes in the descriptor only */
-    int64_t size_delta;      /* added to the declared uncompressed size everywhere */
-    int zip64;               /* central zip64: 1 sizes, 3 sizes and offset, 4 offset only (as
+    uint32_t crc_xor;         /* spoils the CRC everywhere */
+    int64_t desc_size_delta;  /* added to the sizes in the descriptor only */
+    int64_t size_delta;       /* added to the declared uncompressed size everywhere */
+    int zip64;                /* central zip64: 1 sizes, 3 sizes and offset, 4 offset only (as
                                 0xFFFFFFFF + a zip64 extra field); 2 size sentinel, no extra */
-    int local_zip64;         /* 1: local zip64 extra (size, compressed size) with 0xFFFFFFFF local
+    int local_zip64;          /* 1: local zip64 extra (size, compressed size) with 0xFFFFFFFF local
                                 sizes, or 24-byte descriptors; 2: the same but the extra's
                                 compressed size is 0 (torch's quirk) */
-    int desc_narrow;         /* 16-byte descriptor even with a local zip64 extra */
+    int desc_narrow;          /* 16-byte descriptor even with a local zip64 extra */
     int64_t local_size_delta; /* added to both sizes in the local header only (its 32-bit fields
                                  or its zip64 extra) */
-    size_t gap;              /* junk bytes after the record */
-    int central_only;        /* no local record; the central entry points at hoff */
+    size_t gap;               /* junk bytes after the record */
+    int central_only;         /* no local record; the central entry points at hoff */
     uint64_t hoff;
-    int no_fb;               /* no 'FB' alignment field */
+    int no_fb; /* no 'FB' alignment field */
 } zspec;
 
 typedef struct zopts {
-    int no_zip64_end;        /* omit the zip64 end record and locator */
-    int count_delta;         /* added to the counts of both end records */
-    int count64_delta;       /* added to the zip64 count only */
+    int no_zip64_end;  /* omit the zip64 end record and locator */
+    int count_delta;   /* added to the counts of both end records */
+    int count64_delta; /* added to the zip64 count only */
     const char *comment;
-    size_t trailing;         /* junk after the end record */
-    size_t leading;          /* junk before the first record, offsets adjusted */
+    size_t trailing; /* junk after the end record */
+    size_t leading;  /* junk before the first record, offsets adjusted */
 } zopts;
 
 static void raw_deflate(const void *in, size_t n, tbuf *out)
@@ -395,24 +398,24 @@ static const uint8_t DATA0[8] = {0, 0, 0x80, 0x3f, 0, 0, 0, 0x40};
 static void base_specs(zspec s[4])
 {
     memset(s, 0, 4 * sizeof *s);
-    s[0] = (zspec){.name = "archive/data.pkl", .content = PKL, .content_len = sizeof PKL - 1,
-                   .desc = 1};
+    s[0] = (zspec){
+        .name = "archive/data.pkl", .content = PKL, .content_len = sizeof PKL - 1, .desc = 1};
     s[1] = (zspec){.name = "archive/byteorder", .content = "little", .content_len = 6, .desc = 1};
     s[2] = (zspec){.name = "archive/data/0", .content = DATA0, .content_len = 8, .desc = 1};
     s[3] = (zspec){.name = "archive/version", .content = VERSION, .content_len = 2, .desc = 1};
 }
 
 /* Builds the base checkpoint with one modification applied by the caller and checks the code. */
-#define EXPECT_ZIP(specs, n, opts, lim, flags, code, what)                                    \
-    do {                                                                                      \
-        size_t len_;                                                                          \
-        uint8_t *buf_ = zip_build((specs), (n), (opts), &len_);                               \
-        ptc_error e_;                                                                         \
-        ptc__err_clear(&e_);                                                                  \
-        int rc_ = try_open(buf_, len_, (lim), (flags), &e_);                                  \
-        printf("  %-44s -> %-9s %s\n", (what), ptc_err_name(rc_), e_.message);                \
-        CHECK_CODE(rc_, (code), EP(e_));                                                         \
-        free(buf_);                                                                           \
+#define EXPECT_ZIP(specs, n, opts, lim, flags, code, what)                                         \
+    do {                                                                                           \
+        size_t len_;                                                                               \
+        uint8_t *buf_ = zip_build((specs), (n), (opts), &len_);                                    \
+        ptc_error e_;                                                                              \
+        ptc__err_clear(&e_);                                                                       \
+        int rc_ = try_open(buf_, len_, (lim), (flags), &e_);                                       \
+        printf("  %-44s -> %-9s %s\n", (what), ptc_err_name(rc_), e_.message);                     \
+        CHECK_CODE(rc_, (code), EP(e_));                                                           \
+        free(buf_);                                                                                \
     } while (0)
 
 /* ---- torch-written vectors ------------------------------------------------------------------- */
@@ -451,9 +454,8 @@ static void test_vectors(void)
         rc = ptc__zip_open(&z, src, &lim, &budget, PTC_OPEN_VERIFY_CRC, &err);
         CHECK_CODE(rc, 0, EP(err));
         if (rc == 0) {
-            printf("  %-28s prefix %-11s %2zu records, %5llu table bytes charged\n",
-                   vecs[v].file, ptc__zip_prefix(z), ptc__zip_count(z),
-                   (unsigned long long)budget.used);
+            printf("  %-28s prefix %-11s %2zu records, %5llu table bytes charged\n", vecs[v].file,
+                   ptc__zip_prefix(z), ptc__zip_count(z), (unsigned long long)budget.used);
             CHECK_STR(ptc__zip_prefix(z), vecs[v].prefix);
             CHECK_INT(ptc__zip_count(z), vecs[v].count);
             CHECK_STR(ptc__zip_entry_at(z, 0)->record, "data.pkl");
@@ -823,8 +825,16 @@ static void test_names(void)
     EXPECT_ZIP(s, 5, NULL, NULL, 0, PTC_EFORMAT, "NUL in a name");
 
     static const char *bad[] = {
-        "archive/../x",  "archive/a/../../x", "/archive/x",    "archive/a\\b",  "archive/C:x",
-        "archive/./x",   "archive//x",        "archive/x\x1b[2J", "archive/\x7f", "archive/a/..",
+        "archive/../x",
+        "archive/a/../../x",
+        "/archive/x",
+        "archive/a\\b",
+        "archive/C:x",
+        "archive/./x",
+        "archive//x",
+        "archive/x\x1b[2J",
+        "archive/\x7f",
+        "archive/a/..",
         "archive/\xc2\x9b\x33\x31m",
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
@@ -1033,7 +1043,10 @@ static void test_structure(void)
         s[0].no_fb = 1;
         s[0].content = inner.p;
         s[0].content_len = inner.len;
-        s[4] = (zspec){.name = bname, .content = DATA0, .content_len = 8, .central_only = 1,
+        s[4] = (zspec){.name = bname,
+                       .content = DATA0,
+                       .content_len = 8,
+                       .central_only = 1,
                        .hoff = 30 + strlen(s[0].name)};
         EXPECT_ZIP(s, 5, NULL, NULL, 0, PTC_EFORMAT, "quoted overlap");
         s[4].hoff = 0;
@@ -1083,8 +1096,8 @@ static void test_structure(void)
         ptc__put_le32(buf + len - 6, 0xFFFFFFFFu);
         ptc_error err;
         int rc = try_open(buf, len, NULL, 0, &err);
-        printf("  %-44s -> %-9s %s\n", "zip64 sentinel without zip64 end record",
-               ptc_err_name(rc), err.message);
+        printf("  %-44s -> %-9s %s\n", "zip64 sentinel without zip64 end record", ptc_err_name(rc),
+               err.message);
         CHECK_CODE(rc, PTC_EFORMAT, EP(err));
         free(buf);
     }
@@ -1126,8 +1139,8 @@ static void test_structure(void)
             if (try_open(buf + cut + 1, len - cut - 1, NULL, 0, &err) != PTC_EFORMAT)
                 suffix_ok++;
         }
-        printf("  %-44s -> %zu prefixes and suffixes, %d accepted\n", "truncated archives",
-               2 * len, prefix_ok + suffix_ok);
+        printf("  %-44s -> %zu prefixes and suffixes, %d accepted\n", "truncated archives", 2 * len,
+               prefix_ok + suffix_ok);
         CHECK_INT(prefix_ok, 0);
         CHECK_INT(suffix_ok, 0);
         free(buf);
@@ -1352,8 +1365,8 @@ static void test_deflate(void)
         if (z) {
             const uint8_t *data;
             void *owned = NULL;
-            CHECK_CODE(ptc__zip_read(z, ptc__zip_find(z, "data/0"), &data, &owned, &err),
-                       PTC_ECRC, EP(err));
+            CHECK_CODE(ptc__zip_read(z, ptc__zip_find(z, "data/0"), &data, &owned, &err), PTC_ECRC,
+                       EP(err));
             CHECK(owned == NULL);
         }
         ptc__zip_close(z);
@@ -1369,8 +1382,8 @@ static void test_deflate(void)
         buf = zip_build(s, 4, NULL, &len);
         for (size_t k = 0; k + 4 <= len; k++)
             if (ptc__le32(buf + k) == 0x04034b50 || ptc__le32(buf + k) == 0x02014b50)
-                if (memcmp(buf + k + (ptc__le32(buf + k) == 0x04034b50 ? 30 : 46),
-                           "archive/data/0", 14) == 0)
+                if (memcmp(buf + k + (ptc__le32(buf + k) == 0x04034b50 ? 30 : 46), "archive/data/0",
+                           14) == 0)
                     ptc__put_le16(buf + k + (ptc__le32(buf + k) == 0x04034b50 ? 8 : 10), 8);
         ptc_error err;
         int rc = try_open(buf, len, NULL, PTC_OPEN_VERIFY_CRC, &err);
@@ -1511,7 +1524,7 @@ static void test_many_records(void)
     enum { N = 20000 };
     printf("an archive of %d records:\n", N);
     zspec *s = calloc(N, sizeof *s);
-    char (*names)[32] = calloc(N, sizeof *names);
+    char(*names)[32] = calloc(N, sizeof *names);
     for (int i = 0; i < N; i++) {
         snprintf(names[i], sizeof names[i], "archive/data/%d", i);
         s[i] = (zspec){.name = names[i], .content = DATA0, .content_len = 8, .desc = 1};

@@ -1113,11 +1113,9 @@ static void test_errors(void)
     CHECK_INT(ptc__conv_out(2147483647, 2147483647, 1, 1073741824), -1);
 
     ptc__be *bad = NULL;
-    CHECK_CODE(B->open(&bad, &(ptc__be_params){.dtype = (ptc__dtype_be)2, .threads = 0},
-                       &err),
+    CHECK_CODE(B->open(&bad, &(ptc__be_params){.dtype = (ptc__dtype_be)2, .threads = 0}, &err),
                PTC_EINVAL, &err);
-    CHECK_CODE(B->open(&bad, &(ptc__be_params){.dtype = PTC__BE_F32, .threads = -1},
-                       &err),
+    CHECK_CODE(B->open(&bad, &(ptc__be_params){.dtype = PTC__BE_F32, .threads = -1}, &err),
                PTC_EINVAL, &err);
     CHECK(bad == NULL);
 
@@ -1243,18 +1241,14 @@ int main(void)
         fprintf(stderr, "no ref backend\n");
         return 1;
     }
-    CHECK_CODE(B->open(&be64, &(ptc__be_params){.dtype = PTC__BE_F64, .threads = 0},
-                       &err),
-               0, &err);
-    CHECK_CODE(B->open(&be32, &(ptc__be_params){.dtype = PTC__BE_F32, .threads = 0},
-                       &err),
-               0, &err);
-    CHECK_CODE(B->open(&be32_t1, &(ptc__be_params){.dtype = PTC__BE_F32, .threads = 1},
-                       &err),
-               0, &err);
-    CHECK_CODE(B->open(&be32_t3, &(ptc__be_params){.dtype = PTC__BE_F32, .threads = 3},
-                       &err),
-               0, &err);
+    CHECK_CODE(B->open(&be64, &(ptc__be_params){.dtype = PTC__BE_F64, .threads = 0}, &err), 0,
+               &err);
+    CHECK_CODE(B->open(&be32, &(ptc__be_params){.dtype = PTC__BE_F32, .threads = 0}, &err), 0,
+               &err);
+    CHECK_CODE(B->open(&be32_t1, &(ptc__be_params){.dtype = PTC__BE_F32, .threads = 1}, &err), 0,
+               &err);
+    CHECK_CODE(B->open(&be32_t3, &(ptc__be_params){.dtype = PTC__BE_F32, .threads = 3}, &err), 0,
+               &err);
     if (!be64 || !be32 || !be32_t1 || !be32_t3)
         return check_exit("test_backend_ref");
 

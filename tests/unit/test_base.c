@@ -69,8 +69,16 @@ static void test_text(void)
     CHECK_STR(ptc__escape(out, sizeof out, "\xc3\xa9\xff", 3, true), "\xc3\xa9\\xff");
     CHECK_STR(ptc__escape(out, sizeof out, "\xc3\xa9", 2, false), "\\xc3\\xa9");
     /* C1 controls and bidi overrides are escaped even when UTF-8 is kept. */
-    CHECK_STR(ptc__escape(out, sizeof out, "\xc2\x9b" "1m", 4, true), "\\xc2\\x9b1m");
-    CHECK_STR(ptc__escape(out, sizeof out, "a\xe2\x80\xae" "b", 5, true), "a\\xe2\\x80\\xaeb");
+    CHECK_STR(ptc__escape(out, sizeof out,
+                          "\xc2\x9b"
+                          "1m",
+                          4, true),
+              "\\xc2\\x9b1m");
+    CHECK_STR(ptc__escape(out, sizeof out,
+                          "a\xe2\x80\xae"
+                          "b",
+                          5, true),
+              "a\\xe2\\x80\\xaeb");
     /* Invisible characters that make two texts look alike: zero-width space, a tag. */
     CHECK_STR(ptc__escape(out, sizeof out, "cpu\xe2\x80\x8b", 6, true), "cpu\\xe2\\x80\\x8b");
     CHECK_STR(ptc__escape(out, sizeof out, "a\xf3\xa0\x80\x81", 5, true), "a\\xf3\\xa0\\x80\\x81");

@@ -282,7 +282,7 @@ typedef struct images {
     int64_t n;
     const uint8_t *chw; /* [n][3][32][32] */
     const uint8_t *labels;
-    int64_t fail_at;    /* get fails at this index (-1: never) */
+    int64_t fail_at; /* get fails at this index (-1: never) */
     int64_t bad_label_at;
     int64_t calls;
 } images;
@@ -399,9 +399,8 @@ static void test_source(void)
         ptc_ckpt_open(&ck[1], save[1], NULL, &err) == 0) {
         for (int k = 0; k < 2; k++) {
             const ptc_value *md = ptc_dict_attrs(ptc_ckpt_root(ck[k]));
-            const ptc_value *rec = md ? ptc_dict_get(ptc_dict_get(md, "_metadata"),
-                                                     "ptc.preprocess")
-                                      : NULL;
+            const ptc_value *rec =
+                md ? ptc_dict_get(ptc_dict_get(md, "_metadata"), "ptc.preprocess") : NULL;
             size_t len;
             if (rec && ptc_value_str(ptc_dict_get(rec, "dataset"), &ds[k], &len) < 0)
                 ds[k] = NULL;

@@ -51,7 +51,7 @@ static void test_missing(void)
     CHECK_INT(fake->inits, 0);
     reset_fake();
     CHECK(ptc__gpumon_open_lib(lib_path, 2, NULL, 2.0) == NULL); /* only 2 devices */
-    CHECK_INT(fake->inits, 0);                             /* shut down again */
+    CHECK_INT(fake->inits, 0);                                   /* shut down again */
     CHECK(ptc__gpumon_open_lib(lib_path, -1, NULL, 2.0) == NULL);
     ptc__gpumon_close(NULL);
 }
@@ -211,8 +211,7 @@ int main(void)
     if (h)
         *(void **)&get = dlsym(h, "fake_nvml_get");
     if (!get) {
-        fprintf(stderr, "test_gpumon: cannot load the stand-in NVML %s: %s\n", lib_path,
-                dlerror());
+        fprintf(stderr, "test_gpumon: cannot load the stand-in NVML %s: %s\n", lib_path, dlerror());
         return 99;
     }
     fake = get();

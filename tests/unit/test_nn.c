@@ -44,7 +44,7 @@ static void test_structure(void)
     }
     CHECK(params == 11181642);
     CHECK(ptc__model_nparams(m) == 62);
-    CHECK(counters == 20); /* 20 BatchNorm2d layers */
+    CHECK(counters == 20);      /* 20 BatchNorm2d layers */
     CHECK(buffers == 2 * 4800); /* running mean and var: 2 x (sum of BN widths) */
     CHECK(ptc__model_nentries(m) == 62 + 40 + 20);
     /* The first entries and the last, in torchvision's order. */
@@ -123,7 +123,8 @@ static void test_state_dict_roundtrip(void)
     const ptc_value *md = ptc_dict_get(ptc_dict_attrs(root), "_metadata");
     CHECK(md && ptc_dict_get(ptc_dict_get(md, "bn1"), "version") != NULL);
     int64_t ver = 0;
-    CHECK(ptc_value_int(ptc_dict_get(ptc_dict_get(md, "layer2.0.downsample.1"), "version"), &ver) == 0 &&
+    CHECK(ptc_value_int(ptc_dict_get(ptc_dict_get(md, "layer2.0.downsample.1"), "version"), &ver) ==
+              0 &&
           ver == 2);
     CHECK(ptc__model_load_state_dict(b, root, NULL, 1, &err) == 0);
     for (size_t i = 0; i < ptc__model_nentries(a); i++) {
@@ -133,7 +134,8 @@ static void test_state_dict_roundtrip(void)
             continue;
         }
         float *va = malloc((size_t)ea->numel * 4), *vb = malloc((size_t)ea->numel * 4);
-        CHECK(ptc__model_read_entry(a, ea, va, &err) == 0 && ptc__model_read_entry(b, eb, vb, &err) == 0);
+        CHECK(ptc__model_read_entry(a, ea, va, &err) == 0 &&
+              ptc__model_read_entry(b, eb, vb, &err) == 0);
         CHECK(memcmp(va, vb, (size_t)ea->numel * 4) == 0);
         free(va);
         free(vb);
@@ -186,16 +188,19 @@ static void test_schedules(void)
     CHECK(ptc__schedule_parse(&s, "constant", 0.1) == 0 && ptc__schedule_lr(&s, 100, 5) == 0.1);
     CHECK(ptc__schedule_parse(&s, "step:2:0.5", 0.1) == 0);
     CHECK(ptc__schedule_lr(&s, 0, 0) == 0.1 && ptc__schedule_lr(&s, 0, 1) == 0.1);
-    CHECK(fabs(ptc__schedule_lr(&s, 0, 2) - 0.05) < 1e-15 && fabs(ptc__schedule_lr(&s, 0, 5) - 0.025) < 1e-15);
+    CHECK(fabs(ptc__schedule_lr(&s, 0, 2) - 0.05) < 1e-15 &&
+          fabs(ptc__schedule_lr(&s, 0, 5) - 0.025) < 1e-15);
     CHECK(ptc__schedule_parse(&s, "cosine:10", 0.2) == 0);
     s.total = 110;
-    CHECK(fabs(ptc__schedule_lr(&s, 0, 0) - 0.02) < 1e-15);   /* warm-up: (0 + 1) / 10 */
+    CHECK(fabs(ptc__schedule_lr(&s, 0, 0) - 0.02) < 1e-15); /* warm-up: (0 + 1) / 10 */
     CHECK(fabs(ptc__schedule_lr(&s, 9, 0) - 0.2) < 1e-15);
-    CHECK(fabs(ptc__schedule_lr(&s, 10, 0) - 0.2) < 1e-15);   /* cosine starts at the top */
-    CHECK(fabs(ptc__schedule_lr(&s, 60, 0) - 0.1) < 1e-12);   /* half way */
+    CHECK(fabs(ptc__schedule_lr(&s, 10, 0) - 0.2) < 1e-15); /* cosine starts at the top */
+    CHECK(fabs(ptc__schedule_lr(&s, 60, 0) - 0.1) < 1e-12); /* half way */
     CHECK(fabs(ptc__schedule_lr(&s, 110, 0)) < 1e-15);
-    CHECK(ptc__schedule_parse(&s, "linear", 0.1) < 0 && ptc__schedule_parse(&s, "step:0:1", 0.1) < 0);
-    CHECK(ptc__lr_scale(0.1, PTC__LR_LINEAR, 4) == 0.4 && ptc__lr_scale(0.1, PTC__LR_SQRT, 4) == 0.2);
+    CHECK(ptc__schedule_parse(&s, "linear", 0.1) < 0 &&
+          ptc__schedule_parse(&s, "step:0:1", 0.1) < 0);
+    CHECK(ptc__lr_scale(0.1, PTC__LR_LINEAR, 4) == 0.4 &&
+          ptc__lr_scale(0.1, PTC__LR_SQRT, 4) == 0.2);
 }
 
 /* One training step on random data: the loss decreases after a few steps on the same batch,

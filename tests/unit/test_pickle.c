@@ -31,7 +31,8 @@ static int g_global(void *ud, ptc__vm *vm, const char *m, const char *n, ptc_val
     return 0;
 }
 
-static int g_call(void *ud, ptc__vm *vm, ptc_value *f, ptc_value *a, ptc_value **out, ptc_error *err)
+static int g_call(void *ud, ptc__vm *vm, ptc_value *f, ptc_value *a, ptc_value **out,
+                  ptc_error *err)
 {
     (void)ud;
     (void)f;
@@ -61,10 +62,26 @@ typedef struct pk {
     char b[4096];
     size_t n;
 } pk;
-static void op(pk *p, int c) { p->b[p->n++] = (char)c; }
-static void raw(pk *p, const void *d, size_t n) { memcpy(p->b + p->n, d, n); p->n += n; }
-static void u32(pk *p, uint32_t v) { for (int k = 0; k < 4; k++) op(p, (int)((v >> (8 * k)) & 0xff)); }
-static void ustr(pk *p, const char *s) { op(p, 'X'); u32(p, (uint32_t)strlen(s)); raw(p, s, strlen(s)); }
+static void op(pk *p, int c)
+{
+    p->b[p->n++] = (char)c;
+}
+static void raw(pk *p, const void *d, size_t n)
+{
+    memcpy(p->b + p->n, d, n);
+    p->n += n;
+}
+static void u32(pk *p, uint32_t v)
+{
+    for (int k = 0; k < 4; k++)
+        op(p, (int)((v >> (8 * k)) & 0xff));
+}
+static void ustr(pk *p, const char *s)
+{
+    op(p, 'X');
+    u32(p, (uint32_t)strlen(s));
+    raw(p, s, strlen(s));
+}
 #define RAW(p, lit) raw(p, lit, sizeof(lit) - 1)
 static void binfloat(pk *p, double f)
 {
@@ -77,8 +94,8 @@ static void binfloat(pk *p, double f)
 
 static int run(const char *bytes, size_t n, ptc_value **root, ptc_error *err)
 {
-    ptc__pickle_params p = {.member = "data.pkl", .limits = &limits, .arena = arena,
-                            .hooks = &hooks};
+    ptc__pickle_params p = {
+        .member = "data.pkl", .limits = &limits, .arena = arena, .hooks = &hooks};
     return ptc__pickle_run((const uint8_t *)bytes, n, &p, root, NULL, err);
 }
 #define RUN(lit, root, err) run(lit, sizeof(lit) - 1, root, err)
@@ -184,7 +201,10 @@ typedef struct reject_case {
     size_t len;
     int code;
 } reject_case;
-#define R(name, lit, code) {name, lit, sizeof(lit) - 1, code}
+#define R(name, lit, code)                                                                         \
+    {                                                                                              \
+        name, lit, sizeof(lit) - 1, code                                                           \
+    }
 
 static void test_rejections(void)
 {
@@ -200,7 +220,10 @@ static void test_rejections(void)
         R("APPENDS without MARK", "\x80\x02]Ne.", PTC_EFORMAT),
         R("BINGET before BINPUT", "\x80\x02h\x05.", PTC_EFORMAT),
         R("huge LONG_BINPUT", "\x80\x02Nr\xff\xff\xff\xff.", PTC_EFORMAT),
-        R("list cycle", "\x80\x02]q\x00h\x00" "a.", PTC_EFORMAT),
+        R("list cycle",
+          "\x80\x02]q\x00h\x00"
+          "a.",
+          PTC_EFORMAT),
         R("APPEND on dict", "\x80\x02}Na.", PTC_EFORMAT),
         R("SETITEM on list, index None", "\x80\x02]NaNNs.", PTC_EFORMAT),
         R("SETITEM on list, index out of range", "\x80\x02]NaK\x01Ns.", PTC_EFORMAT),
@@ -212,20 +235,35 @@ static void test_rejections(void)
         R("STOP with nothing above the MARK", "\x80\x02N(.", PTC_EFORMAT),
         R("short string lone surrogate", "\x80\x02U\x03\xed\xa0\x80.", PTC_EFORMAT),
         R("BUILD on plain dict", "\x80\x02}}b.", PTC_EFORMAT),
-        R("BINUNICODE length lie", "\x80\x02X\xff\xff\xff\x7f" "abc", PTC_EFORMAT),
-        R("SHORT_BINSTRING length lie", "\x80\x02U\xff" "a", PTC_EFORMAT),
+        R("BINUNICODE length lie",
+          "\x80\x02X\xff\xff\xff\x7f"
+          "abc",
+          PTC_EFORMAT),
+        R("SHORT_BINSTRING length lie",
+          "\x80\x02U\xff"
+          "a",
+          PTC_EFORMAT),
         R("LONG1 past end", "\x80\x02\x8a\xc8", PTC_EFORMAT),
         R("bad UTF-8", "\x80\x02X\x02\x00\x00\x00\xff\xfe.", PTC_EFORMAT),
-        R("unterminated GLOBAL", "\x80\x02" "ctorch._utils\n_rebuild_tensor_v2", PTC_EFORMAT),
+        R("unterminated GLOBAL",
+          "\x80\x02"
+          "ctorch._utils\n_rebuild_tensor_v2",
+          PTC_EFORMAT),
         R("FRAME", "\x80\x02\x95\x01\x00\x00\x00\x00\x00\x00\x00N.", PTC_EFORMAT),
-        R("BINBYTES", "\x80\x02" "B\x01\x00\x00\x00x.", PTC_EFORMAT),
+        R("BINBYTES",
+          "\x80\x02"
+          "B\x01\x00\x00\x00x.",
+          PTC_EFORMAT),
         R("DUP", "\x80\x02N2.", PTC_EFORMAT),
         R("POP", "\x80\x02NN0.", PTC_EFORMAT),
         R("MEMOIZE", "\x80\x02N\x94.", PTC_EFORMAT),
         R("invalid opcode", "\x80\x02\xff.", PTC_EFORMAT),
         R("STACK_GLOBAL", "\x80\x02X\x02\x00\x00\x00osX\x06\x00\x00\x00system\x93.", PTC_EUNSAFE),
         R("INST", "\x80\x02(ibuiltins\nprint\n.", PTC_EUNSAFE),
-        R("REDUCE args not a tuple", "\x80\x02" "cm\nf\nNR.", PTC_EFORMAT),
+        R("REDUCE args not a tuple",
+          "\x80\x02"
+          "cm\nf\nNR.",
+          PTC_EFORMAT),
         R("REDUCE on an int", "\x80\x02K\x01)R.", PTC_EFORMAT),
         R("unhashable key", "\x80\x02}]Ns.", PTC_EFORMAT),
     };
@@ -254,12 +292,12 @@ static void test_key_bounds(void)
     char *p = malloc(depth + 16), *w = p;
     *w++ = '\x80';
     *w++ = '\x02';
-    *w++ = '}';  /* EMPTY_DICT */
-    *w++ = 'N';  /* NONE, the innermost item */
+    *w++ = '}';               /* EMPTY_DICT */
+    *w++ = 'N';               /* NONE, the innermost item */
     memset(w, '\x85', depth); /* TUPLE1 */
     w += depth;
-    *w++ = 'N';  /* the value */
-    *w++ = 's';  /* SETITEM */
+    *w++ = 'N'; /* the value */
+    *w++ = 's'; /* SETITEM */
     *w++ = '.';
     CHECK_CODE(run(p, (size_t)(w - p), &v, &err), PTC_EFORMAT, &err);
     CHECK(strstr(err.message, "not hashable") != NULL);
@@ -353,23 +391,27 @@ static void test_scan(void)
     scan_log l = {0};
     /* A global hidden after STOP is still seen when scanning the whole member. */
     static const char p1[] = "\x80\x02N.cposix\nsystem\nX\x02\x00\x00\x00lsR.";
-    CHECK_CODE(ptc__pickle_scan((const uint8_t *)p1, sizeof p1 - 1, "data.pkl", 0, false,
-                                log_item, &l, NULL, &err), 0, &err);
+    CHECK_CODE(ptc__pickle_scan((const uint8_t *)p1, sizeof p1 - 1, "data.pkl", 0, false, log_item,
+                                &l, NULL, &err),
+               0, &err);
     CHECK_INT(l.globals, 1);
     CHECK_STR(l.last, "posix.system");
     /* STACK_GLOBAL names resolved from the two preceding string pushes. */
     memset(&l, 0, sizeof l);
     static const char p2[] = "\x80\x04\x8c\x02os\x94\x8c\x06system\x94\x93)R.";
-    CHECK_CODE(ptc__pickle_scan((const uint8_t *)p2, sizeof p2 - 1, "data.pkl", 0, false,
-                                log_item, &l, NULL, &err), 0, &err);
+    CHECK_CODE(ptc__pickle_scan((const uint8_t *)p2, sizeof p2 - 1, "data.pkl", 0, false, log_item,
+                                &l, NULL, &err),
+               0, &err);
     CHECK_INT(l.globals, 1);
     CHECK_STR(l.last, "os.system");
     CHECK(l.opcodes >= 3); /* SHORT_BINUNICODE, MEMOIZE are outside the subset */
     /* A payload followed by garbage: reported, then the scan fails. */
     memset(&l, 0, sizeof l);
-    static const char p3[] = "\x80\x02" "cbuiltins\neval\n\xff\xff";
-    CHECK_CODE(ptc__pickle_scan((const uint8_t *)p3, sizeof p3 - 1, "data.pkl", 0, false,
-                                log_item, &l, NULL, &err), PTC_EFORMAT, &err);
+    static const char p3[] = "\x80\x02"
+                             "cbuiltins\neval\n\xff\xff";
+    CHECK_CODE(ptc__pickle_scan((const uint8_t *)p3, sizeof p3 - 1, "data.pkl", 0, false, log_item,
+                                &l, NULL, &err),
+               PTC_EFORMAT, &err);
     CHECK_INT(l.globals, 1);
     /* Python-2 names map like torch's. */
     const char *m = "__builtin__", *n = "set";
@@ -398,35 +440,39 @@ static int log_sweep(void *ud, const ptc__scan_item *it)
     return 0;
 }
 
-#define SWEEP(lit, at_start, q, nq, l, err)                                                   \
-    ptc__pickle_sweep((const uint8_t *)(lit), sizeof(lit) - 1, 0, at_start, q, nq, "r",       \
-                      log_sweep, l, err)
+#define SWEEP(lit, at_start, q, nq, l, err)                                                        \
+    ptc__pickle_sweep((const uint8_t *)(lit), sizeof(lit) - 1, 0, at_start, q, nq, "r", log_sweep, \
+                      l, err)
 
 static void test_sweep(void)
 {
     ptc_error err;
     sweep_log l = {0};
     /* A pickle wrapped in BINBYTES, read as an argument by the decode from the first byte. */
-    static const char w1[] = "B\x1d\x00\x00\x00\x80\x02" "cposix\nsystem\nX\x04\x00\x00\x00true\x85R.";
+    static const char w1[] = "B\x1d\x00\x00\x00\x80\x02"
+                             "cposix\nsystem\nX\x04\x00\x00\x00true\x85R.";
     CHECK_CODE(SWEEP(w1, true, NULL, 0, &l, &err), 0, &err);
     CHECK_INT(l.n, 1);
     CHECK_STR(l.seen[0], "posix.system@7");
     /* ... and in a STRING line, in FB's id and length read as FLOAT. */
     memset(&l, 0, sizeof l);
-    static const char w2[] = "FB\x1c\x00\x80\x02" "cposix\nsystem\n.";
+    static const char w2[] = "FB\x1c\x00\x80\x02"
+                             "cposix\nsystem\n.";
     CHECK_CODE(SWEEP(w2, true, NULL, 0, &l, &err), 0, &err);
     CHECK_INT(l.n, 1);
     CHECK_STR(l.seen[0], "posix.system@6");
     /* A PROTO that a decode reads as its own opcode starts none: reported once. */
     memset(&l, 0, sizeof l);
-    static const char w3[] = "\x80\x02N\x80\x02" "cposix\nsystem\n.";
+    static const char w3[] = "\x80\x02N\x80\x02"
+                             "cposix\nsystem\n.";
     CHECK_CODE(SWEEP(w3, true, NULL, 0, &l, &err), 0, &err);
     CHECK_INT(l.n, 1);
     /* STRING constants unquoted, in either quotes; an escaped literal counts when Python's
      * escape_decode makes a name of it (listed as written), and not otherwise. */
     memset(&l, 0, sizeof l);
-    static const char s1[] = "\x80\x03S'posix'\nS\"system\"\n\x93.\x80\x03S'po\\x73ix'\nS'system'\n\x93."
-                             "\x80\x03S'po\\x2fix'\nS'system'\n\x93.";
+    static const char s1[] =
+        "\x80\x03S'posix'\nS\"system\"\n\x93.\x80\x03S'po\\x73ix'\nS'system'\n\x93."
+        "\x80\x03S'po\\x2fix'\nS'system'\n\x93.";
     CHECK_CODE(SWEEP(s1, false, NULL, 0, &l, &err), 0, &err);
     CHECK_INT(l.n, 2);
     CHECK_STR(l.seen[0], "posix.system@21");
@@ -436,7 +482,8 @@ static void test_sweep(void)
     memset(&l, 0, sizeof l);
     static const char s2[] = "\x80\x02V\\u0070osix\nVsystem\n\x93."
                              "\x80\x04\x8c\x02osN0\x8c\x04path(1\x93."
-                             "\x80\x04\x8c\x03sysq\x00\x8c\x04" "exitq\x01h\x00h\x01\x93.";
+                             "\x80\x04\x8c\x03sysq\x00\x8c\x04"
+                             "exitq\x01h\x00h\x01\x93.";
     CHECK_CODE(SWEEP(s2, false, NULL, 0, &l, &err), 0, &err);
     CHECK_INT(l.n, 3);
     CHECK_STR(l.seen[0], "\\u0070osix.system@22");
@@ -453,7 +500,9 @@ static void test_sweep(void)
     /* A quiet span (read by a full scan) reports nothing of its own, but what its arguments
      * wrap, and goes on after STOP inside the span. */
     memset(&l, 0, sizeof l);
-    static const char q1[] = "\x80\x02" "cos\nsystem\nN.cos\nsystem\nC\x10\x80\x02" "cposix\nsystem\n..";
+    static const char q1[] = "\x80\x02"
+                             "cos\nsystem\nN.cos\nsystem\nC\x10\x80\x02"
+                             "cposix\nsystem\n..";
     ptc__span q = {0, sizeof q1 - 1};
     CHECK_CODE(SWEEP(q1, false, &q, 1, &l, &err), 0, &err);
     CHECK_INT(l.n, 1);
@@ -465,7 +514,10 @@ static void test_sweep(void)
     if (nest) {
         for (size_t i = 0; i < k; i++) {
             uint32_t rest = (uint32_t)((k - i - 1) * 8);
-            memcpy(nest + i * 7, "\x80\x02" "B", 3);
+            memcpy(nest + i * 7,
+                   "\x80\x02"
+                   "B",
+                   3);
             memcpy(nest + i * 7 + 3, &rest, 4); /* little-endian hosts only, as the tests run */
         }
         memset(nest + k * 7, 'N', k);
@@ -502,8 +554,8 @@ static const ptc__vm_hooks echo_hooks = {NULL, g_global, e_call, e_call, NULL, g
 
 static int run_echo(const char *bytes, size_t n, ptc_value **root, ptc_error *err)
 {
-    ptc__pickle_params p = {.member = "data.pkl", .limits = &limits, .arena = arena,
-                            .hooks = &echo_hooks};
+    ptc__pickle_params p = {
+        .member = "data.pkl", .limits = &limits, .arena = arena, .hooks = &echo_hooks};
     return ptc__pickle_run((const uint8_t *)bytes, n, &p, root, NULL, err);
 }
 #define RUN_ECHO(lit, root, err) run_echo(lit, sizeof(lit) - 1, root, err)
@@ -527,7 +579,10 @@ static void test_read_as_torch(void)
     CHECK_INT(int_of(v), 7);
     CHECK_CODE(RUN("\x80\x02\x80\x02K\x07.", &v, &err), 0, &err);
     CHECK_INT(int_of(v), 7);
-    CHECK_CODE(RUN("]\x80\x03K\x07" "a.", &v, &err), 0, &err);
+    CHECK_CODE(RUN("]\x80\x03K\x07"
+                   "a.",
+                   &v, &err),
+               0, &err);
     CHECK_INT(int_of(ptc_value_item(v, 0)), 7);
     CHECK_CODE(RUN("\x80\x04K\x07.", &v, &err), 0, &err);
     CHECK_INT(int_of(v), 7);
@@ -540,10 +595,15 @@ static void test_read_as_torch(void)
     CHECK_CODE(RUN("\x80\x02K\x01(K\x02K\x03.", &v, &err), 0, &err);
     CHECK_INT(int_of(v), 3);
     /* BINUNICODE with a lone surrogate: the bytes as they are (Python's surrogatepass). */
-    CHECK_CODE(RUN("\x80\x02X\x04\x00\x00\x00" "a\xed\xa0\x80.", &v, &err), 0, &err);
+    CHECK_CODE(RUN("\x80\x02X\x04\x00\x00\x00"
+                   "a\xed\xa0\x80.",
+                   &v, &err),
+               0, &err);
     CHECK(ptc_value_str(v, &s, &n) == 0 && n == 4 && memcmp(s, "a\xed\xa0\x80", 4) == 0);
     /* SETITEM(S) on a list: indices in range, negative ones from the end. */
-    CHECK_CODE(RUN("\x80\x02](K\x01K\x02K\x03" "eJ\xff\xff\xff\xffK\x09s(K\x00K\x08u.", &v, &err),
+    CHECK_CODE(RUN("\x80\x02](K\x01K\x02K\x03"
+                   "eJ\xff\xff\xff\xffK\x09s(K\x00K\x08u.",
+                   &v, &err),
                0, &err);
     CHECK_INT(ptc_value_len(v), 3);
     CHECK_INT(int_of(ptc_value_item(v, 0)), 8);
@@ -551,7 +611,8 @@ static void test_read_as_torch(void)
     CHECK_INT(int_of(ptc_value_item(v, 2)), 9);
     /* SETITEM on a bytearray: the bytes it shares with the str it was made from stay as they
      * were. */
-    CHECK_CODE(RUN_ECHO("\x80\x02X\x02\x00\x00\x00" "abq\x00"
+    CHECK_CODE(RUN_ECHO("\x80\x02X\x02\x00\x00\x00"
+                        "abq\x00"
                         "cbuiltins\nbytearray\nh\x00\x85RK\x00K\x7as"
                         "h\x00\x86.",
                         &v, &err),
@@ -560,14 +621,21 @@ static void test_read_as_torch(void)
     CHECK(ptc_value_bytes(ptc_value_item(v, 0), &b, &n) == 0 && n == 2 && memcmp(b, "zb", 2) == 0);
     CHECK(ptc_value_str(ptc_value_item(v, 1), &s, &n) == 0 && n == 2 && memcmp(s, "ab", 2) == 0);
     /* REDUCE with a list of arguments: the call gets them as a tuple. */
-    CHECK_CODE(RUN_ECHO("\x80\x02" "cm\nf\n](K\x01K\x02" "eR.", &v, &err), 0, &err);
+    CHECK_CODE(RUN_ECHO("\x80\x02"
+                        "cm\nf\n](K\x01K\x02"
+                        "eR.",
+                        &v, &err),
+               0, &err);
     CHECK_INT(ptc_value_kind_of(v), PTC_VALUE_TUPLE);
     CHECK_INT(ptc_value_len(v), 2);
     CHECK_INT(int_of(ptc_value_item(v, 1)), 2);
     /* BUILD on an OrderedDict: a list of pairs, and attribute names that are not str, as
      * __dict__.update() takes them. */
-    CHECK_CODE(RUN_ECHO("\x80\x02" "ccollections\nOrderedDict\n)R"
-                        "]X\x01\x00\x00\x00" "aK\x01\x86" "ab"
+    CHECK_CODE(RUN_ECHO("\x80\x02"
+                        "ccollections\nOrderedDict\n)R"
+                        "]X\x01\x00\x00\x00"
+                        "aK\x01\x86"
+                        "ab"
                         "}K\x05K\x06sb.",
                         &v, &err),
                0, &err);
@@ -577,9 +645,15 @@ static void test_read_as_torch(void)
     CHECK_INT(ptc_value_kind_of(ptc_dict_key(attrs, 1)), PTC_VALUE_INT);
     CHECK_INT(int_of(ptc_dict_value(attrs, 1)), 6);
     /* What __dict__.update() refuses stays refused: an int, a pair of three. */
-    CHECK_CODE(RUN_ECHO("\x80\x02" "ccollections\nOrderedDict\n)RK\x01" "b.", &v, &err),
+    CHECK_CODE(RUN_ECHO("\x80\x02"
+                        "ccollections\nOrderedDict\n)RK\x01"
+                        "b.",
+                        &v, &err),
                PTC_EFORMAT, &err);
-    CHECK_CODE(RUN_ECHO("\x80\x02" "ccollections\nOrderedDict\n)R]NNN\x87" "ab.", &v, &err),
+    CHECK_CODE(RUN_ECHO("\x80\x02"
+                        "ccollections\nOrderedDict\n)R]NNN\x87"
+                        "ab.",
+                        &v, &err),
                PTC_EFORMAT, &err);
 }
 

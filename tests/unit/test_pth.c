@@ -154,7 +154,8 @@ static void test_training_checkpoint(void)
     const ptc_value *bn = ptc_dict_get(md, "1");
     int64_t version;
     CHECK(ptc_value_int(ptc_dict_get(bn, "version"), &version) == 0 && version == 2);
-    const ptc_value *groups = ptc_dict_get(ptc_dict_get(root, "optimizer_state_dict"), "param_groups");
+    const ptc_value *groups =
+        ptc_dict_get(ptc_dict_get(root, "optimizer_state_dict"), "param_groups");
     const ptc_value *g0 = ptc_value_item(groups, 0);
     CHECK(ptc_value_float(ptc_dict_get(g0, "lr"), &lr) == 0 && lr == 0.1);
     CHECK_INT(ptc_value_kind_of(ptc_dict_get(g0, "foreach")), PTC_VALUE_NONE);
@@ -257,15 +258,16 @@ static void digests(ptc_ckpt *c, char *out, size_t cap)
     while (ptc_walk_next(w, &path, &t) > 0 && o + 80 < cap) {
         uint8_t d[32];
         ptc_tensor_sha256(t, d, &err);
-        o += (size_t)snprintf(out + o, cap - o, "%s:%02x%02x%02x%02x;", path, d[0], d[1], d[2], d[3]);
+        o += (size_t)snprintf(out + o, cap - o, "%s:%02x%02x%02x%02x;", path, d[0], d[1], d[2],
+                              d[3]);
     }
     ptc_walk_free(w);
 }
 
 static void test_sources(void)
 {
-    static const char *const names[] = {"views.pt", "dtypes.pt", "train_ckpt.pt", "legacy_format.pt",
-                                        "handmade_minimal_writer.pt"};
+    static const char *const names[] = {"views.pt", "dtypes.pt", "train_ckpt.pt",
+                                        "legacy_format.pt", "handmade_minimal_writer.pt"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
         char a[4096], b[4096], d[4096];
         ptc_error err;
@@ -299,8 +301,8 @@ static void test_sources(void)
 static size_t legacy_stream(uint8_t *out, const char *obj, size_t objn, const char *keys,
                             size_t keysn, const uint8_t *raw, size_t rawn)
 {
-    static const uint8_t magic[] = {0x80, 0x02, 0x8A, 0x0A, 0x6C, 0xFC, 0x9C, 0x46, 0xF9, 0x20,
-                                    0x6A, 0xA8, 0x50, 0x19, 0x2E};
+    static const uint8_t magic[] = {0x80, 0x02, 0x8A, 0x0A, 0x6C, 0xFC, 0x9C, 0x46,
+                                    0xF9, 0x20, 0x6A, 0xA8, 0x50, 0x19, 0x2E};
     size_t o = 0;
     memcpy(out + o, magic, sizeof magic);
     o += sizeof magic;
@@ -339,7 +341,9 @@ static void test_policy(void)
 
     /* An object of the allowed class in a legacy stream: Point(1, 2) with state {'z': 3}. */
     uint8_t buf[512];
-    size_t n = legacy_stream(buf, LIT("\x80\x02" "cmy.mod\nPoint\nK\x01K\x02\x86R}X\x01\x00\x00\x00zK\x03sb."),
+    size_t n = legacy_stream(buf,
+                             LIT("\x80\x02"
+                                 "cmy.mod\nPoint\nK\x01K\x02\x86R}X\x01\x00\x00\x00zK\x03sb."),
                              LIT("\x80\x02]."), NULL, 0);
     ptc_open_params op;
     ptc_open_params_default(&op);
@@ -378,9 +382,12 @@ static void test_legacy_rules(void)
     /* {'w': tensor of 2 floats} with key '7'. */
     static const char obj[] =
         "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storage"
-        "ctorch\nFloatStorage\nX\x01\x00\x00\x00" "7X\x03\x00\x00\x00" "cpuK\x02NtQK\x00K\x02\x85K\x01\x85\x89"
+        "ctorch\nFloatStorage\nX\x01\x00\x00\x00"
+        "7X\x03\x00\x00\x00"
+        "cpuK\x02NtQK\x00K\x02\x85K\x01\x85\x89"
         "ccollections\nOrderedDict\n)RtRs.";
-    static const char keys[] = "\x80\x02]X\x01\x00\x00\x00" "7a.";
+    static const char keys[] = "\x80\x02]X\x01\x00\x00\x00"
+                               "7a.";
     uint8_t raw[8 + 8] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40};
     size_t n = legacy_stream(buf, LIT(obj), LIT(keys), raw, sizeof raw);
     CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, NULL, &err), 0, &err);
@@ -408,11 +415,16 @@ static void test_legacy_rules(void)
     n = legacy_stream(buf, LIT(obj), LIT(keys), raw, sizeof raw - 1);
     CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, NULL, &err), PTC_EFORMAT, &err);
     /* A key list that names nothing declared. */
-    n = legacy_stream(buf, LIT(obj), LIT("\x80\x02]X\x01\x00\x00\x00" "8a."), raw, sizeof raw);
+    n = legacy_stream(buf, LIT(obj),
+                      LIT("\x80\x02]X\x01\x00\x00\x00"
+                          "8a."),
+                      raw, sizeof raw);
     CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, NULL, &err), PTC_EFORMAT, &err);
     /* A payload in the object pickle, even one that is broken afterwards. */
-    n = legacy_stream(buf, LIT("\x80\x02" "cposix\nsystem\nX\x02\x00\x00\x00ls\x85R\xff"), LIT(keys),
-                      raw, sizeof raw);
+    n = legacy_stream(buf,
+                      LIT("\x80\x02"
+                          "cposix\nsystem\nX\x02\x00\x00\x00ls\x85R\xff"),
+                      LIT(keys), raw, sizeof raw);
     CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, NULL, &err), PTC_EUNSAFE, &err);
     CHECK(strstr(err.message, "posix.system") && strstr(err.message, "blocked"));
 }
@@ -424,25 +436,38 @@ static void test_legacy_keys(void)
     ptc_error err;
     ptc_ckpt *c = NULL;
     uint8_t buf[1024];
-#define T(k)                                                                                    \
-    "ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\n" \
-    "X\x01\x00\x00\x00" k "X\x03\x00\x00\x00" "cpuK\x02NtQK\x00K\x02\x85K\x01\x85\x89"        \
+#define T(k)                                                                                       \
+    "ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagectorch\nFloatStorage\n"          \
+    "X\x01\x00\x00\x00" k "X\x03\x00\x00\x00"                                                      \
+    "cpuK\x02NtQK\x00K\x02\x85K\x01\x85\x89"                                                       \
     "ccollections\nOrderedDict\n)RtR"
     /* {'w': tensor [1, 2] in storage '7', 'v': tensor [3, 4] in storage '8'} */
     static const char obj[] =
         "\x80\x02}(X\x01\x00\x00\x00w" T("7") "X\x01\x00\x00\x00v" T("8") "u.";
 #undef T
-    static const uint8_t raw[2 * 16] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40,
+    static const uint8_t raw[2 * 16] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0,    0x40,
                                         2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x40, 0x40, 0, 0, 0x80, 0x40};
     static const struct {
         const char *keys;
         size_t n;
         int code, stricter;
     } cases[] = {
-        {LIT("\x80\x02](X\x01\x00\x00\x00" "7X\x01\x00\x00\x00" "8e."), 0, 0},
-        {LIT("\x80\x02X\x01\x00\x00\x00" "7X\x01\x00\x00\x00" "8\x86."), 0, 0},
-        {LIT("\x80\x02}(X\x01\x00\x00\x00" "7NX\x01\x00\x00\x00" "8Nu."), 0, 0},
-        {LIT("\x80\x02" "cbuiltins\nset\n](X\x01\x00\x00\x00" "7X\x01\x00\x00\x00" "8e\x85R."),
+        {LIT("\x80\x02](X\x01\x00\x00\x00"
+             "7X\x01\x00\x00\x00"
+             "8e."),
+         0, 0},
+        {LIT("\x80\x02X\x01\x00\x00\x00"
+             "7X\x01\x00\x00\x00"
+             "8\x86."),
+         0, 0},
+        {LIT("\x80\x02}(X\x01\x00\x00\x00"
+             "7NX\x01\x00\x00\x00"
+             "8Nu."),
+         0, 0},
+        {LIT("\x80\x02"
+             "cbuiltins\nset\n](X\x01\x00\x00\x00"
+             "7X\x01\x00\x00\x00"
+             "8e\x85R."),
          PTC_EFORMAT, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
@@ -469,10 +494,19 @@ static void test_version_record(void)
         size_t n;
         int code;
     } cases[] = {
-        {LIT("3\n"), 0},      {LIT(" 3"), 0},        {LIT("+3"), 0},
-        {LIT("0003"), 0},     {LIT("3.0"), 0},       {LIT("3\0junk"), 0},
-        {LIT("abc"), PTC_EFORMAT}, {LIT("0\n"), PTC_EFORMAT}, {LIT("11\n"), PTC_EFORMAT},
-        {LIT("-3"), PTC_EFORMAT},  {LIT("\0" "3"), PTC_EFORMAT},
+        {LIT("3\n"), 0},
+        {LIT(" 3"), 0},
+        {LIT("+3"), 0},
+        {LIT("0003"), 0},
+        {LIT("3.0"), 0},
+        {LIT("3\0junk"), 0},
+        {LIT("abc"), PTC_EFORMAT},
+        {LIT("0\n"), PTC_EFORMAT},
+        {LIT("11\n"), PTC_EFORMAT},
+        {LIT("-3"), PTC_EFORMAT},
+        {LIT("\0"
+             "3"),
+         PTC_EFORMAT},
     };
     char path[] = "/tmp/ptc-test-version-XXXXXX";
     int fd = mkstemp(path);
@@ -502,7 +536,9 @@ static void test_version_record(void)
  * PROTO inside, and names the record and the offset. */
 static void test_serialization_id_and_sweep(void)
 {
-    static const char evil[] = "\x80\x02" "cposix\nsystem\n" "X\x04\x00\x00\x00true\x85R.";
+    static const char evil[] = "\x80\x02"
+                               "cposix\nsystem\n"
+                               "X\x04\x00\x00\x00true\x85R.";
     static const struct {
         const char *id;
         size_t n;
@@ -514,8 +550,8 @@ static void test_serialization_id_and_sweep(void)
         {LIT("a\0b \xc3\xa9"), 0, -1},
         {LIT("12\xff"), PTC_EFORMAT, 2},
         {LIT("\xc3\xa9\xed\xa0\x80"), PTC_EFORMAT, 2}, /* a surrogate */
-        {LIT("ab\xe2\x82"), PTC_EFORMAT, 2},             /* cut short */
-        {LIT("\xc0\x80"), PTC_EFORMAT, 0},               /* overlong */
+        {LIT("ab\xe2\x82"), PTC_EFORMAT, 2},           /* cut short */
+        {LIT("\xc0\x80"), PTC_EFORMAT, 0},             /* overlong */
     };
     char path[] = "/tmp/ptc-test-sid-XXXXXX";
     int fd = mkstemp(path);
@@ -545,7 +581,8 @@ static void test_serialization_id_and_sweep(void)
         ptc_report *r = NULL;
         CHECK_CODE(ptc_verify(&r, path, NULL, &err), 0, &err);
         if (r) {
-            CHECK_INT(ptc_report_verdict(r), cases[i].code ? PTC_VERDICT_MALFORMED : PTC_VERDICT_OK);
+            CHECK_INT(ptc_report_verdict(r),
+                      cases[i].code ? PTC_VERDICT_MALFORMED : PTC_VERDICT_OK);
             CHECK_INT(ptc_report_torch(r), cases[i].code ? PTC_TORCH_REFUSES : PTC_TORCH_LOADS);
         }
         ptc_report_free(r);
@@ -557,7 +594,8 @@ static void test_serialization_id_and_sweep(void)
         const char *record, *head;
         size_t hn;
         int64_t at;
-    } placed[] = {{".format_version", LIT(""), 2}, {".storage_alignment", LIT("64\n\x80\x01"), 7},
+    } placed[] = {{".format_version", LIT(""), 2},
+                  {".storage_alignment", LIT("64\n\x80\x01"), 7},
                   {"data/0", LIT("\x00\x00\x80\x3f\x80\x02\xff"), 9}};
     for (size_t i = 0; i < sizeof placed / sizeof *placed; i++) {
         char buf[128];
@@ -731,7 +769,8 @@ static void test_stricter_flag(void)
 static int open_variant(const char *obj, size_t objn, ptc_ckpt **c, uint8_t *buf, size_t cap,
                         ptc_error *err)
 {
-    static const char keys[] = "\x80\x02]X\x01\x00\x00\x00" "7a.";
+    static const char keys[] = "\x80\x02]X\x01\x00\x00\x00"
+                               "7a.";
     static const uint8_t raw[16] = {2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x80, 0x3f, 0, 0, 0, 0x40};
     if (objn + sizeof keys + sizeof raw + 32 > cap)
         return -1;
@@ -758,9 +797,12 @@ static void test_writer_variants(void)
     ptc_error err;
     ptc_ckpt *c = NULL;
     uint8_t buf[1024];
-#define STORAGE7 "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00" "7X\x03\x00\x00\x00" "cpuK\x02NtQ"
+#define STORAGE7                                                                                   \
+    "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00"                             \
+    "7X\x03\x00\x00\x00"                                                                           \
+    "cpuK\x02NtQ"
 #define REBUILD_V2 "ctorch._utils\n_rebuild_tensor_v2\n("
-#define HOOKS "ccollections\nOrderedDict\n)R"
+#define HOOKS      "ccollections\nOrderedDict\n)R"
     static const struct {
         const char *what, *pkl;
         size_t n;
@@ -770,18 +812,24 @@ static void test_writer_variants(void)
         {"backward hooks an empty plain dict",
          LIT("\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7 "K\x00K\x02\x85K\x01\x85\x89}tRs.")},
         {"size and stride as lists",
-         LIT("\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7
-             "K\x00]K\x02" "a]K\x01" "a\x89" HOOKS "tRs.")},
-        {"a false metadata argument",
-         LIT("\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7 "K\x00K\x02\x85K\x01\x85\x89" HOOKS "]tRs.")},
+         LIT("\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7 "K\x00]K\x02"
+             "a]K\x01"
+             "a\x89" HOOKS "tRs.")},
+        {"a false metadata argument", LIT("\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2 STORAGE7
+                                          "K\x00K\x02\x85K\x01\x85\x89" HOOKS "]tRs.")},
         {"Parameter with backward hooks None",
          LIT("\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_parameter\n(" REBUILD_V2 STORAGE7
              "K\x00K\x02\x85K\x01\x85\x89NtR\x88NtRs.")},
         /* OrderedDict([['w', t], ['b', 5], ['w', t]]) with SHORT_BINSTRING keys and the old
          * rebuild, as Python 2 pickles write it: 'w' keeps the first place. */
         {"OrderedDict from a list of [key, value] lists",
-         LIT("\x80\x02" "ccollections\nOrderedDict\n]q\x00(]q\x01(U\x01wctorch._utils\n_rebuild_tensor\n("
-             STORAGE7 "K\x00K\x02\x85K\x01\x85tRq\x02" "e](U\x01" "bK\x05" "e](U\x01wh\x02" "ee\x85R.")},
+         LIT("\x80\x02"
+             "ccollections\nOrderedDict\n]q\x00(]q\x01(U\x01wctorch._utils\n_rebuild_"
+             "tensor\n(" STORAGE7 "K\x00K\x02\x85K\x01\x85tRq\x02"
+             "e](U\x01"
+             "bK\x05"
+             "e](U\x01wh\x02"
+             "ee\x85R.")},
     };
     for (size_t i = 0; i < sizeof ok / sizeof *ok; i++) {
         int rc = open_variant(ok[i].pkl, ok[i].n, &c, buf, sizeof buf, &err);
@@ -807,8 +855,9 @@ static void test_writer_variants(void)
 
     /* v3 with a typed storage of another dtype: the 8 bytes read as one float64, and saved again
      * with the storage's own class. */
-    static const char v3[] = "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v3\n("
-        STORAGE7 "K\x00K\x01\x85K\x01\x85\x89" HOOKS "ctorch\nfloat64\ntRs.";
+    static const char v3[] =
+        "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v3\n(" STORAGE7
+        "K\x00K\x01\x85K\x01\x85\x89" HOOKS "ctorch\nfloat64\ntRs.";
     CHECK_CODE(open_variant(LIT(v3), &c, buf, sizeof buf, &err), 0, &err);
     if (c) {
         const ptc_tensor *t = ptc_state_dict_get(ptc_ckpt_root(c), "w");
@@ -845,9 +894,20 @@ static void test_writer_variants(void)
         size_t n;
         int ints;
     } counters[] = {
-        {LIT("\x80\x02" "ccollections\nCounter\n]q\x00(X\x01\x00\x00\x00" "aX\x01\x00\x00\x00" "bX\x01\x00\x00\x00" "ae\x85R."), 0},
-        {LIT("\x80\x02" "ccollections\nCounter\nX\x03\x00\x00\x00" "aba\x85R."), 0},
-        {LIT("\x80\x02" "ccollections\nCounter\nc_codecs\nencode\nX\x02\x00\x00\x00\x01\x01X\x06\x00\x00\x00latin1\x86R\x85R."), 1},
+        {LIT("\x80\x02"
+             "ccollections\nCounter\n]q\x00(X\x01\x00\x00\x00"
+             "aX\x01\x00\x00\x00"
+             "bX\x01\x00\x00\x00"
+             "ae\x85R."),
+         0},
+        {LIT("\x80\x02"
+             "ccollections\nCounter\nX\x03\x00\x00\x00"
+             "aba\x85R."),
+         0},
+        {LIT("\x80\x02"
+             "ccollections\nCounter\nc_"
+             "codecs\nencode\nX\x02\x00\x00\x00\x01\x01X\x06\x00\x00\x00latin1\x86R\x85R."),
+         1},
     };
     for (size_t i = 0; i < sizeof counters / sizeof *counters; i++) {
         size_t n = legacy_stream(buf, counters[i].pkl, counters[i].n, LIT("\x80\x02]."), NULL, 0);
@@ -923,17 +983,21 @@ static void test_writer_variants(void)
     }
 
     /* From a set Python counts in the order of its hashes, which ptc does not reproduce. */
-    static const char counter_set[] = "\x80\x02" "ccollections\nCounter\ncbuiltins\nset\n](K\x01K\x02" "e\x85R\x85R.";
+    static const char counter_set[] = "\x80\x02"
+                                      "ccollections\nCounter\ncbuiltins\nset\n](K\x01K\x02"
+                                      "e\x85R\x85R.";
     CHECK_CODE(open_legacy(LIT(counter_set), LIT("\x80\x02]."), NULL, 0, &err), PTC_EFORMAT, &err);
     CHECK_STRICTER(&err, 1);
 
     /* What torch refuses too: a v3 tensor with requires_grad (torch cannot set its storage), an
      * integer Parameter that requires gradients. */
-    static const char v3_grad[] = "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v3\n("
-        STORAGE7 "K\x00K\x02\x85K\x01\x85\x88" HOOKS "ctorch\nfloat32\ntRs.";
+    static const char v3_grad[] =
+        "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_tensor_v3\n(" STORAGE7
+        "K\x00K\x02\x85K\x01\x85\x88" HOOKS "ctorch\nfloat32\ntRs.";
     CHECK_CODE(open_variant(LIT(v3_grad), &c, buf, sizeof buf, &err), PTC_EFORMAT, &err);
     CHECK_STRICTER(&err, 0);
-    static const char int_param[] = "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_parameter\n("
+    static const char int_param[] =
+        "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n_rebuild_parameter\n("
         "ctorch._utils\n_rebuild_tensor_v3\n(" STORAGE7 "K\x00K\x02\x85K\x01\x85\x89" HOOKS
         "ctorch\nint32\ntR\x88NtRs.";
     CHECK_CODE(open_variant(LIT(int_param), &c, buf, sizeof buf, &err), PTC_EFORMAT, &err);
@@ -941,22 +1005,25 @@ static void test_writer_variants(void)
     CHECK(strstr(err.message, "cannot require gradients") != NULL);
     /* A location with a NUL: what C readers see is cut there, ptc's own refusal. */
     static const char nul_loc[] = "\x80\x02}X\x01\x00\x00\x00w" REBUILD_V2
-        "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00" "7X\x04\x00\x00\x00"
-        "cp\x00uK\x02NtQK\x00K\x02\x85K\x01\x85\x89" HOOKS "tRs.";
+                                  "(X\x07\x00\x00\x00storagectorch\nFloatStorage\nX\x01\x00\x00\x00"
+                                  "7X\x04\x00\x00\x00"
+                                  "cp\x00uK\x02NtQK\x00K\x02\x85K\x01\x85\x89" HOOKS "tRs.";
     CHECK_CODE(open_variant(LIT(nul_loc), &c, buf, sizeof buf, &err), PTC_EFORMAT, &err);
     CHECK_STRICTER(&err, 1);
 
     /* Object states: on a tensor, a property of torch's (setattr changes the data) is ptc's
      * own refusal, a state that is a tuple but no (dict, slots) pair torch's too; on a Counter,
      * a dunder attribute name is ptc's own refusal. */
-    static const char state_prop[] = "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n"
-        "_rebuild_parameter_with_state\n(" REBUILD_V2 STORAGE7 "K\x00K\x02\x85K\x01\x85\x89"
-        HOOKS "tR\x88" HOOKS "}X\x04\x00\x00\x00" "dataK\x01stRs.";
+    static const char state_prop[] =
+        "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n"
+        "_rebuild_parameter_with_state\n(" REBUILD_V2 STORAGE7 "K\x00K\x02\x85K\x01\x85\x89" HOOKS
+        "tR\x88" HOOKS "}X\x04\x00\x00\x00"
+        "dataK\x01stRs.";
     CHECK_CODE(open_variant(LIT(state_prop), &c, buf, sizeof buf, &err), PTC_EUNSUPPORTED, &err);
     CHECK_STRICTER(&err, 1);
     static const char state_tuple[] = "\x80\x02}X\x01\x00\x00\x00wctorch._utils\n"
-        "_rebuild_parameter_with_state\n(" REBUILD_V2 STORAGE7 "K\x00K\x02\x85K\x01\x85\x89"
-        HOOKS "tR\x88" HOOKS ")tRs.";
+                                      "_rebuild_parameter_with_state\n(" REBUILD_V2 STORAGE7
+                                      "K\x00K\x02\x85K\x01\x85\x89" HOOKS "tR\x88" HOOKS ")tRs.";
     CHECK_CODE(open_variant(LIT(state_tuple), &c, buf, sizeof buf, &err), PTC_EFORMAT, &err);
     CHECK_STRICTER(&err, 0);
     static const char counter_class[] =
@@ -984,7 +1051,8 @@ static void test_dispatch_and_limits(void)
     ptc_ckpt *c = NULL;
     CHECK_CODE(ptc_ckpt_open_memory(&c, "", 0, NULL, &err), PTC_ENOTZIP, &err);
     CHECK_CODE(ptc_ckpt_open_memory(&c, "hello world", 11, NULL, &err), PTC_ENOTZIP, &err);
-    CHECK_CODE(ptc_ckpt_open_memory(&c, "PYTORCH1 and more", 17, NULL, &err), PTC_EUNSUPPORTED, &err);
+    CHECK_CODE(ptc_ckpt_open_memory(&c, "PYTORCH1 and more", 17, NULL, &err), PTC_EUNSUPPORTED,
+               &err);
     static const char lfs[] = "version https://git-lfs.github.com/spec/v1\n";
     CHECK_CODE(ptc_ckpt_open_memory(&c, lfs, sizeof lfs - 1, NULL, &err), PTC_ENOTZIP, &err);
     CHECK(strstr(err.message, "LFS") != NULL);
@@ -1087,7 +1155,7 @@ static void test_walk_path_budget(void)
  * policy, and may read one open checkpoint at once (each with its own walk): every thread must
  * see the digests one thread alone computes. */
 #define NTHREADS 4
-#define MAXT 64
+#define MAXT     64
 struct reader {
     const ptc_value *root;
     const ptc_policy *policy;
@@ -1160,7 +1228,8 @@ static void test_threads(void)
         CHECK(memcmp(many[i].digest, one.digest, sizeof one.digest) == 0);
     }
     printf("  %d threads: %d tensors of one open checkpoint hashed alike, 20 opens each with one "
-           "shared policy\n", started, one.n);
+           "shared policy\n",
+           started, one.n);
     ptc_ckpt_close(c);
     ptc_policy_free(policy);
 }

@@ -60,14 +60,13 @@ static char *describe(const ptc_value *root)
             sid++;
         if (sid == nseen && nseen < 8192)
             seen[nseen++] = ptc_tensor_storage(t);
-        o += (size_t)snprintf(out + o, cap - o, "%s %s nd=%d off=%lld st=%zu p=%d rg=%d %02x%02x%02x%02x%02x%02x\n",
-                              path, ptc_dtype_name(ptc_tensor_dtype(t)), ptc_tensor_ndim(t),
-                              (long long)ptc_tensor_storage_offset(t), sid,
-                              ptc_tensor_is_parameter(t), ptc_tensor_requires_grad(t), d[0], d[1],
-                              d[2], d[3], d[4], d[5]);
+        o += (size_t)snprintf(
+            out + o, cap - o, "%s %s nd=%d off=%lld st=%zu p=%d rg=%d %02x%02x%02x%02x%02x%02x\n",
+            path, ptc_dtype_name(ptc_tensor_dtype(t)), ptc_tensor_ndim(t),
+            (long long)ptc_tensor_storage_offset(t), sid, ptc_tensor_is_parameter(t),
+            ptc_tensor_requires_grad(t), d[0], d[1], d[2], d[3], d[4], d[5]);
         for (int k = 0; k < ptc_tensor_ndim(t) && o + 64 < cap; k++)
-            o += (size_t)snprintf(out + o, cap - o, " %lld/%lld",
-                                  (long long)ptc_tensor_shape(t)[k],
+            o += (size_t)snprintf(out + o, cap - o, " %lld/%lld", (long long)ptc_tensor_shape(t)[k],
                                   (long long)ptc_tensor_stride(t)[k]);
     }
     ptc_walk_free(w);
@@ -160,7 +159,8 @@ static void roundtrip_file(const char *path, int expect_identical)
         if (c2) {
             char *d1 = describe(ptc_ckpt_root(c)), *d2 = describe(ptc_ckpt_root(c2));
             if (strcmp(d1, d2) != 0)
-                fprintf(stderr, "round trip of %s differs\n--- original\n%.2000s\n--- saved\n%.2000s\n",
+                fprintf(stderr,
+                        "round trip of %s differs\n--- original\n%.2000s\n--- saved\n%.2000s\n",
                         base, d1, d2);
             CHECK(strcmp(d1, d2) == 0);
             CHECK_INT(ptc_ckpt_format(c2), PTC_FORMAT_ZIP);
@@ -181,7 +181,8 @@ static void roundtrip_file(const char *path, int expect_identical)
                     fwrite(b, 1, nb, f);
                     fclose(f);
                 }
-                fprintf(stderr, "%s: not byte-identical (sizes %zu / %zu, first difference at 0x%zx)\n",
+                fprintf(stderr,
+                        "%s: not byte-identical (sizes %zu / %zu, first difference at 0x%zx)\n",
                         base, na, nb, i);
             }
             CHECK(same);
@@ -240,7 +241,8 @@ static void test_fixtures(void)
 {
     static const char *const identical[] = {
         "testdata/vectors/tensor_bytesio.pt", "testdata/vectors/vec_tensor.pt",
-        "testdata/vectors/views.pt", "testdata/vectors/dtypes.pt", "testdata/vectors/train_ckpt.pt",
+        "testdata/vectors/views.pt",          "testdata/vectors/dtypes.pt",
+        "testdata/vectors/train_ckpt.pt",
     };
     for (size_t i = 0; i < sizeof identical / sizeof *identical; i++) {
         char path[4400];
@@ -290,9 +292,11 @@ static void test_document(void)
     ptc_storage *sn = ptc_doc_storage(d, PTC_INT64, sizeof n, &n, 0, NULL);
     CHECK(sd && sw && sn);
     CHECK_INT(ptc_doc_set(d, sd, ptc_doc_str(d, "w", (size_t)-1),
-                          ptc_doc_tensor(d, sw, PTC_FLOAT32, 2, shape, NULL, 0, 0)), 0);
+                          ptc_doc_tensor(d, sw, PTC_FLOAT32, 2, shape, NULL, 0, 0)),
+              0);
     CHECK_INT(ptc_doc_set(d, sd, ptc_doc_str(d, "n", (size_t)-1),
-                          ptc_doc_tensor(d, sn, PTC_INT64, 0, NULL, NULL, 0, 0)), 0);
+                          ptc_doc_tensor(d, sn, PTC_INT64, 0, NULL, NULL, 0, 0)),
+              0);
     ptc_value *md = ptc_doc_dict(d, 1), *ver = ptc_doc_dict(d, 0), *attrs = ptc_doc_dict(d, 0);
     CHECK_INT(ptc_doc_set(d, ver, ptc_doc_str(d, "version", (size_t)-1), ptc_doc_int(d, 1)), 0);
     CHECK_INT(ptc_doc_set(d, md, ptc_doc_str(d, "", 0), ver), 0);
@@ -353,7 +357,8 @@ static void test_map_location(void)
         return;
     ptc_save_params p;
     ptc_save_params_default(&p);
-    static const char *const bad[] = {"gpu", "cuda:", "cuda:x", "", "CPU", "cpu:0", "cuda:1234567", "mps:3", "hip", "xla:0"};
+    static const char *const bad[] = {"gpu",   "cuda:",        "cuda:x", "",    "CPU",
+                                      "cpu:0", "cuda:1234567", "mps:3",  "hip", "xla:0"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         p.map_location = bad[i];
         CHECK_CODE(ptc_save(ptc_ckpt_root(c), out, &p, &err), PTC_EINVAL, &err);

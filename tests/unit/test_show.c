@@ -69,7 +69,9 @@ static void test_escape(void)
 static void test_json_hidden(void)
 {
     char out[128];
-    const char *in = "{\"k\": \"a\xef\xbb\xbf" "b\xc2\x85" "c\xf3\xa0\x81\x81\", \"\xc3\xa9\": 1}";
+    const char *in = "{\"k\": \"a\xef\xbb\xbf"
+                     "b\xc2\x85"
+                     "c\xf3\xa0\x81\x81\", \"\xc3\xa9\": 1}";
     size_t n = ptc_json_escape_hidden(out, sizeof out, in, strlen(in));
     CHECK_STR(out, "{\"k\": \"a\\ufeffb\\u0085c\\udb40\\udc41\", \"\xc3\xa9\": 1}");
     CHECK_INT(n, strlen(out));
@@ -133,8 +135,8 @@ static void test_key_text(void)
     CHECK_STR(key(ptc_doc_str(d, "a\0b", 3)), "a@b");
     CHECK_STR(key(ptc_doc_int(d, -42)), "-42");
     CHECK_STR(key(ptc_doc_int(d, INT64_MIN)), "-9223372036854775808");
-    CHECK_STR(key(big(d, 9, 0)), "18446744073709551616");  /* 2^64 */
-    CHECK_STR(key(big(d, 9, 1)), "-18446744073709551616"); /* -2^64 */
+    CHECK_STR(key(big(d, 9, 0)), "18446744073709551616");                     /* 2^64 */
+    CHECK_STR(key(big(d, 9, 1)), "-18446744073709551616");                    /* -2^64 */
     CHECK_STR(key(big(d, 17, 0)), "340282366920938463463374607431768211456"); /* 2^128 */
     CHECK(strlen(key(big(d, 256, 0))) == 615); /* 2^2040: still digits at PTC_KEY_INT_MAX */
     CHECK_STR(key(big(d, 257, 0)), "<int of 257 bytes>");
@@ -183,13 +185,23 @@ static void test_float_text(void)
         double x;
         const char *repr;
     } cases[] = {
-        {0.1, "0.1"},         {100.0, "100.0"},       {1e15, "1000000000000000.0"},
-        {1e16, "1e+16"},      {1.5e16, "1.5e+16"},    {1e-05, "1e-05"},
-        {0.0001, "0.0001"},   {-0.0, "-0.0"},         {5.0, "5.0"},
-        {1e22, "1e+22"},      {123.456, "123.456"},   {2.5e-308, "2.5e-308"},
+        {0.1, "0.1"},
+        {100.0, "100.0"},
+        {1e15, "1000000000000000.0"},
+        {1e16, "1e+16"},
+        {1.5e16, "1.5e+16"},
+        {1e-05, "1e-05"},
+        {0.0001, "0.0001"},
+        {-0.0, "-0.0"},
+        {5.0, "5.0"},
+        {1e22, "1e+22"},
+        {123.456, "123.456"},
+        {2.5e-308, "2.5e-308"},
         {1.7976931348623157e308, "1.7976931348623157e+308"},
-        {-1234567890123456.8, "-1234567890123456.8"}, {NAN, "nan"},
-        {INFINITY, "inf"},    {-INFINITY, "-inf"},
+        {-1234567890123456.8, "-1234567890123456.8"},
+        {NAN, "nan"},
+        {INFINITY, "inf"},
+        {-INFINITY, "-inf"},
         /* next to a power of two the nearest 16-digit decimal does not read back, its other
          * neighbour does: repr gives 16 digits, not 17 */
         {5.9604644775390625e-08, "5.960464477539063e-08"},   /* 2^-24 */
@@ -215,7 +227,8 @@ static ptc_value *walk_tree(ptc_doc *d)
     const int64_t shape[1] = {1};
     ptc_storage *s = ptc_doc_storage(d, PTC_FLOAT32, sizeof one, &one, 1, NULL);
     ptc_value *t = ptc_doc_tensor(d, s, PTC_FLOAT32, 1, shape, NULL, 0, 0);
-    ptc_value *root = ptc_doc_dict(d, 0), *a = ptc_doc_dict(d, 0), *l = ptc_doc_seq(d, PTC_VALUE_LIST);
+    ptc_value *root = ptc_doc_dict(d, 0), *a = ptc_doc_dict(d, 0),
+              *l = ptc_doc_seq(d, PTC_VALUE_LIST);
     ptc_doc_push(d, l, ptc_doc_int(d, 1));
     ptc_doc_push(d, l, ptc_doc_dict(d, 0));
     ptc_doc_set(d, a, ptc_doc_str(d, "b", 1), t);
@@ -367,7 +380,8 @@ static void test_read_f64(void)
     const uint16_t h[6] = {0x3c00, 0x4000, 0x4200, 0x4400, 0x4500, 0x4600};
     ptc_storage *s = ptc_doc_storage(d, PTC_FLOAT16, sizeof h, h, 1, NULL);
     const int64_t shape[2] = {3, 2}, stride[2] = {1, 3};
-    const ptc_tensor *t = ptc_value_tensor(ptc_doc_tensor(d, s, PTC_FLOAT16, 2, shape, stride, 0, 0));
+    const ptc_tensor *t =
+        ptc_value_tensor(ptc_doc_tensor(d, s, PTC_FLOAT16, 2, shape, stride, 0, 0));
     CHECK(t != NULL);
     double out[8] = {0};
     CHECK_CODE(ptc_tensor_read_f64(t, out, 6, &err), 0, &err);
@@ -381,7 +395,8 @@ static void test_read_f64(void)
     const float c[4] = {1.0f, -1.0f, 0.5f, 2.0f};
     ptc_storage *sc = ptc_doc_storage(d, PTC_COMPLEX64, sizeof c, c, 1, NULL);
     const int64_t n2[1] = {2};
-    const ptc_tensor *tc = ptc_value_tensor(ptc_doc_tensor(d, sc, PTC_COMPLEX64, 1, n2, NULL, 0, 0));
+    const ptc_tensor *tc =
+        ptc_value_tensor(ptc_doc_tensor(d, sc, PTC_COMPLEX64, 1, n2, NULL, 0, 0));
     CHECK_CODE(ptc_tensor_read_f64(tc, out, 4, &err), 0, &err);
     CHECK(out[0] == 1.0 && out[1] == -1.0 && out[2] == 0.5 && out[3] == 2.0);
     CHECK_CODE(ptc_tensor_read_f64(tc, out, 3, &err), PTC_EINVAL, &err);
@@ -467,8 +482,7 @@ static void test_rename(void)
     CHECK_CODE(ptc_state_dict_rename(d, out, NULL, "module.", &back, NULL, &err), 0, &err);
     CHECK_STR(items(back), "module.c=3 module.a=1 module.b=2");
     if (ptc_dict_attrs(back))
-        CHECK_STR(items(ptc_dict_get(ptc_dict_attrs(back), "_metadata")),
-                  "=2 module=2 module.a=3");
+        CHECK_STR(items(ptc_dict_get(ptc_dict_attrs(back), "_metadata")), "=2 module=2 module.a=3");
 
     /* nothing to strip: the root itself, stripped 0 */
     CHECK_CODE(ptc_state_dict_rename(d, out, "encoder.", NULL, &back, &stripped, &err), 0, &err);
@@ -511,8 +525,7 @@ static void test_report_json(void)
     ptc_error err, fail = {.code = PTC_EIO, .offset = -1};
     snprintf(fail.message, sizeof fail.message, "No such file or directory");
     sink s = {0};
-    CHECK_CODE(ptc_report_json("m\xef\xbb\xbf.pth", NULL, &fail, 4, sink_write, &s, &err), 0,
-               &err);
+    CHECK_CODE(ptc_report_json("m\xef\xbb\xbf.pth", NULL, &fail, 4, sink_write, &s, &err), 0, &err);
     /* the path is valid UTF-8: kept, its hidden character written as \ufeff */
     CHECK_STR(s.buf, "{\n"
                      "      \"path\": \"m\\ufeff.pth\",\n"

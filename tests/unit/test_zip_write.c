@@ -50,7 +50,10 @@
 
 /* CHECK_CODE tests its error pointer for NULL; handing it &err directly makes gcc warn that the
  * address is never NULL (-Waddress), so the address goes through a function. */
-static ptc_error *errp_of(ptc_error *e) { return e; }
+static ptc_error *errp_of(ptc_error *e)
+{
+    return e;
+}
 #define EP(e) errp_of(&(e))
 
 static char g_tmp[512]; /* a private folder for everything this test writes */
@@ -270,8 +273,8 @@ static void check_identical(const char *src, const char *label)
 static bool is_torch_zip_fixture(const char *name)
 {
     size_t n = strlen(name);
-    bool ext = (n > 3 && strcmp(name + n - 3, ".pt") == 0) ||
-               (n > 4 && strcmp(name + n - 4, ".pth") == 0);
+    bool ext =
+        (n > 3 && strcmp(name + n - 3, ".pt") == 0) || (n > 4 && strcmp(name + n - 4, ".pth") == 0);
     /* deflated.pt and big_endian.pt were re-assembled by gen_fixtures.py; legacy*.pt is not zip. */
     return ext && strcmp(name, "deflated.pt") != 0 && strcmp(name, "big_endian.pt") != 0 &&
            strncmp(name, "legacy", 6) != 0;
@@ -285,8 +288,8 @@ static int cmp_str(const void *a, const void *b)
 static void test_rewrite_fixtures(void)
 {
     printf("rewriting torch 2.6 files record by record:\n");
-    static const char *vectors[] = {"tensor_bytesio.pt", "vec_tensor.pt", "views.pt",
-                                    "dtypes.pt", "train_ckpt.pt"};
+    static const char *vectors[] = {"tensor_bytesio.pt", "vec_tensor.pt", "views.pt", "dtypes.pt",
+                                    "train_ckpt.pt"};
     char path[1400];
     for (size_t i = 0; i < sizeof vectors / sizeof vectors[0]; i++) {
         snprintf(path, sizeof path, "%s/testdata/vectors/%s", srcdir(), vectors[i]);
@@ -340,14 +343,18 @@ static void test_writer_rules(void)
     struct {
         const char *what;
         int step;
-    } cases[] = {{"empty record name", 0}, {"more bytes than begun", 1},
-                 {"end with bytes missing", 2}, {"finish with a record open", 3},
+    } cases[] = {{"empty record name", 0},
+                 {"more bytes than begun", 1},
+                 {"end with bytes missing", 2},
+                 {"finish with a record open", 3},
                  {"write with no record open", 4}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         CHECK_CODE(ptc__zipw_open(&w, path, "archive", &err), 0, EP(err));
         int rc = 0;
         switch (cases[i].step) {
-        case 0: rc = ptc__zipw_add(w, "", "x", 1, &err); break;
+        case 0:
+            rc = ptc__zipw_add(w, "", "x", 1, &err);
+            break;
         case 1:
             ptc__zipw_begin(w, "data/0", 4, &err);
             rc = ptc__zipw_write(w, "12345", 5, &err);
@@ -362,7 +369,9 @@ static void test_writer_rules(void)
             rc = ptc__zipw_finish(w, &err);
             w = NULL;
             break;
-        case 4: rc = ptc__zipw_write(w, "1", 1, &err); break;
+        case 4:
+            rc = ptc__zipw_write(w, "1", 1, &err);
+            break;
         }
         CHECK_CODE(rc, PTC_EINVAL, EP(err));
         printf("  %-44s -> %s\n", cases[i].what, err.message);
@@ -700,7 +709,8 @@ static void test_alloc_failures(void)
         CHECK_INT(count_entries(dir, ""), 0);
     }
     printf("  succeeded once %ld allocations were allowed; every earlier failure was PTC_ENOMEM,"
-           " leaked nothing and left no file\n", n);
+           " leaked nothing and left no file\n",
+           n);
     CHECK(n > 3 && n < 1000);
     CHECK_INT(first_diff(ref, path), -1);
     unlink(path);

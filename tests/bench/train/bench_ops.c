@@ -270,8 +270,8 @@ int main(int argc, char **argv)
     }
     /* The library reads no environment for this switch (lib/base/env.h): the program passes it. */
     const char *wg = getenv("PTC_DNNL_WINOGRAD");
-    ptc__be_params p = {.dtype = PTC__BE_F32, .threads = threads,
-                        .winograd = wg && strcmp(wg, "1") == 0};
+    ptc__be_params p = {
+        .dtype = PTC__BE_F32, .threads = threads, .winograd = wg && strcmp(wg, "1") == 0};
     die_if(D->open(&be, &p, &err), "open");
 
     /* The ceiling: run a conv first so that OpenMP's threads exist and are set. */
