@@ -704,7 +704,10 @@ static int json_write(cj *in, json_t *j, int depth)
         json_newline(in, depth);
         p = nl + 1;
     }
-    free(text); /* jansson's, from its allocator (malloc) */
+    json_malloc_t jmalloc;
+    json_free_t jfree;
+    json_get_alloc_funcs(&jmalloc, &jfree); /* text is jansson's, from its own allocator */
+    jfree(text);
     return in->wrc < 0 ? -1 : 0;
 }
 
