@@ -31,7 +31,7 @@ static int decode(const uint8_t *data, size_t size, const char *shown, uint8_t *
     const ptc__plugin *mod;
     int rc = ptc__plugin_load(PTC__PLUGIN_IMAGE, "codecs", &mod, err);
     if (rc < 0) {
-        ptc__err_prefix(err, "%s: cannot decode images", shown);
+        ptc__err_prefix(err, "%s: cannot decode images: ", shown);
         return rc;
     }
     const ptc__image_ops *ops = mod->ops;
@@ -154,7 +154,7 @@ int ptc_image_record(const char *path, int64_t index, uint8_t *rgb, int *label, 
                  : ptc__cifar10_read_ex(&s, &path, 1, &rp, err);
     if (rc < 0) {
         /* The readers name the file in err->member; the message says it too. */
-        ptc__err_prefix(err, "%s (read as %s)", shown, idx ? "IDX images" : "CIFAR-10 binary");
+        ptc__err_prefix(err, "%s (read as %s): ", shown, idx ? "IDX images" : "CIFAR-10 binary");
         return rc;
     }
     if (s.n <= index) {

@@ -108,6 +108,10 @@ static void test_records(void)
     fclose(f);
     CHECK_CODE(ptc_image_record(path, 0, rgb, &label, &err), PTC_EFORMAT, &err);
     CHECK(strstr(err.message, "batch.bin") != NULL);
+    /* the reader's own message follows the prefix after ": ", not glued to it */
+    if (!strstr(err.message, "(read as CIFAR-10 binary): "))
+        fprintf(stderr, "message: %s\n", err.message);
+    CHECK(strstr(err.message, "(read as CIFAR-10 binary): ") != NULL);
     unlink(path);
     unlink(ipath);
     rmdir(dir);
