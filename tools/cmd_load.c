@@ -23,19 +23,6 @@
 
 enum { O_ARCH = 256, O_CLASSES, O_STRICT, O_NO_STRICT, O_STRIP, O_JSON };
 
-/* The rows of fc.weight, as the checkpoint holds it ("fc.weight", else DDP's
- * "module.fc.weight"); 0 when neither is a 2-dimensional tensor. */
-static int64_t checkpoint_classes(const ptc_value *root)
-{
-    static const char *const keys[] = {"fc.weight", "module.fc.weight"};
-    for (size_t i = 0; i < 2; i++) {
-        const ptc_tensor *t = ptc_value_tensor(ptc_dict_get(root, keys[i]));
-        if (t && ptc_tensor_ndim(t) == 2)
-            return ptc_tensor_shape(t)[0];
-    }
-    return 0;
-}
-
 /* The load's text: the library escaped every key; lines after the first start with torch's tab. */
 static void put_text(const char *s)
 {
@@ -157,8 +144,14 @@ int cmd_load(int argc, char **argv)
     int rc = ptc_ckpt_open(&ck, weights, NULL, &err);
     if (rc < 0)
         return cli_report(rc, &err);
-    if (!classes)
-        classes = (long)checkpoint_classes(ptc_ckpt_root(ck));
+    if (!classes) { /* the rows of fc.weight, unless the file claims far more than it holds */
+        int64_t n = ptc_model_classes_of(ptc_ckpt_root(ck), &err);
+        if (n < 0) {
+            ptc_ckpt_close(ck);
+            return cli_report((int)n, &err);
+        }
+        classes = (long)n;
+    }
     mp.num_classes = classes >= 1 && classes <= (1 << 20) ? (int)classes : 10;
     if ((rc = ptc_model_new(&m, &mp, &err)) < 0) {
         ptc_ckpt_close(ck);

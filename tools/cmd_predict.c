@@ -23,6 +23,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -177,9 +178,12 @@ static int put_result(const ctx *c, const char *input)
         cli_buf_free(&b);
         for (int r = 0; !bad && r < c->k; r++) {
             int cl = c->classes[r];
-            json_t *e = json_pack("{s:i, s:o, s:f}", "class", cl, "label",
+            /* A model whose weights hold NaN gives NaN probabilities: JSON has no NaN, so null
+             * (the text output writes nan, as Python prints it). */
+            double pr = (double)c->probs[r];
+            json_t *e = json_pack("{s:i, s:o, s:o}", "class", cl, "label",
                                   c->names ? json_string(c->names[cl]) : json_null(), "prob",
-                                  (double)c->probs[r]);
+                                  isfinite(pr) ? json_real(pr) : json_null());
             bad = !e || json_array_append_new(top, e) < 0;
         }
         bad = bad || json_object_set(o, "top", top) < 0;
@@ -204,7 +208,11 @@ static int put_result(const ctx *c, const char *input)
             printf(" ");
             cli_escape_put(stdout, c->names[cl], strlen(c->names[cl]), 0);
         }
-        printf(" %.4f", (double)c->probs[r]);
+        double pr = (double)c->probs[r];
+        if (isnan(pr))
+            printf(" nan");
+        else
+            printf(" %.4f", pr);
     }
     putchar('\n');
     return CLI_EXIT_OK;

@@ -154,6 +154,27 @@ static const ptc_tensor *entry(const ptc_value *sd, const char *key)
     return v ? ptc_value_tensor(v) : NULL;
 }
 
+int64_t ptc_model_classes_of(const ptc_value *root, ptc_error *err)
+{
+    ptc__err_clear(err);
+    if (!root)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_model_classes_of: root is NULL");
+    const ptc_tensor *fw = entry(state_dict_of(root), "fc.weight");
+    if (!fw || ptc_tensor_ndim(fw) != 2)
+        return 0;
+    int64_t rows = ptc_tensor_shape(fw)[0], cols = ptc_tensor_shape(fw)[1];
+    const ptc_storage *st = ptc_tensor_storage(fw);
+    double head = (double)rows * (double)(cols > 0 ? cols : 1) * 4.0;
+    double held = st ? (double)ptc_storage_nbytes(st) : 0.0;
+    if (rows < 0 || head > 64.0 * held + 64.0 * 1048576.0)
+        return ptc__err(err, PTC_ELIMIT, "", -1,
+                        "fc.weight claims %lld classes, a head of %.0f bytes, over a storage of "
+                        "%.0f bytes: a view that much larger than what the file holds is not "
+                        "built from the file's word (give the number of classes to build it)",
+                        (long long)rows, head, held);
+    return rows;
+}
+
 /* n numbers of a list or tuple into out; -1 when v is not that. */
 static int numbers(const ptc_value *v, int n, double *out)
 {
@@ -206,7 +227,10 @@ int ptc_model_params_from_state_dict(ptc_model_params *p, const ptc_value *root,
         return ptc__err(err, PTC_EFORMAT, "", -1,
                         "conv1.weight is not [64, 3, 7, 7] (resnet18) or [64, 3, 3, 3] "
                         "(resnet18-cifar)");
-    q.num_classes = (int)fs[0];
+    int64_t classes = ptc_model_classes_of(root, err);
+    if (classes < 0)
+        return (int)classes;
+    q.num_classes = (int)classes;
     q.arch = cs[2] == 7 ? "resnet18" : "resnet18-cifar";
     const ptc_value *attrs = ptc_dict_attrs(sd);
     const ptc_value *md = attrs ? ptc_dict_get(attrs, "_metadata") : NULL;

@@ -24,7 +24,7 @@
 #include <math.h>
 #include <string.h>
 
-#define MAX_CLASSES (1 << 22) /* a head of 8 GiB: a bound on what one call allocates */
+#define MAX_CLASSES (1 << 20) /* as ptc_model_new: a bound on what one call allocates */
 
 struct ptc_sgd {
     ptc_model *m;

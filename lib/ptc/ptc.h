@@ -1067,7 +1067,7 @@ PTC_API int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, i
  * for it (unlike torch, where an optimizer made before model.fc is replaced keeps the old fc's
  * tensors: make the optimizer after this call to match a torch script). On PTC_EINVAL and
  * PTC_ENOMEM the model is unchanged; a backend's failure to write the new values leaves a head of
- * num_classes rows whose values are undefined. Errors: PTC_EINVAL (m NULL, num_classes < 1 or above 2^22); PTC_ENOMEM; a backend's
+ * num_classes rows whose values are undefined. Errors: PTC_EINVAL (m NULL, num_classes < 1 or above 2^20, as ptc_model_new); PTC_ENOMEM; a backend's
  * error. Not thread safe for one model (a model is one handle). */
 PTC_API int ptc_model_reset_head(ptc_model *m, int num_classes, uint64_t seed, ptc_error *err);
 /* requires_grad off (frozen 1) or back on (0) for every parameter whose name starts with prefix
@@ -1189,6 +1189,16 @@ PTC_API int ptc_image_record(const char *path, int64_t index, uint8_t *rgb, int 
  * the shape ResNet-18 gives it; a record whose values are not numbers of the right count). */
 PTC_API int ptc_model_params_from_state_dict(ptc_model_params *p, const ptc_value *root,
                                              const char **dataset, ptc_error *err);
+
+/* The number of classes a state dict's head has: the rows of its 2-dimensional fc.weight (or
+ * DDP's module.fc.weight; in a training checkpoint, under "model_state_dict"), 0 when there is
+ * none. A file is untrusted: torch.save keeps an expanded view's shape over its one-element
+ * storage, so a 36 KB file can claim a million classes, and building that model takes gigabytes.
+ * So a head whose float32 size passes 64 x the bytes its storage holds + 64 MiB is refused
+ * (PTC_ELIMIT, naming the classes and bytes): a caller who wants that model anyway gives the
+ * number of classes itself. PTC_EINVAL when root is NULL. ptc_model_params_from_state_dict
+ * applies the same rule. Any thread; it only reads root. */
+PTC_API int64_t ptc_model_classes_of(const ptc_value *root, ptc_error *err);
 
 /* =============================================================================================
  * What ptc's commands print, for embedders (issue 15, section 4): the text of file values, the

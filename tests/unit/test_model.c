@@ -434,6 +434,41 @@ static void test_set_classes(void)
     ptc_model_free(m);
 }
 
+/* The class count a file claims: an expanded view of one element may claim a million classes
+ * (torch.save keeps the view's shape over its one-element storage); building that head would
+ * take gigabytes from a tiny file, so ptc_model_classes_of refuses it, and takes an honest head. */
+static void test_classes_of(void)
+{
+    ptc_error err;
+    ptc_doc *d;
+    CHECK(ptc_doc_new(&d, &err) == 0);
+    float one = 0.5f;
+    ptc_storage *st = ptc_doc_storage(d, PTC_FLOAT32, 4, &one, 1, NULL);
+    int64_t shape[2] = {(int64_t)1 << 20, 512}, stride[2] = {0, 0};
+    ptc_value *view = ptc_doc_tensor(d, st, PTC_FLOAT32, 2, shape, stride, 0, 0);
+    ptc_value *sd = ptc_doc_dict(d, 1);
+    CHECK(view && sd && ptc_doc_set(d, sd, ptc_doc_str(d, "fc.weight", (size_t)-1), view) == 0);
+    int64_t n = ptc_model_classes_of(sd, &err);
+    CHECK_INT(n, PTC_ELIMIT);
+    CHECK(strstr(err.message, "fc.weight claims 1048576 classes") != NULL);
+    ptc_model_params p;
+    ptc_model_params_default(&p);
+    CHECK_INT(ptc_model_params_from_state_dict(&p, sd, NULL, &err), PTC_ENOTFOUND); /* no conv1 */
+
+    /* 7 honest rows of a DDP file; and none at all */
+    float *w = calloc(7 * 512, sizeof *w);
+    ptc_storage *sw = ptc_doc_storage(d, PTC_FLOAT32, 7 * 512 * 4, w, 1, NULL);
+    int64_t s7[2] = {7, 512};
+    ptc_value *sd7 = ptc_doc_dict(d, 1);
+    CHECK(ptc_doc_set(d, sd7, ptc_doc_str(d, "module.fc.weight", (size_t)-1),
+                      ptc_doc_tensor(d, sw, PTC_FLOAT32, 2, s7, NULL, 0, 0)) == 0);
+    CHECK_INT(ptc_model_classes_of(sd7, &err), 7);
+    CHECK_INT(ptc_model_classes_of(ptc_doc_dict(d, 0), &err), 0);
+    CHECK_INT(ptc_model_classes_of(NULL, &err), PTC_EINVAL);
+    free(w);
+    ptc_doc_free(d);
+}
+
 int main(void)
 {
     test_params();
@@ -441,5 +476,6 @@ int main(void)
     test_forward();
     test_load();
     test_set_classes();
+    test_classes_of();
     return check_exit("test_model");
 }
