@@ -11,9 +11,9 @@
  * Every byte that came from the file (keys, strings, storage keys, the prefix) is escaped before it
  * is printed (cli_escape_*).
  *
- * The value walk is iterative (only the one-line renderer recurses, to a fixed depth) and stops
- * after MAX_VALUE_VISITS nodes, so a file whose tree shares nodes many times over cannot make the
- * listing run for ever.
+ * Each value is rendered by libptc's ptc_value_text (one line, depth-bounded), the renderer
+ * ptc_ckpt_json uses too. The value walk is iterative and stops after MAX_VALUE_VISITS nodes, so
+ * a file whose tree shares nodes many times over cannot make the listing run for ever.
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -23,17 +23,11 @@
 
 #include <getopt.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define NO_ROW           SIZE_MAX
 #define MAX_VALUE_VISITS (1u << 22) /* nodes the value listing visits before it stops */
-#define INLINE_MAX_DEPTH 4          /* nesting shown inside one rendered value */
-#define INLINE_MAX_ITEMS 16         /* items shown of one container inside a rendered value */
-#define TEXT_MAX_STR     256        /* bytes of a str shown in text output */
-#define TEXT_MAX_BYTES   32         /* bytes of a bytes value shown in text output */
-#define BIGINT_MAX_BYTES 1024       /* longest int rendered in decimal (the conversion is O(n^2)) */
 #define PATH_COL_MAX     60         /* widest path column; longer paths push their line out */
 
 struct options {
@@ -61,7 +55,7 @@ typedef struct inspect {
     size_t caprows;
 } inspect;
 
-/* The budget charged by render(), which recurses through a value's items, and
+/* The budget charged by ptc_value_text and the value walk, and
  * why it ran out (the CLI is single-threaded; cmd_inspect sets it and clears it). */
 static ptc_budget *render_budget;
 static ptc_error render_err;
@@ -119,101 +113,16 @@ static const char usage_text[] =
     "               + 1,000,000\n"
     "  -h, --help   show this help\n";
 
-/* ---- rendering values as one line of text ----------------------------------------------------
- * flags: ESCAPE renders strings escaped for a terminal (values); without it strings are copied raw
- * (dict keys that become path segments, which are escaped once when the path is printed). */
-enum { R_ESCAPE = 1 };
+/* ---- cells of the tensor table -------------------------------------------------------------
+ * A value of the file is rendered by ptc_value_text (one renderer, in libptc, shared with
+ * ptc_ckpt_json); these two write the dtype, shape and storage cells of a tensor line. */
 
-static void render(cli_buf *b, const ptc_value *v, int depth, unsigned flags);
-
-/* Decimal, any length up to BIGINT_MAX_BYTES ("?" for what is not an int). */
-static void render_int(cli_buf *b, const ptc_value *v)
-{
-    char small[64];
-    size_t len = ptc_value_int_text(v, BIGINT_MAX_BYTES, small, sizeof small);
-    if (len < sizeof small) {
-        cli_buf_putn(b, small, len);
-        return;
-    }
-    char *big = malloc(len + 1);
-    if (!big) {
-        b->oom = 1;
-        return;
-    }
-    ptc_value_int_text(v, BIGINT_MAX_BYTES, big, len + 1);
-    cli_buf_putn(b, big, len);
-    free(big);
-}
-
-static void render_double(cli_buf *b, double x)
-{
-    char s[40];
-    ptc_float_text(x, s, sizeof s);
-    cli_buf_puts(b, s);
-}
-
-/* Python's complex repr: "(1+2j)", "2.5j", "(nan+infj)". */
-static void render_complex(cli_buf *b, double re, double im)
-{
-    char r[40], i[40];
-    ptc_float_text(re, r, sizeof r);
-    ptc_float_text(im, i, sizeof i);
-    /* Python drops ".0" from the parts of a complex. */
-    size_t rl = strlen(r), il = strlen(i);
-    if (rl > 2 && strcmp(r + rl - 2, ".0") == 0)
-        r[rl - 2] = '\0';
-    if (il > 2 && strcmp(i + il - 2, ".0") == 0)
-        i[il - 2] = '\0';
-    if (re == 0.0 && !signbit(re))
-        cli_buf_printf(b, "%sj", i);
-    else
-        cli_buf_printf(b, "(%s%s%sj)", r, i[0] == '-' ? "" : "+", i);
-}
-
-static void render_str(cli_buf *b, const char *s, size_t len, unsigned flags)
-{
-    size_t shown = len > TEXT_MAX_STR ? TEXT_MAX_STR : len;
-    cli_buf_puts(b, "\"");
-    if (flags & R_ESCAPE)
-        cli_buf_escape(b, s, shown, CLI_ESC_QUOTE);
-    else
-        cli_buf_putn(b, s, shown);
-    cli_buf_puts(b, "\"");
-    if (shown < len)
-        cli_buf_printf(b, "... (%zu bytes)", len);
-}
-
-/* bytes as Python shows them: b'ab\x00'. Every byte outside printable ASCII is escaped. */
-static void render_bytes(cli_buf *b, const uint8_t *p, size_t len)
-{
-    static const char hex[] = "0123456789abcdef";
-    size_t shown = len > TEXT_MAX_BYTES ? TEXT_MAX_BYTES : len;
-    cli_buf_puts(b, "b'");
-    for (size_t i = 0; i < shown; i++) {
-        uint8_t c = p[i];
-        char e[4] = {'\\', 0, 0, 0};
-        if (c == '\\' || c == '\'') {
-            e[1] = (char)c;
-            cli_buf_putn(b, e, 2);
-        } else if (c >= 0x20 && c < 0x7F) {
-            cli_buf_putn(b, &c, 1);
-        } else {
-            e[1] = 'x';
-            e[2] = hex[c >> 4];
-            e[3] = hex[c & 15];
-            cli_buf_putn(b, e, 4);
-        }
-    }
-    cli_buf_puts(b, "'");
-    if (shown < len)
-        cli_buf_printf(b, "... (%zu bytes)", len);
-}
-
+/* s (NULL: "?"), escaped with PTC_TEXT_ESCAPE in flags (text from the file), else as it is. */
 static void render_text(cli_buf *b, const char *s, unsigned flags)
 {
     if (!s)
         s = "?";
-    if (flags & R_ESCAPE)
+    if (flags & PTC_TEXT_ESCAPE)
         cli_buf_escape(b, s, strlen(s), 0);
     else
         cli_buf_puts(b, s);
@@ -225,167 +134,6 @@ static void render_shape(cli_buf *b, int ndim, const int64_t *dims)
     for (int d = 0; d < ndim; d++)
         cli_buf_printf(b, "%s%" PRId64, d ? ", " : "", dims[d]);
     cli_buf_puts(b, "]");
-}
-
-/* Items of a tuple, list, set or torch.Size between open and close, at most INLINE_MAX_ITEMS. */
-static void render_items(cli_buf *b, const ptc_value *v, const char *open, const char *close,
-                         int depth, unsigned flags)
-{
-    size_t n = ptc_value_len(v);
-    cli_buf_puts(b, open);
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            cli_buf_puts(b, ", ");
-        if (i == INLINE_MAX_ITEMS) {
-            cli_buf_printf(b, "... (%zu items)", n);
-            break;
-        }
-        const ptc_value *item = ptc_value_item(v, i);
-        if (item)
-            render(b, item, depth + 1, flags);
-        else
-            cli_buf_puts(b, "?");
-    }
-    if (n == 1 && ptc_value_kind_of(v) == PTC_VALUE_TUPLE)
-        cli_buf_puts(b, ",");
-    cli_buf_puts(b, close);
-}
-
-static void render_dict(cli_buf *b, const ptc_value *v, int depth, unsigned flags)
-{
-    size_t n = ptc_value_len(v);
-    cli_buf_puts(b, "{");
-    for (size_t i = 0; i < n; i++) {
-        if (i)
-            cli_buf_puts(b, ", ");
-        if (i == INLINE_MAX_ITEMS) {
-            cli_buf_printf(b, "... (%zu items)", n);
-            break;
-        }
-        const ptc_value *k = ptc_dict_key(v, i), *x = ptc_dict_value(v, i);
-        if (k)
-            render(b, k, depth + 1, flags);
-        cli_buf_puts(b, ": ");
-        if (x)
-            render(b, x, depth + 1, flags);
-    }
-    cli_buf_puts(b, "}");
-}
-
-/* One value as one line, in Python's notation where it has one. Depth-bounded: containers deeper
- * than INLINE_MAX_DEPTH show as "...". */
-static void render(cli_buf *b, const ptc_value *v, int depth, unsigned flags)
-{
-    ptc_value_kind k = ptc_value_kind_of(v);
-    int flag;
-    double re, im;
-    const char *s;
-    size_t len;
-    const uint8_t *bytes;
-    ptc_dtype dt;
-    int64_t index;
-
-    if (!render_charge() ||
-        (depth > INLINE_MAX_DEPTH && (k == PTC_VALUE_TUPLE || k == PTC_VALUE_LIST ||
-                                      k == PTC_VALUE_DICT || k == PTC_VALUE_SET))) {
-        cli_buf_puts(b, "...");
-        return;
-    }
-    switch (k) {
-    case PTC_VALUE_NONE:
-        cli_buf_puts(b, "None");
-        break;
-    case PTC_VALUE_BOOL:
-        cli_buf_puts(b, ptc_value_bool(v, &flag) < 0 ? "?" : flag ? "True" : "False");
-        break;
-    case PTC_VALUE_INT:
-        render_int(b, v);
-        break;
-    case PTC_VALUE_FLOAT:
-        if (ptc_value_float(v, &re) == 0)
-            render_double(b, re);
-        else
-            cli_buf_puts(b, "?");
-        break;
-    case PTC_VALUE_COMPLEX:
-        if (ptc_value_complex(v, &re, &im) == 0)
-            render_complex(b, re, im);
-        else
-            cli_buf_puts(b, "?");
-        break;
-    case PTC_VALUE_STR:
-        if (ptc_value_str(v, &s, &len) == 0)
-            render_str(b, s, len, flags);
-        else
-            cli_buf_puts(b, "?");
-        break;
-    case PTC_VALUE_BYTES:
-        if (ptc_value_bytes(v, &bytes, &len) == 0)
-            render_bytes(b, bytes, len);
-        else
-            cli_buf_puts(b, "?");
-        break;
-    case PTC_VALUE_TUPLE:
-        render_items(b, v, "(", ")", depth, flags);
-        break;
-    case PTC_VALUE_LIST:
-        render_items(b, v, "[", "]", depth, flags);
-        break;
-    case PTC_VALUE_SET:
-        if (ptc_value_len(v) == 0)
-            cli_buf_puts(b, "set()");
-        else
-            render_items(b, v, "set({", "})", depth, flags);
-        break;
-    case PTC_VALUE_DICT:
-        render_dict(b, v, depth, flags);
-        break;
-    case PTC_VALUE_SIZE:
-        render_items(b, v, "torch.Size([", "])", depth, flags);
-        break;
-    case PTC_VALUE_TENSOR: {
-        const ptc_tensor *t = ptc_value_tensor(v);
-        if (!t) {
-            cli_buf_puts(b, "tensor(?)");
-            break;
-        }
-        cli_buf_puts(b, "tensor(");
-        render_text(b, ptc_dtype_name(ptc_tensor_dtype(t)), 0);
-        cli_buf_puts(b, ", ");
-        render_shape(b, ptc_tensor_ndim(t), ptc_tensor_shape(t));
-        cli_buf_puts(b, ")");
-        break;
-    }
-    case PTC_VALUE_DTYPE:
-        cli_buf_puts(b, "torch.");
-        render_text(b, ptc_value_dtype(v, &dt) == 0 ? ptc_dtype_name(dt) : NULL, 0);
-        break;
-    case PTC_VALUE_DEVICE:
-        if (ptc_value_device(v, &s, &index) < 0) {
-            cli_buf_puts(b, "device(?)");
-            break;
-        }
-        cli_buf_puts(b, "device(type='");
-        render_text(b, s, flags);
-        if (index >= 0)
-            cli_buf_printf(b, "', index=%" PRId64 ")", index);
-        else
-            cli_buf_puts(b, "')");
-        break;
-    case PTC_VALUE_GLOBAL:
-        cli_buf_puts(b, "<global ");
-        render_text(b, ptc_value_global_name(v), flags);
-        cli_buf_puts(b, ">");
-        break;
-    case PTC_VALUE_OBJECT:
-        cli_buf_puts(b, "<");
-        render_text(b, ptc_value_global_name(v), flags);
-        cli_buf_puts(b, " object>");
-        break;
-    default:
-        cli_buf_printf(b, "<value of kind %d>", (int)k);
-        break;
-    }
 }
 
 /* ---- the value walk ------------------------------------------------------------------------- */
@@ -406,15 +154,29 @@ static void print_path(const char *path, size_t len)
         cli_escape_put(stdout, path, len, 0);
 }
 
+/* ptc_value_text's write function: appends to the cli_buf ctx. */
+static int line_write(void *ctx, const void *p, size_t n)
+{
+    cli_buf *b = ctx;
+    cli_buf_putn(b, p, n);
+    return b->oom ? PTC_ENOMEM : 0;
+}
+
 static void emit_leaf(value_sink *out, const cli_buf *path, const ptc_value *v)
 {
     out->count++;
     if (!render_charge_bytes(path->len)) /* the path written */
         return;
     cli_buf_truncate(&out->line, 0);
-    render(&out->line, v, 0, R_ESCAPE);
-    if (out->line.oom) {
+    ptc_error e;
+    int rc = ptc_value_text(v, PTC_TEXT_ESCAPE, render_budget, line_write, &out->line, &e);
+    if (rc == PTC_ENOMEM) {
         out->oom = 1;
+        return;
+    }
+    if (rc < 0) { /* the budget ran out: nothing was written */
+        render_err = e;
+        render_failed = 1;
         return;
     }
     if (!render_charge_bytes(out->line.len))
@@ -721,7 +483,7 @@ static void tensor_cells(const inspect *in, size_t i, cli_buf cell[NCOLS])
     bytes_cell(&cell[COL_BYTES], nbytes > 0 ? (uint64_t)nbytes : 0);
 
     cli_buf_puts(&cell[COL_STORAGE], "storage ");
-    render_text(&cell[COL_STORAGE], storage_key(s), R_ESCAPE);
+    render_text(&cell[COL_STORAGE], storage_key(s), PTC_TEXT_ESCAPE);
     if (r->shared_with != NO_ROW) {
         const char *first = in->rows[r->shared_with].path;
         cli_buf_puts(&cell[COL_STORAGE], " (shared with ");

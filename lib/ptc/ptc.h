@@ -1381,6 +1381,33 @@ typedef struct ptc_ckpt_json_params {
 PTC_API void ptc_ckpt_json_params_default(ptc_ckpt_json_params *p);
 PTC_API int ptc_ckpt_json(const ptc_ckpt *c, const ptc_ckpt_json_params *p, ptc_write_fn write,
                           void *ctx, ptc_error *err);
+
+/* ---- one value as one line of text ------------------------------------------------------------
+ * Writes v as `ptc inspect` shows it after "PATH = " (and ptc_ckpt_json gives it as the "value"
+ * of what has no JSON form), in Python's notation where it has one: None, True, 3, 0.5, 1e-05,
+ * (1+2j), "text", b'ab\x00', (1,), [1, 2], set({1}), set(), {"k": 1}, torch.Size([3, 4]),
+ * tensor(float32, [3, 4]), torch.float16, device(type='cuda', index=0), <global NAME>,
+ * <NAME object>; "?" for what cannot be read. Bounded however large v is: containers nested more
+ * than 4 levels inside v show as "...", a container shows its first 16 items then
+ * "... (N items)", a str its first 256 bytes and a bytes value its first 32 then "... (N bytes)",
+ * an int longer than 1024 bytes "<int of N bytes>" (ptc_value_int_text). flags:
+ * PTC_TEXT_ESCAPE escapes the text of strs ("\"" as well), device types and global names as
+ * ptc_escape does, so that the line is safe to print; without it they are copied raw (for a dict
+ * key that becomes a path segment and is escaped once with the whole path). Bytes values are
+ * always escaped as Python shows them.
+ * Each value rendered (v and each item shown) is charged one node to budget (NULL: nothing
+ * charged); when the budget runs out nothing is written. The text is built whole (up to 1 GiB)
+ * and then given to write(ctx, p, n) in one call, with no newline and no NUL; write returns 0 or
+ * a negative PTC_E* code, which is returned.
+ * Returns 0; PTC_EINVAL when v or write is NULL; PTC_ELIMIT (budget, err names it); PTC_ENOMEM;
+ * or write's code. err (may be NULL) says why. Reads v only and keeps no state: several threads
+ * may render values of one checkpoint at once, each with its own budget (a budget is one
+ * thread's at a time). */
+enum {
+    PTC_TEXT_ESCAPE = 1u << 0 /* escape text from the file for printing (ptc_escape) */
+};
+PTC_API int ptc_value_text(const ptc_value *v, unsigned flags, ptc_budget *budget,
+                           ptc_write_fn write, void *ctx, ptc_error *err);
 /* ============================================================================================= */
 
 #ifdef __cplusplus

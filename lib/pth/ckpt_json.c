@@ -14,6 +14,9 @@
  * otherwise, since JSON cannot hold invalid UTF-8. The walk is iterative (only the one-line
  * renderer of a value recurses, to a fixed depth) and the values listing stops after
  * MAX_VALUE_VISITS nodes, so a tree that shares nodes many times over cannot run for ever.
+ *
+ * The one-line renderer (render) is also public, as ptc_value_text: `ptc inspect` prints its
+ * values with it, so the text listing and the JSON document render a value the same way.
  */
 #include "pth/pth.h"
 
@@ -540,6 +543,39 @@ static void render(cj *in, sbuf *b, const ptc_value *v, int depth, unsigned flag
         sb_printf(b, "<value of kind %d>", (int)k);
         break;
     }
+}
+
+/* The public entry to render(): the text `ptc inspect` prints after "PATH = " and the "value" of
+ * ptc_ckpt_json for what has no JSON form. Rendered whole into a buffer first, so that a budget
+ * that runs out midway writes nothing. */
+int ptc_value_text(const ptc_value *v, unsigned flags, ptc_budget *budget, ptc_write_fn write,
+                   void *ctx, ptc_error *err)
+{
+    if (!v || !write)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_value_text: %s is NULL",
+                        !v ? "the value" : "write");
+    cj in = {.charging = budget};
+    sbuf b = {0};
+    render(&in, &b, v, 0, (flags & PTC_TEXT_ESCAPE) ? R_ESCAPE : 0);
+    int rc = 0;
+    if (in.failed) {
+        rc = in.err.code ? in.err.code : PTC_ELIMIT;
+        if (err)
+            *err = in.err;
+    } else if (b.oom) {
+        rc = ptc__err(err, PTC_ENOMEM, "", -1,
+                      "out of memory rendering a value (or its text passed %zu bytes)",
+                      (size_t)PTC__BUF_MAX_DEFAULT);
+    } else {
+        rc = write(ctx, sb_str(&b), b.len);
+        if (rc < 0)
+            ptc__err(err, rc, "", -1, "ptc_value_text: the write callback failed (%s)",
+                     ptc_err_name(rc));
+        else
+            rc = 0;
+    }
+    sb_free(&b);
+    return rc;
 }
 
 /* ---- values as JSON -------------------------------------------------------------------------

@@ -2,7 +2,7 @@
  * test_show.c - the library calls behind what ptc's commands show (issue 15, section 4):
  * ptc_escape, ptc_json_escape_hidden, ptc_utf8_valid, ptc_key_text, ptc_value_int_text,
  * ptc_float_text, ptc_walk_next_value, ptc_dtype_element_f64, ptc_tensor_read_f64,
- * ptc_state_dict_rename and ptc_report_json. Each
+ * ptc_state_dict_rename, ptc_report_json and ptc_value_text. Each
  * expected text is written out here by hand (the rename cases from torch 2.6's
  * consume_prefix_in_state_dict_if_present, run once and copied); `ptc verify --json` itself is
  * compared with ptc_report_json by tests/fixtures/check_report_json.sh.
@@ -561,6 +561,80 @@ static void test_report_json(void)
     CHECK_CODE(ptc_report_json("x", NULL, &fail, 0, NULL, &s, &err), PTC_EINVAL, &err);
 }
 
+/* ptc_value_text of v, with or without PTC_TEXT_ESCAPE, into a static buffer. */
+static const char *vtext(const ptc_value *v, unsigned flags)
+{
+    static sink s;
+    ptc_error err;
+    memset(&s, 0, sizeof s);
+    CHECK_CODE(ptc_value_text(v, flags, NULL, sink_write, &s, &err), 0, &err);
+    return s.buf;
+}
+
+static void test_value_text(void)
+{
+    ptc_doc *d = NULL;
+    ptc_error err;
+    CHECK_CODE(ptc_doc_new(&d, &err), 0, &err);
+    if (!d)
+        return;
+    CHECK_STR(vtext(ptc_doc_none(d), 0), "None");
+    CHECK_STR(vtext(ptc_doc_bool(d, 1), 0), "True");
+    CHECK_STR(vtext(ptc_doc_int(d, -42), 0), "-42");
+    CHECK_STR(vtext(big(d, 17, 0), 0), "340282366920938463463374607431768211456");
+    CHECK_STR(vtext(big(d, 1025, 0), 0), "<int of 1025 bytes>");
+    CHECK_STR(vtext(ptc_doc_float(d, 1e-05), 0), "1e-05");
+    CHECK_STR(vtext(ptc_doc_dtype(d, PTC_FLOAT16), 0), "torch.float16");
+    CHECK_STR(vtext(ptc_doc_device(d, "cuda", 0), 0), "device(type='cuda', index=0)");
+    CHECK_STR(vtext(ptc_doc_device(d, "cpu", -1), 0), "device(type='cpu')");
+    CHECK_STR(vtext(ptc_doc_bytes(d, "a'\\\0", 4), 0), "b'a\\'\\\\\\x00'");
+    /* a str: raw without the flag, escaped (quotes too) with it */
+    const ptc_value *str = ptc_doc_str(d, "q\"\xef\xbb\xbf", 5);
+    CHECK_STR(vtext(str, 0), "\"q\"\xef\xbb\xbf\"");
+    CHECK_STR(vtext(str, PTC_TEXT_ESCAPE), "\"q\\\"\\xef\\xbb\\xbf\"");
+    char longs[300];
+    memset(longs, 'x', sizeof longs);
+    const char *lt = vtext(ptc_doc_str(d, longs, sizeof longs), 0);
+    CHECK_INT(strlen(lt), 1 + 256 + 1 + strlen("... (300 bytes)"));
+    CHECK(strstr(lt, "\"... (300 bytes)") != NULL);
+
+    /* containers: Python's notation, a one-tuple's comma, an empty set, 16 items shown */
+    ptc_value *t1 = ptc_doc_seq(d, PTC_VALUE_TUPLE), *set = ptc_doc_seq(d, PTC_VALUE_SET);
+    CHECK_CODE(ptc_doc_push(d, t1, ptc_doc_int(d, 1)), 0, &err);
+    CHECK_STR(vtext(t1, 0), "(1,)");
+    CHECK_STR(vtext(set, 0), "set()");
+    ptc_value *list = ptc_doc_seq(d, PTC_VALUE_LIST);
+    for (int i = 0; i < 20; i++)
+        CHECK_CODE(ptc_doc_push(d, list, ptc_doc_int(d, i)), 0, &err);
+    CHECK_STR(vtext(list, 0),
+              "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, ... (20 items)]");
+    ptc_value *dict = ptc_doc_dict(d, 0);
+    CHECK_CODE(ptc_doc_set(d, dict, ptc_doc_str(d, "k", 1), t1), 0, &err);
+    CHECK_STR(vtext(dict, 0), "{\"k\": (1,)}");
+    /* nesting past 4 levels inside the value shows as "..." */
+    ptc_value *nest = ptc_doc_seq(d, PTC_VALUE_LIST);
+    for (int i = 0; i < 6; i++) {
+        ptc_value *outer = ptc_doc_seq(d, PTC_VALUE_LIST);
+        CHECK_CODE(ptc_doc_push(d, outer, nest), 0, &err);
+        nest = outer;
+    }
+    CHECK_STR(vtext(nest, 0), "[[[[[...]]]]]");
+
+    /* a budget of 5 nodes: the 21-node list writes nothing and says why */
+    ptc_budget b;
+    ptc_budget_init(&b, NULL, 0);
+    b.max_nodes = 5;
+    sink s = {0};
+    CHECK_CODE(ptc_value_text(list, 0, &b, sink_write, &s, &err), PTC_ELIMIT, &err);
+    CHECK_INT(s.len, 0);
+    /* NULL arguments; a failing write's code comes back */
+    CHECK_CODE(ptc_value_text(NULL, 0, NULL, sink_write, &s, &err), PTC_EINVAL, &err);
+    CHECK_CODE(ptc_value_text(list, 0, NULL, NULL, &s, &err), PTC_EINVAL, &err);
+    sink f = {.fail_after = 1};
+    CHECK_CODE(ptc_value_text(list, 0, NULL, sink_write, &f, &err), PTC_EIO, &err);
+    ptc_doc_free(d);
+}
+
 int main(void)
 {
     test_escape();
@@ -573,5 +647,6 @@ int main(void)
     test_read_f64();
     test_rename();
     test_report_json();
+    test_value_text();
     return check_exit("test_show");
 }
