@@ -393,7 +393,7 @@ static void test_source(void)
     /* The same tensors bit for bit; the recorded preprocessing names the data ("cifar10" for
      * the file, "source" for the caller's images), the one difference the files may have. */
     int same = 0, ntensors = 0;
-    const char *ds[2] = {NULL, NULL};
+    char ds[2][16] = {"(none)", "(none)"}; /* copies: the names live in the checkpoints */
     ptc_ckpt *ck[2] = {NULL, NULL};
     if (ptc_ckpt_open(&ck[0], save[0], NULL, &err) == 0 &&
         ptc_ckpt_open(&ck[1], save[1], NULL, &err) == 0) {
@@ -401,9 +401,10 @@ static void test_source(void)
             const ptc_value *md = ptc_dict_attrs(ptc_ckpt_root(ck[k]));
             const ptc_value *rec =
                 md ? ptc_dict_get(ptc_dict_get(md, "_metadata"), "ptc.preprocess") : NULL;
+            const char *name;
             size_t len;
-            if (rec && ptc_value_str(ptc_dict_get(rec, "dataset"), &ds[k], &len) < 0)
-                ds[k] = NULL;
+            if (rec && ptc_value_str(ptc_dict_get(rec, "dataset"), &name, &len) == 0)
+                snprintf(ds[k], sizeof ds[k], "%s", name);
         }
         ptc_walk *wa = NULL, *wb = NULL;
         const char *pa, *pb;
@@ -433,12 +434,12 @@ static void test_source(void)
     ptc_ckpt_close(ck[0]);
     ptc_ckpt_close(ck[1]);
     CHECK(same && ntensors == 122);
-    CHECK(ds[0] && strcmp(ds[0], "cifar10") == 0);
-    CHECK(ds[1] && strcmp(ds[1], "source") == 0);
+    CHECK(strcmp(ds[0], "cifar10") == 0);
+    CHECK(strcmp(ds[1], "source") == 0);
     printf("source: ptc_train over a callback source and over the same CIFAR-10 file: loss %.9g "
            "and %.9g, test loss %.9g and %.9g, %d tensors %s, recorded datasets %s and %s\n",
            res[0].last_loss, res[1].last_loss, res[0].test_loss, res[1].test_loss, ntensors,
-           same ? "identical" : "DIFFERENT", ds[0] ? ds[0] : "(none)", ds[1] ? ds[1] : "(none)");
+           same ? "identical" : "DIFFERENT", ds[0], ds[1]);
 
     /* refusals */
     p.save = NULL;
