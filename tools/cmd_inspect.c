@@ -378,23 +378,8 @@ static int find_sharing(inspect *in)
     return 0;
 }
 
-/* The digest of every tensor row. A tensor listed at several paths is read once (the rows are
- * matched by tensor pointer); each read is charged to the budget, numel x element size whatever
- * the strides, before a byte is read: a stride-0 view of 2^40 elements is refused, not hashed. */
-static int hash_one(inspect *in, const ptc_tensor *t, const char *path, uint8_t sha256[32],
-                    ptc_error *err)
-{
-    int64_t nb = ptc_tensor_nbytes(t);
-    int rc = ptc_budget_charge(&in->budget, 0, nb >= 0 ? (uint64_t)nb : UINT64_MAX, err);
-    if (rc < 0) {
-        char msg[sizeof err->message];
-        snprintf(msg, sizeof msg, "hashing tensor %.64s (%" PRId64 " bytes): %.*s",
-                 path[0] ? path : "(root)", nb, (int)sizeof msg - 128, err->message);
-        memcpy(err->message, msg, sizeof msg);
-        return rc;
-    }
-    return ptc_tensor_sha256(t, sha256, err);
-}
+/* A tensor listed at several paths is hashed once (the rows are matched by tensor pointer); each
+ * read is charged to the budget before a byte is read (ptc_tensor_sha256_charged). */
 
 static int hash_tensors(inspect *in, ptc_error *err)
 {
@@ -426,7 +411,7 @@ static int hash_tensors(inspect *in, ptc_error *err)
             memcpy(r->sha256, in->rows[first[i]].sha256, sizeof r->sha256);
             continue;
         }
-        rc = hash_one(in, r->t, r->path, r->sha256, err);
+        rc = ptc_tensor_sha256_charged(r->t, &in->budget, r->path, r->sha256, err);
         cli_progress_update(&p, i + 1);
     }
     cli_progress_end(&p);

@@ -466,6 +466,13 @@ PTC_API void ptc_budget_init(ptc_budget *b, const ptc_ckpt *c, uint64_t max_byte
 /* Charges nodes and bytes: 0, or PTC_ELIMIT (with the budget named in err) when either total would
  * pass its limit; the charge is then not made. b NULL charges nothing. */
 PTC_API int ptc_budget_charge(ptc_budget *b, uint64_t nodes, uint64_t bytes, ptc_error *err);
+/* ptc_tensor_sha256, charged first to b (may be NULL: no charge) with numel x element size bytes read,
+ * whatever the strides, so that a stride-0 view of 2^40 elements is refused before a byte is
+ * hashed: PTC_ELIMIT with a message "hashing tensor PATH (N bytes): ..." (path names the tensor
+ * in messages; NULL or "" reads "(root)"). What `ptc inspect --hash` and ptc_ckpt_json do. Same
+ * threads rule as ptc_tensor_sha256; b must not be charged from two threads at once. */
+PTC_API int ptc_tensor_sha256_charged(const ptc_tensor *t, ptc_budget *b, const char *path,
+                                      uint8_t digest[32], ptc_error *err);
 
 /* The longest path a walk builds (1 MiB). A checkpoint's keys are a few dozen bytes, but a memo
  * can repeat one long str key at every level of a nested dict (a 1 MiB key 900 levels deep makes

@@ -1373,23 +1373,8 @@ static int walk_json(cj *in, value_sink *out, ptc_error *err)
     return rc;
 }
 
-/* The digest of every tensor row. A tensor listed at several paths is read once (the rows are
- * matched by tensor pointer); each read is charged to the budget, numel x element size whatever
- * the strides, before a byte is read: a stride-0 view of 2^40 elements is refused, not hashed. */
-static int hash_one(cj *in, const ptc_tensor *t, const char *path, uint8_t sha256[32],
-                    ptc_error *err)
-{
-    int64_t nb = ptc_tensor_nbytes(t);
-    int rc = ptc_budget_charge(&in->budget, 0, nb >= 0 ? (uint64_t)nb : UINT64_MAX, err);
-    if (rc < 0) {
-        char msg[sizeof err->message];
-        snprintf(msg, sizeof msg, "hashing tensor %.64s (%" PRId64 " bytes): %.*s",
-                 path[0] ? path : "(root)", nb, (int)sizeof msg - 128, err->message);
-        memcpy(err->message, msg, sizeof msg);
-        return rc;
-    }
-    return ptc_tensor_sha256(t, sha256, err);
-}
+/* A tensor listed at several paths is hashed once (the rows are matched by tensor pointer); each
+ * read is charged to the budget before a byte is read (ptc_tensor_sha256_charged). */
 
 /* With hash: the digest of each tensor the scan met, in the order it met them (the order in
  * which the text listing of `ptc inspect --hash` goes through its rows). */
@@ -1400,7 +1385,7 @@ static int hash_digests(cj *in, ptc_error *err)
         in->p.progress(in->p.progress_ctx, 0, in->digests.n);
     for (size_t i = 0; i < in->digests.n && rc == 0; i++) {
         digest *d = &in->digests.d[i];
-        rc = hash_one(in, d->t, d->path, d->sha256, err);
+        rc = ptc_tensor_sha256_charged(d->t, &in->budget, d->path, d->sha256, err);
         if (in->p.progress)
             in->p.progress(in->p.progress_ctx, i + 1, in->digests.n);
     }

@@ -11,6 +11,8 @@
  */
 #include "tensor/tensor.h"
 
+#include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 int ptc__tensor_check(const ptc_tensor *t, uint32_t max_ndim, const char *member, int64_t off,
@@ -310,4 +312,23 @@ int ptc_tensor_sha256(const ptc_tensor *t, uint8_t digest[32], ptc_error *err)
 int ptc__tensor_readout(const ptc_tensor *t, ptc__tensor_sink sink, void *ud, ptc_error *err)
 {
     return readout(t, sink, ud, err);
+}
+
+int ptc_tensor_sha256_charged(const ptc_tensor *t, ptc_budget *b, const char *path,
+                              uint8_t digest[32], ptc_error *err)
+{
+    if (!t || !digest)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_tensor_sha256_charged: missing argument");
+    int64_t nb = ptc_tensor_nbytes(t);
+    int rc = ptc_budget_charge(b, 0, nb >= 0 ? (uint64_t)nb : UINT64_MAX, err);
+    if (rc < 0) {
+        if (err) {
+            char msg[sizeof err->message];
+            snprintf(msg, sizeof msg, "hashing tensor %.64s (%" PRId64 " bytes): %.*s",
+                     path && path[0] ? path : "(root)", nb, (int)sizeof msg - 128, err->message);
+            memcpy(err->message, msg, sizeof msg);
+        }
+        return rc;
+    }
+    return ptc_tensor_sha256(t, digest, err);
 }

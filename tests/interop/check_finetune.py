@@ -14,12 +14,16 @@
      fc alone trainable, then with layer4 and fc, and once with nesterov. torch float64 doing the
      same steps is the oracle, torch float32 the yardstick: ptc's distance to the oracle
      (||a - b|| / ||b|| over the trainable parameters, over the running statistics, and each
-     step's loss) must be at most 2 x torch float32's + 1e-5 (the rule of train_golden.py).
+     step's loss) must be at most 2 x torch float32's + 1e-8. (train_golden.py adds 1e-5 for
+     whole training runs; these few steps sit far below that: on ref ptc measured 4.3e-8 to
+     5.8e-7 against torch float32's 5.1e-8 to 3.2e-6, so the floor is 1e-8, a tenth of float32's
+     epsilon, which only matters where torch float32 happens to land on float64's value.)
      Parameters ptc kept frozen are bit-identical to the start; num_batches_tracked exact.
 
 The C side runs on the ref backend (PTC_TEST_BACKEND overrides). Exit 0 when everything holds,
 1 otherwise, 77 without torch/torchvision, 99 when the programs are not built.
 """
+FLOOR = 1e-8  # the absolute part of the bound (see the docstring)
 import copy
 import os
 import shutil
@@ -183,11 +187,11 @@ def cases(tmp):
         for what, keys in (('trainable parameters', params), ('running statistics', bufs)):
             e_ptc = nrel([ptc[n] for n in keys], [t64[n] for n in keys])
             e_32 = nrel([t32[n] for n in keys], [t64[n] for n in keys])
-            check(e_ptc <= 2 * e_32 + 1e-5, '%s: %s (%d tensors): ptc %.3g from float64, torch '
-                  'float32 %.3g (bound 2 x + 1e-5)' % (name, what, len(keys), e_ptc, e_32))
+            check(e_ptc <= 2 * e_32 + FLOOR, '%s: %s (%d tensors): ptc %.3g from float64, torch '
+                  'float32 %.3g (bound 2 x + 1e-8)' % (name, what, len(keys), e_ptc, e_32))
         e_ptc = max(abs(a - b) / abs(b) for a, b in zip(ptc_loss, l64))
         e_32 = max(abs(a - b) / abs(b) for a, b in zip(l32, l64))
-        check(len(ptc_loss) == k and e_ptc <= 2 * e_32 + 1e-5,
+        check(len(ptc_loss) == k and e_ptc <= 2 * e_32 + FLOOR,
               '%s: losses %s: ptc %.3g from float64 (relative, worst step), torch float32 %.3g'
               % (name, ', '.join('%.5f' % v for v in ptc_loss), e_ptc, e_32))
         same = [n for n in fixed if torch.equal(ptc[n], start[n])]
