@@ -258,8 +258,10 @@ typedef enum ptc_value_kind {
     PTC_VALUE_DTYPE,  /* torch.float32 ... */
     PTC_VALUE_DEVICE, /* torch.device('cuda', 0) */
     PTC_VALUE_SIZE,   /* torch.Size: a tuple of ints */
-    PTC_VALUE_GLOBAL, /* a bare reference to an allowed global that was never called */
-    PTC_VALUE_OBJECT  /* an instance of a class a policy allowed (see ptc_policy_allow_global) */
+    PTC_VALUE_GLOBAL, /* a bare reference to an allowed global that was never called, or any
+                       * global read symbolically (PTC_OPEN_SALVAGE) */
+    PTC_VALUE_OBJECT  /* an instance of a class a policy allowed (see ptc_policy_allow_global),
+                       * or, read symbolically, the result of any call */
 } ptc_value_kind;
 
 PTC_API ptc_value_kind ptc_value_kind_of(const ptc_value *v); /* PTC_VALUE_NONE for NULL */
@@ -380,7 +382,8 @@ typedef enum ptc_format { PTC_FORMAT_ZIP, PTC_FORMAT_LEGACY, PTC_FORMAT_SAFETENS
 
 enum {
     PTC_OPEN_VERIFY_CRC = 1u << 0, /* check the CRC-32 of every record (reads every byte) */
-    PTC_OPEN_COPY = 1u << 1        /* copy storages to the heap instead of using the mapping */
+    PTC_OPEN_COPY = 1u << 1,       /* copy storages to the heap instead of using the mapping */
+    PTC_OPEN_SALVAGE = 1u << 2     /* read globals outside the policy symbolically ("Salvage") */
 };
 
 typedef struct ptc_open_params {
@@ -442,6 +445,38 @@ PTC_API uint64_t ptc_ckpt_record_size(const ptc_ckpt *c, size_t i);
  * pickles executed (for safetensors: the size of its JSON header). */
 PTC_API uint64_t ptc_ckpt_file_size(const ptc_ckpt *c);
 PTC_API uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c);
+
+/* ---- Salvage -----------------------------------------------------------------------------------
+ * Opened with PTC_OPEN_SALVAGE, a checkpoint whose pickle names globals outside the policy (a
+ * whole module saved with torch.save(model), a custom class, a payload) is read symbolically
+ * instead of refused: such a global becomes a symbolic PTC_VALUE_GLOBAL that holds its module and
+ * name and nothing else (ptc never imports, looks up or calls anything the file names); calling
+ * it (REDUCE, NEWOBJ) builds a symbolic PTC_VALUE_OBJECT that holds the callable and the
+ * arguments, and BUILD attaches the state to it. Allowed globals keep their meaning: tensors,
+ * storages, OrderedDict, sets and the rest are real. numpy arrays (numpy.core.multiarray.
+ * _reconstruct or numpy._core.multiarray._reconstruct of numpy.ndarray, with a numpy.dtype and
+ * the raw bytes as BUILD state) become tensors of their dtype and shape. Every limit of a strict
+ * load holds (memo, depth, expansion, sizes); opcodes outside the weights-only subset are still
+ * refused. Salvage changes what the reader refuses, not what the file is: ptc_verify still calls
+ * such a file unsafe.
+ *
+ * The symbolic globals met, one entry per distinct "module.name" in order of first reference:
+ * ptc_ckpt_nsymbols (0 for c NULL or a checkpoint opened without the flag) and ptc_ckpt_symbol (NULL
+ * out of range). Borrowed from c, until ptc_ckpt_close; never fail; only read (any thread). */
+typedef struct ptc_symbol {
+    const char *global; /* "module.name" after torch's Python-2 mapping, escaped */
+    const char *member; /* the pickle's record ("data.pkl"; "" for a legacy stream), escaped */
+    int64_t offset;     /* of the first GLOBAL opcode naming it, in the member */
+    uint64_t refs;      /* GLOBAL opcodes that named it */
+    uint64_t calls;     /* objects built by calling it (REDUCE or NEWOBJ) */
+} ptc_symbol;
+PTC_API size_t ptc_ckpt_nsymbols(const ptc_ckpt *c);
+PTC_API const ptc_symbol *ptc_ckpt_symbol(const ptc_ckpt *c, size_t i);
+/* 1 for a symbolic global or object (read through PTC_OPEN_SALVAGE), 0 otherwise and for NULL. */
+PTC_API int ptc_value_is_symbolic(const ptc_value *v);
+/* The value an object was built by calling (a global, or, read symbolically, any value the pickle
+ * called); NULL for another kind. ptc_value_global_name of an object is that of its callable. */
+PTC_API const ptc_value *ptc_object_callable(const ptc_value *v);
 
 /* ---------------------------------------------------------------------------------------------
  * Work budget. A tree accepted at load time may still share nodes (a memo DAG: the same list
