@@ -1397,7 +1397,8 @@ PTC_API int ptc_report_json(const char *path, const ptc_report *r, const ptc_err
  *              the file itself);
  *   locations  one: physicalLocation.artifactLocation {"uri", "index" into run.artifacts} and,
  *              when the finding has a file offset (ptc_finding.file_offset), region
- *              {"byteOffset": file_offset, "byteLength": 1}; a finding in a member adds
+ *              {"byteOffset": file_offset, "byteLength": 1, or 0 where the offset is the
+ *              file's end (it was cut short there)}; a finding in a member adds
  *              logicalLocations [{"name": member}];
  *   properties the finding as ptc_report_json gives it ("verdict", "code", "kind", "member",
  *              "offset", "file_offset", "torch_refuses") and, where the report lists globals at

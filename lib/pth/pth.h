@@ -112,6 +112,8 @@ int ptc__save_safetensors(const ptc_value *root, const char *path, const ptc_sav
  * characters as \uXXXX (ptc_json_escape_hidden), each line after the first indented by indent
  * more spaces, no newline at the end. ptc__json_emit returns 0, PTC_ENOMEM (o NULL included) or
  * write's code; o stays the caller's. */
+/* The size of the file a report is about (lib/pth/verify.c); 0 for r NULL. */
+uint64_t ptc__report_size(const ptc_report *r);
 struct json_t;
 struct json_t *ptc__json_text(const char *s);
 int ptc__json_emit(struct json_t *o, unsigned indent, ptc_write_fn write, void *ctx);

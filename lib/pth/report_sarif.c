@@ -253,7 +253,7 @@ static json_t *driver_object(void)
 }
 
 /* {"physicalLocation": {"artifactLocation": {"uri", "index"}, "region"?}} */
-static json_t *location(const char *uri, size_t index, int64_t file_offset)
+static json_t *location(const char *uri, size_t index, int64_t file_offset, uint64_t size)
 {
     json_t *loc = json_object(), *phys = json_object(), *art = json_object();
     int bad = !loc || !phys || !art;
@@ -264,7 +264,9 @@ static json_t *location(const char *uri, size_t index, int64_t file_offset)
         json_t *reg = json_object();
         bad |= !reg;
         bad |= json_object_set_new(reg, "byteOffset", json_integer(file_offset));
-        bad |= json_object_set_new(reg, "byteLength", json_integer(1));
+        /* the byte the finding is at; none (an insertion point) where the file ended early */
+        bad |= json_object_set_new(reg, "byteLength",
+                                   json_integer((uint64_t)file_offset < size ? 1 : 0));
         bad |= json_object_set_new(phys, "region", reg);
     }
     bad |= json_object_set_new(loc, "physicalLocation", phys);
@@ -322,7 +324,7 @@ static json_t *result_object(const ptc_report *r, const ptc_finding *f, const ch
                                json_string(f->verdict == PTC_VERDICT_UNSAFE ? "error" : "warning"));
     bad |= json_object_set_new(o, "message", bad ? NULL : text_message((const char *)text.data));
     ptc__buf_free(&text);
-    json_t *loc = location(uri, index, f->file_offset);
+    json_t *loc = location(uri, index, f->file_offset, ptc__report_size(r));
     if (loc && f->member[0]) {
         json_t *logs = json_array(), *lg = json_object();
         bad |= !logs || !lg;
@@ -361,7 +363,7 @@ static json_t *notification(const char *level, const char *text, const char *uri
     int bad = !n || !locs || !props;
     bad |= json_object_set_new(n, "level", json_string(level));
     bad |= json_object_set_new(n, "message", text_message(text));
-    bad |= json_array_append_new(locs, location(uri, index, -1));
+    bad |= json_array_append_new(locs, location(uri, index, -1, 0));
     bad |= json_object_set_new(n, "locations", locs);
     bad |= json_object_set_new(props, "code", json_string(code));
     bad |= json_object_set_new(n, "properties", props);

@@ -58,7 +58,8 @@ struct ptc_report {
     /* The file position of byte 0 of the member being scanned, -1 where its bytes are not the
      * file's (inflated) or unknown: a finding's file_offset is base + offset. */
     int64_t base;
-    size_t load; /* 1 + the index of the load's finding (0: none), placed when the scan reads
+    uint64_t size; /* of the file: a file_offset equal to it is "where the file ends" */
+    size_t load;   /* 1 + the index of the load's finding (0: none), placed when the scan reads
                   * its record; an index, as r->f moves when it grows */
 };
 
@@ -186,6 +187,10 @@ const ptc_global_ref *ptc_report_global(const ptc_report *r, size_t i)
 uint64_t ptc_report_dropped(const ptc_report *r)
 {
     return r ? r->dropped : 0;
+}
+uint64_t ptc__report_size(const ptc_report *r)
+{
+    return r ? r->size : 0;
 }
 
 /* ---- the static pass ------------------------------------------------------------------------ */
@@ -923,6 +928,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     ptc_error le;
     const uint8_t *map = ptc__source_map(src);
     uint64_t size = ptc__source_size(src);
+    r->size = size;
     static const uint8_t empty[1];
     int lrc = ptc_ckpt_open_memory(&ck, map ? map : empty, (size_t)size, &op, &le);
     bool loaded = lrc == 0, safetensors = loaded && ptc_ckpt_format(ck) == PTC_FORMAT_SAFETENSORS;
