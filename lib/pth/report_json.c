@@ -94,20 +94,33 @@ static int write_text(ptc_write_fn write, void *ctx, const char *s, size_t n)
     return rc;
 }
 
-/* json_dump_callback's sink: the text gathered in a ptc__buf (the library's allocator). */
+/* json_dump_callback's sink: the text gathered in a ptc__buf (the library's allocator). jansson
+ * (2.14) ignores the sink's failure while it writes an object's key and goes on, so a failure is
+ * kept here: every later piece is refused too, and the caller looks at failed, not only at what
+ * json_dump_callback returns (test_alloc_fail's SARIF sweep found the text one key short). */
+typedef struct gathered {
+    ptc__buf text;
+    int failed;
+} gathered;
+
 static int gather(const char *p, size_t n, void *ud)
 {
-    return ptc__buf_append(ud, p, n) < 0 ? -1 : 0;
+    gathered *g = ud;
+    if (!g->failed && ptc__buf_append(&g->text, p, n) < 0)
+        g->failed = 1;
+    return g->failed ? -1 : 0;
 }
 
 int ptc__json_emit(json_t *o, unsigned indent, ptc_write_fn write, void *ctx)
 {
     static const char spaces[] = "                ";
-    ptc__buf text = {0};
-    if (!o || json_dump_callback(o, gather, &text, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0) {
-        ptc__buf_free(&text);
+    gathered g = {{0}, 0};
+    if (!o || json_dump_callback(o, gather, &g, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0 ||
+        g.failed) {
+        ptc__buf_free(&g.text);
         return PTC_ENOMEM;
     }
+    ptc__buf text = g.text;
     /* jansson writes newlines only between tokens (a newline inside a string is escaped), so
      * every line after the first can be indented as an element of an enclosing array. */
     const char *p = (const char *)text.data, *end = p + text.len;
