@@ -1292,6 +1292,16 @@ static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value
 {
     ptc_ckpt *c = ud;
     size_t want = c->legacy_mode ? 6 : 5;
+    /* A legacy torch.save of a whole module declares each module class once as ('module', cls,
+     * source_file, source), and torch's loader gives back the class (it only compares the
+     * source text with the class's, and warns). Read symbolically, the class is a name and the
+     * source text is dropped: nothing of it is ever run. */
+    if (c->legacy_mode && (c->flags & PTC_OPEN_SALVAGE) && pid->kind == PTC_VALUE_TUPLE &&
+        pid->u.seq.n == 4 && is_str(pid->u.seq.items[0], "module") &&
+        pid->u.seq.items[1]->kind == PTC_VALUE_GLOBAL) {
+        *out = pid->u.seq.items[1];
+        return 0;
+    }
     if (pid->kind != PTC_VALUE_TUPLE || pid->u.seq.n != want)
         return HOOK_ERR(PTC_EFORMAT, "persistent id must be a %zu-tuple, got a %s", want,
                         kind_name(pid));
