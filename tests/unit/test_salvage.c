@@ -706,6 +706,16 @@ static void test_limits(void)
     begin(&b);
     PUT(&b, "(im\nf\n.");
     CHECK_CODE(open_zip(&b, false, NULL, PTC_OPEN_SALVAGE, NULL, &c, &err), PTC_EUNSAFE, &err);
+    /* A symbolic name reaches a message escaped (found by fuzz_salvage: a storage class). */
+    begin(&b);
+    PUT(&b, "ctorch._utils\n_rebuild_tensor_v2\n((X\x07\x00\x00\x00storagector\x01"
+            "ch\nFloatStorage\nX\x01\x00\x00\x00"
+            "0X\x03\x00\x00\x00"
+            "cpuK\x02tQ.");
+    CHECK_CODE(open_zip(&b, true, NULL, PTC_OPEN_SALVAGE, NULL, &c, &err), PTC_EFORMAT, &err);
+    CHECK(strstr(err.message, "tor\\x01ch.FloatStorage") != NULL);
+    for (const char *q = err.message; *q; q++)
+        CHECK((unsigned char)*q >= 0x20 && *q != 0x7f);
     /* Rebuilds ptc does not implement stay errors. */
     begin(&b);
     PUT(&b, "ctorch._utils\n_rebuild_qtensor\n)R.");
