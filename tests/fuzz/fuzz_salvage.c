@@ -9,7 +9,7 @@
  *     a file it refuses for another reason is refused with the same code;
  *   - a refusal has a code and a printable message;
  *   - an accepted tree is visited completely through the public getters, symbolic objects
- *     included (callable, args, state): every chain of callables ends at a global that has a
+ *     included (callable, args, state, items): every chain of callables ends at a global that has a
  *     name, every symbolic value is a global or an object, and every tensor met anywhere (in a
  *     module's state, a numpy array) is hashed and read, its storage inside its bytes;
  *   - the symbol table holds at most PTC_SYMBOLS_MAX printable entries with offsets inside the
@@ -138,6 +138,12 @@ static void touch(const ptc_value *v, visit *st)
             touch(ptc_object_args(v), st);
         if (ptc_object_state(v))
             touch(ptc_object_state(v), st);
+        if (ptc_object_items(v)) {
+            FUZZ_REQUIRE(ptc_value_is_symbolic(v));
+            FUZZ_REQUIRE(ptc_value_kind_of(ptc_object_items(v)) == PTC_VALUE_DICT ||
+                         ptc_value_kind_of(ptc_object_items(v)) == PTC_VALUE_LIST);
+            touch(ptc_object_items(v), st);
+        }
         break;
     }
     default:
