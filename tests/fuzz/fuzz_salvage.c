@@ -160,6 +160,12 @@ static uint64_t walk_hash(const ptc_ckpt *c, size_t *n)
     *n = 0;
     if (ptc_walk_new(&w, ptc_ckpt_root(c), &err) < 0)
         return 0;
+    /* A memo DAG of containers with few tensors costs the walk its nodes, not its tensors: both
+     * walks stop at the same node. */
+    ptc_budget budget;
+    ptc_budget_init(&budget, c, 0);
+    budget.max_nodes = FUZZ_MAX_VISITS;
+    ptc_walk_set_budget(w, &budget);
     const char *path;
     const ptc_tensor *t;
     int64_t left = FUZZ_MAX_HASH_BYTES;
