@@ -455,14 +455,30 @@ PTC_API uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c);
  * arguments, and BUILD attaches the state to it. Allowed globals keep their meaning: tensors,
  * storages, OrderedDict, sets and the rest are real. numpy arrays (numpy.core.multiarray.
  * _reconstruct or numpy._core.multiarray._reconstruct of numpy.ndarray, with a numpy.dtype and
- * the raw bytes as BUILD state) become tensors of their dtype and shape. Every limit of a strict
+ * the raw bytes as BUILD state) and numpy scalars (multiarray.scalar(dtype, bytes)) become tensors
+ * of their dtype and shape: bool, int8 to int64, uint8 to uint64, float16/32/64, complex64/128,
+ * either byte order, C or Fortran order. A legacy stream's module classes (persistent ids
+ * ('module', cls, file, source)) are their classes, as torch reads them. Every limit of a strict
  * load holds (memo, depth, expansion, sizes); opcodes outside the weights-only subset are still
  * refused. Salvage changes what the reader refuses, not what the file is: ptc_verify still calls
  * such a file unsafe.
  *
- * The symbolic globals met, one entry per distinct "module.name" in order of first reference:
- * ptc_ckpt_nsymbols (0 for c NULL or a checkpoint opened without the flag) and ptc_ckpt_symbol (NULL
- * out of range). Borrowed from c, until ptc_ckpt_close; never fail; only read (any thread). */
+ * How a symbolic value behaves: a symbolic object is hashable by identity (a dict key or set item
+ * equal only to itself, as Python hashes an instance); a second BUILD on one is ignored (the
+ * first state stays); calling an object (REDUCE of getattr(...)'s result) makes another symbolic
+ * object whose callable is that object; SETITEM(S) and APPEND(S) on one fill its items
+ * (ptc_object_items). A numpy array whose BUILD state is malformed, of an
+ * object or structured dtype, or of a dtype ptc has no tensor type for, stays a symbolic object.
+ * The arrays' bytes are copied into storages the checkpoint owns, keyed "numpy.0", "numpy.1", ...
+ * (no file key has a '.'), charged to max_heap_bytes like every copy. ptc_save refuses a tree
+ * that holds a symbolic value (PTC_EINVAL): the file's globals are never written back.
+ *
+ * The symbolic globals met, one entry per distinct "module.name" in order of first reference, at
+ * most PTC_SYMBOLS_MAX of them: ptc_ckpt_nsymbols (0 for c NULL or a checkpoint opened without
+ * the flag) and ptc_ckpt_symbol (NULL out of range); ptc_ckpt_symbols_dropped counts the GLOBAL
+ * opcodes that named a global the full table had no room for (0 for NULL). Borrowed from c,
+ * until ptc_ckpt_close; never fail; only read (any thread). */
+#define PTC_SYMBOLS_MAX 4096
 typedef struct ptc_symbol {
     const char *global; /* "module.name" after torch's Python-2 mapping, escaped */
     const char *member; /* the pickle's record ("data.pkl"; "" for a legacy stream), escaped */
@@ -472,11 +488,21 @@ typedef struct ptc_symbol {
 } ptc_symbol;
 PTC_API size_t ptc_ckpt_nsymbols(const ptc_ckpt *c);
 PTC_API const ptc_symbol *ptc_ckpt_symbol(const ptc_ckpt *c, size_t i);
-/* 1 for a symbolic global or object (read through PTC_OPEN_SALVAGE), 0 otherwise and for NULL. */
+PTC_API uint64_t ptc_ckpt_symbols_dropped(const ptc_ckpt *c);
+/* 1 for a symbolic global or object (read through PTC_OPEN_SALVAGE), 0 otherwise and for NULL;
+ * a numpy array rebuilt as a tensor is no longer symbolic. */
 PTC_API int ptc_value_is_symbolic(const ptc_value *v);
 /* The value an object was built by calling (a global, or, read symbolically, any value the pickle
- * called); NULL for another kind. ptc_value_global_name of an object is that of its callable. */
+ * called: then an object, whose own callable leads on, always ending at a global); NULL for
+ * another kind and for NULL. Borrowed like v. ptc_value_global_name of an object is that of the
+ * global its chain of callables ends at (raw: escape it before printing). Both only read: any
+ * thread. */
 PTC_API const ptc_value *ptc_object_callable(const ptc_value *v);
+/* Read symbolically, the items a pickle gave an object of a dict or list subclass (a
+ * collections.defaultdict, a custom list): SETITEM(S) make a dict, APPEND(S) a list, in the
+ * pickle's order (one object takes one kind or the file is refused). NULL when it got none, for
+ * another kind and for NULL. Borrowed like v; only reads (any thread). */
+PTC_API const ptc_value *ptc_object_items(const ptc_value *v);
 
 /* ---------------------------------------------------------------------------------------------
  * Work budget. A tree accepted at load time may still share nodes (a memo DAG: the same list
