@@ -32,7 +32,11 @@ enum {
      * means nothing else. A symbolic object is hashable by identity, as Python hashes an
      * instance without __hash__. */
     PTC__V_SYMBOLIC = 1u << 5,
-    PTC__V_CALLED = 1u << 6 /* object: the callable of another object (never rebuilt in place) */
+    PTC__V_CALLED = 1u << 6, /* object: the callable of another object (never rebuilt in place) */
+    /* global (with PTC__V_SYMBOLIC): the placeholder that salvage puts where an edge closed a
+     * cycle (ptc__value_check_tree with a cut arena). A leaf, hashable by identity; u.g.name is
+     * what it stood for (the enclosing object's class, or a container's kind). */
+    PTC__V_BACKREF = 1u << 7
 };
 
 typedef struct ptc__seq {
@@ -57,7 +61,8 @@ struct ptc_value {
     uint8_t kind;      /* ptc_value_kind or PTC__VALUE_OPAQUE */
     uint8_t flags;     /* PTC__V_* */
     uint8_t mark;      /* scratch for tree checks (cycle / depth) */
-    uint64_t expanded; /* nodes of the subtree with shared parts counted each time (tree check) */
+    uint64_t expanded; /* nodes of the subtree with shared parts counted each time (tree check);
+                        * while the check has the node on its path, its frame's index there */
     union {
         void *opaque;
         bool b;
@@ -166,6 +171,9 @@ typedef struct ptc__pickle_params {
     /* REDUCE and NEWOBJ hand a PTC_VALUE_OBJECT callable to the hooks as well (symbolic reading:
      * getattr(cls, 'x')(...) calls an object); without it only a global is callable. */
     bool call_objects;
+    /* Salvage: a cycle in the finished tree is cut (ptc__value_check_tree with the arena) instead
+     * of refused. */
+    bool cut_cycles;
 } ptc__pickle_params;
 
 int ptc__pickle_run(const uint8_t *data, size_t len, const ptc__pickle_params *p, ptc_value **root,
@@ -179,9 +187,20 @@ const ptc_limits *ptc__vm_limits(const ptc__vm *vm);
 
 /* Checks a finished tree: no cycles (PTC_EFORMAT), nesting at most max_depth, and the tree with
  * every shared subtree counted each time it is reached at most max_expanded nodes (PTC_ELIMIT),
- * so that no walk of an accepted tree can blow up ("billion laughs"). */
-int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t max_expanded,
-                          const char *member, ptc_error *err);
+ * so that no walk of an accepted tree can blow up ("billion laughs").
+ *
+ * With cut not NULL (salvage), a cycle is not refused but cut: the depth-first walk from the root
+ * in the tree's order (items; dict keys and values in turn, then the attributes; an object's
+ * args, state, items, callable) replaces each edge that leads to a node on its own path (a back
+ * edge) by a placeholder allocated in cut: a symbolic global (PTC__V_BACKREF) named "<back-
+ * reference to an enclosing CLASS object>" or "<back-reference to an enclosing KIND>", one per
+ * node pointed back to, with no children. The walk then goes on exactly as the walk of the
+ * original graph would (it never enters a node on its path), so the edges cut are that graph's
+ * back edges in that order: what remains is acyclic and every node stays reachable, and depth
+ * and expansion are checked on what remains. A dict whose keys changed hash is re-indexed.
+ * PTC_ENOMEM when a placeholder cannot be made. */
+int ptc__value_check_tree(ptc_value *root, uint32_t max_depth, uint64_t max_expanded,
+                          ptc__arena *cut, const char *member, ptc_error *err);
 
 /* ---- static scanner --------------------------------------------------------------------------
  * Decodes every opcode of pickle protocols 0 to 5 without executing anything and reports each

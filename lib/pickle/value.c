@@ -9,6 +9,7 @@
 #include "pickle/pickle.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -339,6 +340,9 @@ static uint64_t hash_value(const ptc_value *v, int depth)
     case PTC_VALUE_DTYPE:
         return mix(0xd7 + (uint64_t)v->u.dt);
     case PTC_VALUE_GLOBAL:
+        /* A placeholder for a cut cycle stands for one node: identity. */
+        if (v->flags & PTC__V_BACKREF)
+            return mix((uint64_t)(uintptr_t)v);
         return hash_bytes(v->u.g.full, strlen(v->u.g.full));
     case PTC_VALUE_TENSOR:
     case PTC_VALUE_OBJECT:
@@ -388,6 +392,8 @@ static int equal_depth(const ptc_value *a, const ptc_value *b, int depth)
     case PTC_VALUE_DTYPE:
         return a->u.dt == b->u.dt;
     case PTC_VALUE_GLOBAL:
+        if ((a->flags | b->flags) & PTC__V_BACKREF)
+            return 0; /* identity (checked above) */
         return strcmp(a->u.g.full, b->u.g.full) == 0;
     case PTC_VALUE_DEVICE:
         return strcmp(a->u.dev.type, b->u.dev.type) == 0 && a->u.dev.index == b->u.dev.index;
@@ -537,12 +543,18 @@ int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val
 
 /* ---- tree check ------------------------------------------------------------------------------
  * Iterative depth-first walk with three colours: 0 unseen, 1 on the current path, 2 finished.
- * Meeting a node of colour 1 is a cycle. Shared subtrees are walked once. */
+ * Meeting a node of colour 1 is a cycle: refused, or (salvage) cut. Shared subtrees are walked
+ * once. */
 
 typedef struct frame {
-    const ptc_value *v;
-    size_t next; /* index of the next child to visit */
+    ptc_value *v;
+    size_t next;        /* index of the next child to visit */
+    ptc_value *backref; /* salvage: the placeholder that stands for v where an edge led back */
 } frame;
+
+/* The bytes of a class name a placeholder repeats: real names are a few dozen bytes, and one
+ * placeholder per node pointed back to keeps their total within the tree's size times this. */
+#define BACKREF_NAME_MAX 200
 
 static size_t nchildren(const ptc_value *v)
 {
@@ -581,7 +593,84 @@ static const ptc_value *child(const ptc_value *v, size_t i)
     }
 }
 
-static void finish(ptc_value *v)
+/* Makes child i of v (as child() numbers them) the value c. */
+static void set_child(ptc_value *v, size_t i, ptc_value *c)
+{
+    switch (v->kind) {
+    case PTC_VALUE_DICT:
+        if (i == 2 * v->u.dict.n)
+            v->u.dict.attrs = c;
+        else if (i & 1)
+            v->u.dict.vals[i / 2] = c;
+        else
+            v->u.dict.keys[i / 2] = c;
+        return;
+    case PTC_VALUE_OBJECT:
+        if (i == 0)
+            v->u.obj.args = c;
+        else if (i == 1)
+            v->u.obj.state = c;
+        else if (i == 2)
+            v->u.obj.items = c;
+        else
+            v->u.obj.cls = c;
+        return;
+    default:
+        v->u.seq.items[i] = c;
+        return;
+    }
+}
+
+/* The placeholder for an edge back to target: "<back-reference to an enclosing CLASS object>"
+ * (CLASS as ptc_value_global_name gives it, cut at BACKREF_NAME_MAX bytes on a UTF-8 boundary)
+ * or "<back-reference to an enclosing KIND>" for a container. NULL when out of memory. */
+static ptc_value *backref_new(ptc__arena *a, const ptc_value *target)
+{
+    bool object = target->kind == PTC_VALUE_OBJECT;
+    const char *name =
+        object ? ptc_value_global_name(target) : ptc_value_kind_name((ptc_value_kind)target->kind);
+    if (!name)
+        name = "?";
+    size_t n = strlen(name);
+    bool cut = n > BACKREF_NAME_MAX;
+    if (cut) {
+        n = BACKREF_NAME_MAX;
+        while (n > 0 && ((uint8_t)name[n] & 0xC0) == 0x80)
+            n--;
+    }
+    static const char head[] = "<back-reference to an enclosing ";
+    const char *tail = object ? " object>" : ">";
+    size_t len = sizeof head - 1 + n + (cut ? 3 : 0) + strlen(tail);
+    ptc_value *v = ptc__value_new(a, PTC_VALUE_GLOBAL);
+    char *full = ptc__arena_alloc(a, len + 1);
+    char *short_name = ptc__arena_alloc(a, n + 4);
+    if (!v || !full || !short_name)
+        return NULL;
+    memcpy(short_name, name, n);
+    memcpy(short_name + n, cut ? "..." : "", cut ? 4 : 1);
+    snprintf(full, len + 1, "%s%s%s", head, short_name, tail);
+    v->flags = PTC__V_SYMBOLIC | PTC__V_BACKREF;
+    v->u.g.module = "<back-reference>";
+    v->u.g.name = short_name;
+    v->u.g.full = full;
+    v->u.g.id = 0;
+    v->mark = 2; /* a finished leaf of one node */
+    v->expanded = 1;
+    return v;
+}
+
+/* Fills a dict's index again: a key changed its hash (a placeholder now stands in a tuple key,
+ * or is the key). The slots stay; no allocation. */
+static void index_refill(ptc__dict *d)
+{
+    if (!d->index)
+        return;
+    memset(d->index, 0, d->index_cap * sizeof *d->index);
+    for (size_t i = 0; i < d->n; i++)
+        index_insert(d, NULL, i);
+}
+
+static void finish(ptc_value *v, bool reindex)
 {
     uint64_t total = 1;
     size_t n = nchildren(v);
@@ -590,12 +679,15 @@ static void finish(ptc_value *v)
         if (c && !ptc__add_u64_ok(total, c->expanded, &total))
             total = UINT64_MAX;
     }
+    /* Every cut inside this dict's keys was made before it finishes (its keys finish first). */
+    if (reindex && v->kind == PTC_VALUE_DICT)
+        index_refill(&v->u.dict);
     v->expanded = total;
     v->mark = 2;
 }
 
-int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t max_expanded,
-                          const char *member, ptc_error *err)
+int ptc__value_check_tree(ptc_value *root, uint32_t max_depth, uint64_t max_expanded,
+                          ptc__arena *cut, const char *member, ptc_error *err)
 {
     if (!root)
         return 0;
@@ -606,16 +698,18 @@ int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t ma
                                  "a bare storage is not a value ptc can return (save tensors "
                                  "instead)");
     size_t cap = 64, n = 0;
+    uint64_t cuts = 0;
     frame *st = ptc__malloc(cap * sizeof *st);
     if (!st)
         return ptc__err(err, PTC_ENOMEM, member, -1, "out of memory checking the object tree");
     int rc = 0;
-    ((ptc_value *)root)->mark = 1;
-    st[n++] = (frame){root, 0};
+    root->mark = 1;
+    root->expanded = 0; /* its frame, while it is on the path */
+    st[n++] = (frame){root, 0, NULL};
     while (n > 0) {
         frame *f = &st[n - 1];
         if (f->next >= nchildren(f->v)) {
-            finish((ptc_value *)f->v);
+            finish(f->v, cuts > 0);
             if (f->v->expanded > max_expanded) {
                 rc = ptc__err_stricter(err, PTC_ELIMIT, member, -1,
                                        "shared references expand the object tree beyond %llu nodes",
@@ -625,7 +719,8 @@ int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t ma
             n--;
             continue;
         }
-        const ptc_value *c = child(f->v, f->next++);
+        size_t i = f->next++;
+        ptc_value *c = (ptc_value *)child(f->v, i);
         if (!c || c->mark == 2)
             continue;
         if (c->kind == PTC__VALUE_OPAQUE) {
@@ -633,6 +728,19 @@ int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t ma
                                    "a bare storage is not a value ptc can return (save tensors "
                                    "instead)");
             break;
+        }
+        if (c->mark == 1 && cut) {
+            /* A back edge: c is on the path, at frame c->expanded. One placeholder per node
+             * pointed back to, shared by every edge that led to it (as the node was). */
+            frame *t = &st[c->expanded];
+            if (!t->backref && !(t->backref = backref_new(cut, c))) {
+                rc = ptc__err(err, PTC_ENOMEM, member, -1,
+                              "out of memory cutting a cycle of the object tree");
+                break;
+            }
+            set_child(f->v, i, t->backref);
+            cuts++;
+            continue;
         }
         if (c->mark == 1) {
             rc = ptc__err_stricter(err, PTC_EFORMAT, member, -1,
@@ -656,8 +764,9 @@ int ptc__value_check_tree(const ptc_value *root, uint32_t max_depth, uint64_t ma
             st = ns;
             cap *= 2;
         }
-        ((ptc_value *)c)->mark = 1;
-        st[n++] = (frame){c, 0};
+        c->mark = 1;
+        c->expanded = n;
+        st[n++] = (frame){c, 0, NULL};
     }
     ptc__free(st);
     return rc;
@@ -842,15 +951,27 @@ const char *ptc_value_global_name(const ptc_value *v)
         return NULL;
     /* An object's callable is a global or, read symbolically, an object made before it: the
      * chain ends at a global. */
-    while (v && v->kind == PTC_VALUE_OBJECT)
+    bool called = false;
+    while (v && v->kind == PTC_VALUE_OBJECT) {
         v = v->u.obj.cls;
-    return v && v->kind == PTC_VALUE_GLOBAL ? v->u.g.full : NULL;
+        called = true;
+    }
+    if (!v || v->kind != PTC_VALUE_GLOBAL)
+        return NULL;
+    /* Salvage cut the edge to a callable that pointed back to an enclosing object: the object
+     * is of the class that one was of, which the placeholder kept. */
+    return called && (v->flags & PTC__V_BACKREF) ? v->u.g.name : v->u.g.full;
 }
 
 int ptc_value_is_symbolic(const ptc_value *v)
 {
     return v && (v->kind == PTC_VALUE_GLOBAL || v->kind == PTC_VALUE_OBJECT) &&
            (v->flags & PTC__V_SYMBOLIC);
+}
+
+int ptc_value_is_back_reference(const ptc_value *v)
+{
+    return v && v->kind == PTC_VALUE_GLOBAL && (v->flags & PTC__V_BACKREF);
 }
 
 const ptc_value *ptc_object_callable(const ptc_value *v)

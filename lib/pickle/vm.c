@@ -1083,8 +1083,8 @@ int ptc__pickle_run(const uint8_t *data, size_t len, const ptc__pickle_params *p
     if (p->nops)
         *p->nops += vm.nops;
     if (rc == 0)
-        rc = ptc__value_check_tree(result, p->limits->max_depth, p->limits->max_objects, p->member,
-                                   err);
+        rc = ptc__value_check_tree(result, p->limits->max_depth, p->limits->max_objects,
+                                   p->cut_cycles ? p->arena : NULL, p->member, err);
     if (rc == 0) {
         *root = result;
         if (consumed)

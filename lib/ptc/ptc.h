@@ -473,6 +473,26 @@ PTC_API uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c);
  * (no file key has a '.'), charged to max_heap_bytes like every copy. ptc_save refuses a tree
  * that holds a symbolic value (PTC_EINVAL): the file's globals are never written back.
  *
+ * Cycles. Python objects may hold themselves (an OmegaConf node's _parent points to the node that
+ * holds it, an object's state to the object): the pickle memo hands an object out after its
+ * REDUCE / NEWOBJ and before its BUILD. A strict load refuses a cycle (PTC_EFORMAT); salvage cuts
+ * it. The finished tree is walked depth-first from the root in its order (sequence items; a
+ * dict's keys and values in turn, then its attributes; an object's args, state, items, then its
+ * callable) and each edge that leads to a value on the walk's own path is replaced by a
+ * placeholder: a symbolic PTC_VALUE_GLOBAL (ptc_value_is_symbolic 1, ptc_value_is_back_reference
+ * 1) whose ptc_value_global_name is "<back-reference to an enclosing CLASS object>" (CLASS the
+ * enclosing object's, as ptc_value_global_name gives it, cut after 200 bytes with "...") or
+ * "<back-reference to an enclosing list>" (the kind of a container). It has no children and
+ * never points into the tree, so every walk (ptc_walk, ptc_ckpt_json, ptc inspect, diff,
+ * convert, ptc_salvage_state_dict) terminates, and depth and expansion limits are checked on the
+ * tree after the cuts. One placeholder per value pointed back to, shared by every edge that led
+ * to it; hashable by identity (equal only to itself). The edges cut are the back edges of that
+ * walk, which depends on the tree alone: the same file always gives the same tree. A cut edge
+ * inside a value the memo shares is cut for every path that reaches the value; the value it led
+ * to still encloses it on each of them (it reaches it). Any edge may be cut: an object's args,
+ * state, items or callable (ptc_value_global_name of an object whose callable was cut still
+ * names its class), a dict key (the dict is re-indexed) or a dict's attributes.
+ *
  * The symbolic globals met, one entry per distinct "module.name" in order of first reference, at
  * most PTC_SYMBOLS_MAX of them: ptc_ckpt_nsymbols (0 for c NULL or a checkpoint opened without
  * the flag) and ptc_ckpt_symbol (NULL out of range); ptc_ckpt_symbols_dropped counts the GLOBAL
@@ -492,6 +512,9 @@ PTC_API uint64_t ptc_ckpt_symbols_dropped(const ptc_ckpt *c);
 /* 1 for a symbolic global or object (read through PTC_OPEN_SALVAGE), 0 otherwise and for NULL;
  * a numpy array rebuilt as a tensor is no longer symbolic. */
 PTC_API int ptc_value_is_symbolic(const ptc_value *v);
+/* 1 for the placeholder salvage put where it cut a cycle (a symbolic global, see "Cycles"
+ * above), 0 otherwise and for NULL. Only reads: any thread. */
+PTC_API int ptc_value_is_back_reference(const ptc_value *v);
 /* The value an object was built by calling (a global, or, read symbolically, any value the pickle
  * called: then an object, whose own callable leads on, always ending at a global); NULL for
  * another kind and for NULL. Borrowed like v. ptc_value_global_name of an object is that of the

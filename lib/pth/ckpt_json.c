@@ -530,6 +530,11 @@ static void render(cj *in, sbuf *b, const ptc_value *v, int depth, unsigned flag
             sb_puts(b, "')");
         break;
     case PTC_VALUE_GLOBAL:
+        /* Salvage's placeholder for a cut cycle names itself: "<back-reference to ...>". */
+        if (ptc_value_is_back_reference(v)) {
+            render_text(b, ptc_value_global_name(v), flags);
+            break;
+        }
         sb_puts(b, "<global ");
         render_text(b, ptc_value_global_name(v), flags);
         sb_puts(b, ">");

@@ -189,6 +189,7 @@ int ptc__pth_run_pickle(ptc_ckpt *c, const uint8_t *data, size_t len, const char
         .allow_trailing = allow_trailing,
         .nops = &c->nops,
         .call_objects = salvage,
+        .cut_cycles = salvage,
     };
     return ptc__pickle_run(data, len, &p, root, consumed, err);
 }

@@ -224,7 +224,8 @@ static int run_one(const uint8_t *data, size_t len, uint64_t base, bool allow_tr
             FUZZ_REQUIRE(*consumed > 0 && *consumed <= len);
         /* The machine checks its result itself; checking again from outside catches a tree
          * that changed after that check, and exercises the checker on every accepted tree. */
-        rc = ptc__value_check_tree(root, limits->max_depth, limits->max_objects, "fuzz.pkl", &err);
+        rc = ptc__value_check_tree(root, limits->max_depth, limits->max_objects, NULL, "fuzz.pkl",
+                                   &err);
         if (rc == 0) {
             unsigned visits = 0;
             touch_value(root, &visits);

@@ -387,12 +387,15 @@ static void test_object_items(void)
     PUT(&b, "c__main__\nL\n)\x81K\x01"
             "aK\x01K\x02s.");
     CHECK_CODE(open_zip(&b, false, NULL, PTC_OPEN_SALVAGE, NULL, &c, &err), PTC_EFORMAT, &err);
-    /* An object that holds itself among its items is a cycle. */
+    /* An object that holds itself among its items is a cycle: salvage cuts it, the edge becomes
+     * a placeholder (test_salvage_cycle.c has the cycles). */
     begin(&b);
     PUT(&b, "c__main__\nL\n)\x81q\x00h\x00"
             "a.");
-    CHECK_CODE(open_zip(&b, false, NULL, PTC_OPEN_SALVAGE, NULL, &c, &err), PTC_EFORMAT, &err);
-    CHECK(strstr(err.message, "cycle") != NULL);
+    CHECK_CODE(open_zip(&b, false, NULL, PTC_OPEN_SALVAGE, NULL, &c, &err), 0, &err);
+    CHECK_INT(ptc_value_is_back_reference(ptc_value_item(ptc_object_items(ptc_ckpt_root(c)), 0)),
+              1);
+    ptc_ckpt_close(c);
     free(b.p);
 }
 
@@ -738,11 +741,6 @@ static void test_limits(void)
         PUT(&b, "h\x00h\x01h\x01\x86Rq\x01");
     end(&b);
     CHECK_CODE(open_zip(&b, false, NULL, PTC_OPEN_SALVAGE, NULL, &c, &err), PTC_ELIMIT, &err);
-    /* A cycle through a state: refused when the tree is checked. */
-    begin(&b);
-    PUT(&b, "cm\nf\n)Rq\x00h\x00"
-            "b.");
-    CHECK_CODE(open_zip(&b, false, NULL, PTC_OPEN_SALVAGE, NULL, &c, &err), PTC_EFORMAT, &err);
     /* Opcodes outside the subset stay refused: STACK_GLOBAL, INST. */
     begin(&b);
     PUT(&b, "X\x01\x00\x00\x00mX\x01\x00\x00\x00"
