@@ -27,7 +27,12 @@ enum {
     PTC__V_COUNTER = 1u << 1,   /* dict: collections.Counter */
     PTC__V_BYTEARRAY = 1u << 2, /* bytes: builtins.bytearray */
     PTC__V_PARAMETER = 1u << 3, /* tensor wrapped in nn.Parameter */
-    PTC__V_OWN_BYTES = 1u << 4  /* bytearray: its bytes are its own, not shared with a bytes */
+    PTC__V_OWN_BYTES = 1u << 4, /* bytearray: its bytes are its own, not shared with a bytes */
+    /* global or object read symbolically (PTC_OPEN_SALVAGE): it holds names and arguments and
+     * means nothing else. A symbolic object is hashable by identity, as Python hashes an
+     * instance without __hash__. */
+    PTC__V_SYMBOLIC = 1u << 5,
+    PTC__V_CALLED = 1u << 6 /* object: the callable of another object (never rebuilt in place) */
 };
 
 typedef struct ptc__seq {
@@ -78,7 +83,7 @@ struct ptc_value {
             int id;                           /* the hook's own tag for the global */
         } g;
         struct {
-            const ptc_value *cls;
+            const ptc_value *cls; /* a global; read symbolically, also an object */
             ptc_value *args;
             ptc_value *state;
         } obj;
@@ -107,7 +112,8 @@ ptc_value *ptc__value_str(ptc__arena *a, ptc_value_kind kind, const char *s, siz
 int ptc__seq_reserve(ptc__arena *a, ptc_value *seq, size_t more);
 int ptc__seq_push(ptc__arena *a, ptc_value *seq, ptc_value *item);
 /* dict[key] = val with Python semantics: an equal key keeps its position and takes the new value.
- * Keys must be hashable (None, bool, int, float, str, bytes, tuple of those, dtype, global);
+ * Keys must be hashable (None, bool, int, float, str, bytes, tuple of those, dtype, global,
+ * tensor, device, symbolic object);
  * anything else is PTC_EFORMAT. */
 int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val, ptc_error *err,
                   const char *member, int64_t offset);
@@ -154,6 +160,9 @@ typedef struct ptc__pickle_params {
     const ptc__vm_hooks *hooks;
     bool allow_trailing;
     uint64_t *nops; /* when not NULL, the opcodes executed are added to it */
+    /* REDUCE and NEWOBJ hand a PTC_VALUE_OBJECT callable to the hooks as well (symbolic reading:
+     * getattr(cls, 'x')(...) calls an object); without it only a global is callable. */
+    bool call_objects;
 } ptc__pickle_params;
 
 int ptc__pickle_run(const uint8_t *data, size_t len, const ptc__pickle_params *p, ptc_value **root,

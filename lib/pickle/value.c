@@ -146,6 +146,10 @@ static bool hashable_rec(const ptc_value *v, int depth, size_t *nodes)
             if (v->u.seq.items[i] == v || !hashable_rec(v->u.seq.items[i], depth + 1, nodes))
                 return false;
         return true;
+    case PTC_VALUE_OBJECT:
+        /* Python hashes an instance by its identity unless its class says otherwise, which ptc
+         * cannot know of a class it reads symbolically: identity it is (enums are dict keys). */
+        return (v->flags & PTC__V_SYMBOLIC) != 0;
     default:
         return false;
     }
@@ -337,7 +341,10 @@ static uint64_t hash_value(const ptc_value *v, int depth)
     case PTC_VALUE_GLOBAL:
         return hash_bytes(v->u.g.full, strlen(v->u.g.full));
     case PTC_VALUE_TENSOR:
-        return mix((uint64_t)(uintptr_t)v->u.t);
+    case PTC_VALUE_OBJECT:
+        /* Identity, the node's address: a symbolic numpy array becomes a tensor in place (BUILD)
+         * and keeps its place in any dict it is already a key of. */
+        return mix((uint64_t)(uintptr_t)v);
     case PTC_VALUE_COMPLEX:
         return mix((uint64_t)(int64_t)(v->u.c.re * 1000003 + v->u.c.im));
     case PTC_VALUE_DEVICE:
@@ -393,7 +400,7 @@ static int equal_depth(const ptc_value *a, const ptc_value *b, int depth)
                 return 0;
         return 1;
     default:
-        return 0; /* tensors compare by identity (checked above) */
+        return 0; /* tensors and objects compare by identity (checked above) */
     }
 }
 
@@ -548,7 +555,8 @@ static size_t nchildren(const ptc_value *v)
     case PTC_VALUE_DICT:
         return 2 * v->u.dict.n + 1;
     case PTC_VALUE_OBJECT:
-        return 2;
+        /* A callable that is not a global (symbolic reading) is a subtree of its own. */
+        return v->u.obj.cls && v->u.obj.cls->kind != PTC_VALUE_GLOBAL ? 3 : 2;
     default:
         return 0;
     }
@@ -562,7 +570,7 @@ static const ptc_value *child(const ptc_value *v, size_t i)
             return v->u.dict.attrs;
         return (i & 1) ? v->u.dict.vals[i / 2] : v->u.dict.keys[i / 2];
     case PTC_VALUE_OBJECT:
-        return i == 0 ? v->u.obj.args : v->u.obj.state;
+        return i == 0 ? v->u.obj.args : i == 1 ? v->u.obj.state : v->u.obj.cls;
     default:
         return v->u.seq.items[i];
     }
@@ -827,11 +835,22 @@ const char *ptc_value_global_name(const ptc_value *v)
 {
     if (!v)
         return NULL;
-    if (v->kind == PTC_VALUE_GLOBAL)
-        return v->u.g.full;
-    if (v->kind == PTC_VALUE_OBJECT && v->u.obj.cls)
-        return v->u.obj.cls->u.g.full;
-    return NULL;
+    /* An object's callable is a global or, read symbolically, an object made before it: the
+     * chain ends at a global. */
+    while (v && v->kind == PTC_VALUE_OBJECT)
+        v = v->u.obj.cls;
+    return v && v->kind == PTC_VALUE_GLOBAL ? v->u.g.full : NULL;
+}
+
+int ptc_value_is_symbolic(const ptc_value *v)
+{
+    return v && (v->kind == PTC_VALUE_GLOBAL || v->kind == PTC_VALUE_OBJECT) &&
+           (v->flags & PTC__V_SYMBOLIC);
+}
+
+const ptc_value *ptc_object_callable(const ptc_value *v)
+{
+    return v && v->kind == PTC_VALUE_OBJECT ? v->u.obj.cls : NULL;
 }
 
 const ptc_value *ptc_object_args(const ptc_value *v)

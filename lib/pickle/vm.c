@@ -969,7 +969,8 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             ptc_value *args = vm->stack[vm->nstack - 1];
             ptc_value *fn = vm->stack[vm->nstack - 2];
             /* torch unpacks a list of arguments as well (for an allowed callable). */
-            if (fn->kind != PTC_VALUE_GLOBAL)
+            if (fn->kind != PTC_VALUE_GLOBAL &&
+                !(vm->p->call_objects && fn->kind == PTC_VALUE_OBJECT))
                 return VM_ERR(vm, PTC_EFORMAT, "%s on a %s, which is not callable",
                               ptc__pickle_opname(op),
                               ptc_value_kind_name((ptc_value_kind)fn->kind));

@@ -460,9 +460,21 @@ PTC_API uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c);
  * refused. Salvage changes what the reader refuses, not what the file is: ptc_verify still calls
  * such a file unsafe.
  *
- * The symbolic globals met, one entry per distinct "module.name" in order of first reference:
- * ptc_ckpt_nsymbols (0 for c NULL or a checkpoint opened without the flag) and ptc_ckpt_symbol (NULL
- * out of range). Borrowed from c, until ptc_ckpt_close; never fail; only read (any thread). */
+ * How a symbolic value behaves: a symbolic object is hashable by identity (a dict key or set item
+ * equal only to itself, as Python hashes an instance); a second BUILD on one is ignored (the
+ * first state stays); calling an object (REDUCE of getattr(...)'s result) makes another symbolic
+ * object whose callable is that object. A numpy array whose BUILD state is malformed, of an
+ * object or structured dtype, or of a dtype ptc has no tensor type for, stays a symbolic object.
+ * The arrays' bytes are copied into storages the checkpoint owns, keyed "numpy.0", "numpy.1", ...
+ * (no file key has a '.'), charged to max_heap_bytes like every copy. ptc_save refuses a tree
+ * that holds a symbolic value (PTC_EINVAL): the file's globals are never written back.
+ *
+ * The symbolic globals met, one entry per distinct "module.name" in order of first reference, at
+ * most PTC_SYMBOLS_MAX of them: ptc_ckpt_nsymbols (0 for c NULL or a checkpoint opened without
+ * the flag) and ptc_ckpt_symbol (NULL out of range); ptc_ckpt_symbols_dropped counts the GLOBAL
+ * opcodes that named a global the full table had no room for (0 for NULL). Borrowed from c,
+ * until ptc_ckpt_close; never fail; only read (any thread). */
+#define PTC_SYMBOLS_MAX 4096
 typedef struct ptc_symbol {
     const char *global; /* "module.name" after torch's Python-2 mapping, escaped */
     const char *member; /* the pickle's record ("data.pkl"; "" for a legacy stream), escaped */
@@ -472,6 +484,7 @@ typedef struct ptc_symbol {
 } ptc_symbol;
 PTC_API size_t ptc_ckpt_nsymbols(const ptc_ckpt *c);
 PTC_API const ptc_symbol *ptc_ckpt_symbol(const ptc_ckpt *c, size_t i);
+PTC_API uint64_t ptc_ckpt_symbols_dropped(const ptc_ckpt *c);
 /* 1 for a symbolic global or object (read through PTC_OPEN_SALVAGE), 0 otherwise and for NULL. */
 PTC_API int ptc_value_is_symbolic(const ptc_value *v);
 /* The value an object was built by calling (a global, or, read symbolically, any value the pickle

@@ -62,7 +62,7 @@ static bool torch_finds_keys(ptc_ckpt *c, const ptc_value *keys)
         const ptc_value *k = items[i];
         const ptc_storage *s =
             k->kind == PTC_VALUE_STR ? ptc__ckpt_find_storage(c, k->u.s.p) : NULL;
-        if (!s || s->parent)
+        if (!s || s->parent || s->salvaged)
             return false;
     }
     return true;
@@ -135,13 +135,14 @@ int ptc__load_legacy(ptc_ckpt *c, ptc_error *err)
     }
     c->root = parts[3];
 
-    /* The key list must name every root storage exactly once and nothing else. */
+    /* The key list must name every root storage exactly once and nothing else (a salvaged numpy
+     * array's storage has no data in the stream). */
     const ptc_value *keys = parts[4];
-    ptc_value *const *kitems;
+    ptc_value *const *kitems = NULL;
     size_t nkeys = 0, nroots = 0;
     key_items(keys, &kitems, &nkeys);
     for (size_t i = 0; i < c->nstorages; i++)
-        nroots += c->storages[i]->parent == NULL;
+        nroots += c->storages[i]->parent == NULL && !c->storages[i]->salvaged;
     if (nkeys != nroots)
         return PTC__ERR_IF(torch_finds_keys(c, keys), PTC_EFORMAT, "legacy keys", -1,
                            "the key list names %zu storages but the object declares %zu", nkeys,
@@ -151,7 +152,7 @@ int ptc__load_legacy(ptc_ckpt *c, ptc_error *err)
         if (k->kind != PTC_VALUE_STR)
             return ptc__err(err, PTC_EFORMAT, "legacy keys", -1, "key %zu is not a str", i);
         ptc_storage *s = ptc__ckpt_find_storage(c, k->u.s.p);
-        if (!s || s->parent)
+        if (!s || s->parent || s->salvaged)
             return ptc__err(err, PTC_EFORMAT, "legacy keys", -1,
                             "key %zu names no storage declared by the object", i);
         if (s->mapped || s->owned) /* already read: the key was listed before */

@@ -158,7 +158,7 @@ int ptc__ckpt_add_storage(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
     } else {
         index_storage(c, c->nstorages - 1);
     }
-    if (c->format == PTC_FORMAT_ZIP)
+    if (c->format == PTC_FORMAT_ZIP && !s->salvaged)
         return bind_record(c, s, err);
     return 0;
 }
@@ -172,8 +172,9 @@ int ptc__pth_run_pickle(ptc_ckpt *c, const uint8_t *data, size_t len, const char
     /* Fail closed: a reference outside the policy anywhere in the bytes refuses the pickle before
      * a single opcode runs, even if the stream breaks later (threat model P9). */
     size_t scanned = len;
-    int rc =
-        ptc__pth_prescan(c->policy, data, len, member, base_offset, !allow_trailing, &scanned, err);
+    bool salvage = (c->flags & PTC_OPEN_SALVAGE) != 0;
+    int rc = ptc__pth_prescan(c->policy, salvage, data, len, member, base_offset, !allow_trailing,
+                              &scanned, err);
     if (rc < 0)
         return rc;
     ptc__vm_hooks hooks = ptc__pth_hooks_template;
@@ -187,6 +188,7 @@ int ptc__pth_run_pickle(ptc_ckpt *c, const uint8_t *data, size_t len, const char
         .hooks = &hooks,
         .allow_trailing = allow_trailing,
         .nops = &c->nops,
+        .call_objects = salvage,
     };
     return ptc__pickle_run(data, len, &p, root, consumed, err);
 }
@@ -397,10 +399,13 @@ int ptc__load_zip(ptc_ckpt *c, ptc_error *err)
     if (rc < 0)
         return rc;
     c->root = root;
-    /* Every data/<key> record must belong to a declared storage. */
+    /* Every data/<key> record must belong to a declared storage (a salvaged numpy array's has
+     * none: its bytes were in the pickle). */
     for (size_t i = 0; i < n; i++) {
         const char *r = ptc__zip_entry_at(c->zip, i)->record;
-        if (strncmp(r, "data/", 5) == 0 && !ptc__ckpt_find_storage(c, r + 5)) {
+        const ptc_storage *s =
+            strncmp(r, "data/", 5) == 0 ? ptc__ckpt_find_storage(c, r + 5) : NULL;
+        if (strncmp(r, "data/", 5) == 0 && (!s || s->salvaged)) {
             char esc[96];
             return ptc__err_stricter(err, PTC_EFORMAT, r, -1, "record %s belongs to no storage",
                                      ptc__escape(esc, sizeof esc, r, strlen(r), true));

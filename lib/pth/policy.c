@@ -273,13 +273,15 @@ int ptc_policy_allows(const ptc_policy *p, const char *module, const char *name)
 
 typedef struct prescan_ctx {
     const ptc_policy *policy;
+    bool salvage; /* GLOBALs outside the policy are read symbolically */
     const char *member;
     bool after_stop; /* the scan is past the pickle's first STOP */
     ptc_error *err;
 } prescan_ctx;
 
 /* The verdict on one item; e gets the message without member and offset. */
-static int prescan_check(const ptc_policy *policy, const ptc__scan_item *it, ptc_error *e)
+static int prescan_check(const ptc_policy *policy, bool salvage, const ptc__scan_item *it,
+                         ptc_error *e)
 {
     char em[160], en[160];
     switch (it->kind) {
@@ -298,6 +300,8 @@ static int prescan_check(const ptc_policy *policy, const ptc__scan_item *it, ptc
                             "GLOBAL %s.%s is not a valid name and not allowed",
                             ptc__escape(em, sizeof em, it->module, it->module_len, false),
                             ptc__escape(en, sizeof en, it->name, it->name_len, false));
+        if (salvage) /* any valid name becomes a symbolic global, allowed or not */
+            return 0;
         const char *m = it->module, *n = it->name;
         ptc__pickle_map_name(&m, &n);
         ptc__gid id;
@@ -322,7 +326,7 @@ static int prescan_item(void *ud, const ptc__scan_item *it)
 {
     prescan_ctx *c = ud;
     ptc_error e;
-    int rc = prescan_check(c->policy, it, &e);
+    int rc = prescan_check(c->policy, c->salvage, it, &e);
     if (rc == 0)
         return 0;
     /* torch 2.6 never reads past the first STOP: what the scan refuses there, ptc alone does. */
@@ -331,10 +335,11 @@ static int prescan_item(void *ud, const ptc__scan_item *it)
     return ptc__err(c->err, rc, c->member, (int64_t)it->offset, "%s", e.message);
 }
 
-int ptc__pth_prescan(const ptc_policy *p, const uint8_t *data, size_t len, const char *member,
-                     uint64_t base_offset, bool whole, size_t *consumed, ptc_error *err)
+int ptc__pth_prescan(const ptc_policy *p, bool salvage, const uint8_t *data, size_t len,
+                     const char *member, uint64_t base_offset, bool whole, size_t *consumed,
+                     ptc_error *err)
 {
-    prescan_ctx c = {p, member, false, err};
+    prescan_ctx c = {p, salvage, member, false, err};
     ptc_error scan_err;
     size_t first = 0, rest = 0;
     int rc =

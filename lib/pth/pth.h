@@ -46,8 +46,9 @@ typedef enum ptc__gid {
     G_REBUILD_DEVICE_NUMPY,
     G_REBUILD_DEVICE_CPU,
     G_REBUILD_FROM_TYPE_V2,
-    G_DTYPE, /* torch.float32 ...: becomes a PTC_VALUE_DTYPE, never a GLOBAL */
-    G_USER   /* allowed by ptc_policy_allow_global */
+    G_DTYPE,   /* torch.float32 ...: becomes a PTC_VALUE_DTYPE, never a GLOBAL */
+    G_USER,    /* allowed by ptc_policy_allow_global */
+    G_SYMBOLIC /* outside the policy, read symbolically (PTC_OPEN_SALVAGE): a name, never called */
 } ptc__gid;
 
 /* Classifies "module"."name" (already mapped from Python 2 names) under a policy: the id, and for
@@ -62,9 +63,13 @@ bool ptc__module_blocked(const char *module);
 int ptc__policy_each_builtin(int (*fn)(void *ud, const char *module, const char *name, bool strict),
                              void *ud);
 
-/* Scans one pickle for references outside the policy before it runs (fail closed). */
-int ptc__pth_prescan(const ptc_policy *p, const uint8_t *data, size_t len, const char *member,
-                     uint64_t base_offset, bool whole, size_t *consumed, ptc_error *err);
+/* Scans one pickle for references outside the policy before it runs (fail closed). With salvage
+ * (PTC_OPEN_SALVAGE), a GLOBAL by a valid name outside the policy passes (the machine reads it
+ * symbolically); what reaches a callable by other means (STACK_GLOBAL, INST, EXT*, OBJ,
+ * NEWOBJ_EX) is refused all the same. */
+int ptc__pth_prescan(const ptc_policy *p, bool salvage, const uint8_t *data, size_t len,
+                     const char *member, uint64_t base_offset, bool whole, size_t *consumed,
+                     ptc_error *err);
 
 struct ptc_ckpt {
     ptc_format format;
@@ -85,7 +90,27 @@ struct ptc_ckpt {
     size_t sindex_cap;
     bool legacy_mode; /* persistent ids are 6-tuples */
     uint64_t nops;    /* opcodes executed by every pickle read (the work budget's node base) */
+    /* Salvage (lib/pth/salvage.c): the symbolic globals met, at most PTC__SALVAGE_MAX_SYMBOLS */
+    ptc_symbol *symbols; /* [nsymbols] in the arena, in order of first reference */
+    size_t nsymbols, capsymbols;
+    ptc_value *symbol_index;  /* dict: raw "module.name" str -> itself, at the symbol's position */
+    uint64_t symbols_dropped; /* GLOBAL opcodes naming a global the full table had no room for */
+    uint64_t narrays;         /* numpy arrays salvaged: their storages are "numpy.<n>" */
 };
+
+/* ---- salvage (lib/pth/salvage.c) ---------------------------------------------------------------
+ * The hooks' symbolic side, reached only with PTC_OPEN_SALVAGE. The cap on distinct symbols: a
+ * hostile file names as many globals as it has GLOBAL opcodes, and each entry costs memory. */
+#define PTC__SALVAGE_MAX_SYMBOLS PTC_SYMBOLS_MAX
+/* Records the symbolic global g (a GLOBAL outside the policy, id G_SYMBOLIC) in c's table. */
+int ptc__salvage_note_global(ptc_ckpt *c, ptc__vm *vm, const ptc_value *g, ptc_error *err);
+/* REDUCE / NEWOBJ of a symbolic global or of an object: a symbolic object (or, for numpy's
+ * scalar, a 0-d tensor). */
+int ptc__salvage_call(ptc_ckpt *c, ptc__vm *vm, ptc_value *fn, ptc_value *args, ptc_value **out,
+                      ptc_error *err);
+/* BUILD on a symbolic object: its state; a numpy array becomes a tensor in place. */
+int ptc__salvage_build(ptc_ckpt *c, ptc__vm *vm, ptc_value *target, ptc_value *state,
+                       ptc_error *err);
 
 /* The unpickling hooks of a checkpoint (ud = the ptc_ckpt). */
 extern const ptc__vm_hooks ptc__pth_hooks_template;

@@ -42,8 +42,14 @@ static int hook_global(void *ud, ptc__vm *vm, const char *module, const char *na
     ptc_ckpt *c = ud;
     ptc__gid id;
     ptc_dtype dt = PTC_FLOAT32;
+    bool salvage = (c->flags & PTC_OPEN_SALVAGE) != 0;
     int rc = ptc__policy_lookup(c->policy, module, name, &id, &dt, ptc__vm_member(vm),
-                                ptc__vm_offset(vm), err);
+                                ptc__vm_offset(vm), salvage ? NULL : err);
+    /* Salvage: what the policy refuses is only a name (blocked modules included). */
+    if (rc == PTC_EUNSAFE && salvage) {
+        id = G_SYMBOLIC;
+        rc = 0;
+    }
     if (rc < 0)
         return rc;
     ptc__arena *a = ptc__vm_arena(vm);
@@ -69,6 +75,11 @@ static int hook_global(void *ud, ptc__vm *vm, const char *module, const char *na
     v->u.g.id = (int)id;
     if (!v->u.g.module)
         return HOOK_ERR(PTC_ENOMEM, "out of memory");
+    if (id == G_SYMBOLIC) {
+        v->flags |= PTC__V_SYMBOLIC;
+        if ((rc = ptc__salvage_note_global(c, vm, v, err)) < 0)
+            return rc;
+    }
     /* Storage classes remember their dtype in the flags-free union slot via the name; the
      * persistent-id hook maps it again. */
     *out = v;
@@ -912,6 +923,9 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
 static int hook_reduce(void *ud, ptc__vm *vm, ptc_value *fn, ptc_value *args, ptc_value **out,
                        ptc_error *err)
 {
+    /* The machine hands over an object only when reading symbolically. */
+    if (fn->kind != PTC_VALUE_GLOBAL || fn->u.g.id == G_SYMBOLIC)
+        return ptc__salvage_call(ud, vm, fn, args, out, err);
     return call(vm, ud, fn, args, out, err);
 }
 
@@ -1118,6 +1132,8 @@ static int hook_newobj(void *ud, ptc__vm *vm, ptc_value *cls, ptc_value *args, p
 {
     size_t n = args->u.seq.n;
     bool b = true;
+    if (cls->kind != PTC_VALUE_GLOBAL || cls->u.g.id == G_SYMBOLIC)
+        return ptc__salvage_call(ud, vm, cls, args, out, err);
     if (cls->u.g.id == G_PARAMETER) {
         if (n < 1 || n > 2 || (n == 2 && !get_bool(args->u.seq.items[1], &b)))
             return HOOK_ERR(PTC_EFORMAT, "Parameter takes (tensor[, bool])");
@@ -1149,7 +1165,8 @@ static int hook_newobj(void *ud, ptc__vm *vm, ptc_value *cls, ptc_value *args, p
 
 static int hook_build(void *ud, ptc__vm *vm, ptc_value *target, ptc_value *state, ptc_error *err)
 {
-    (void)ud;
+    if (target->kind == PTC_VALUE_OBJECT && (target->flags & PTC__V_SYMBOLIC))
+        return ptc__salvage_build(ud, vm, target, state, err);
     if (target->kind == PTC_VALUE_OBJECT) {
         if (target->u.obj.state) /* torch sets the state again */
             return HOOK_STRICTER(PTC_EFORMAT, "BUILD applied twice to one object");

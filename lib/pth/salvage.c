@@ -1,398 +1,365 @@
 /*
- * salvage.c - ptc_salvage_state_dict: the state dict module.state_dict() would give, taken from a
- * pickled nn.Module (torch.save(model), YOLO's {"model": Model, ...}, a DDP wrapper) without
- * running anything.
+ * salvage.c - symbolic reading (PTC_OPEN_SALVAGE): what the policy refuses becomes names, calls of
+ * them objects that hold their arguments and BUILD state, and numpy arrays and scalars tensors.
  *
- * A module is recognised by its structure alone, never by its class name: an object (a symbolic
- * one read through PTC_OPEN_SALVAGE, or one a policy allowed) whose BUILD state is a dict holding
- * the dicts _parameters, _buffers and _modules, which is what nn.Module.__dict__ always holds and
- * what pickle's default __reduce_ex__ writes as the state. The keys follow torch 2.6's
- * Module.state_dict (torch/nn/modules/module.py): for each module its parameters in _parameters
- * order, then its buffers in _buffers order except those named in _non_persistent_buffers_set,
- * None entries skipped, then each child of _modules (a None child skipped) under "name." in
- * order. state_dict() does not deduplicate: a module reached twice through _modules is visited
- * twice, under both names, and so is it here. Values are detached as torch's state_dict detaches
- * them: a Parameter becomes a plain tensor (requires_grad False, no Python attributes) viewing the
- * same storage with the same view, so that tied weights still share their storage.
+ * Nothing the file names is imported, looked up or called. A symbolic global is its module and
+ * name; a symbolic object is (callable, args, state) exactly as the pickle gave them. The only
+ * names given a meaning are numpy's array and scalar reconstructors, and only as a description of
+ * bytes: their data is copied into a storage the checkpoint owns and no numpy code is involved.
+ * Every limit of the strict machine holds: symbolic globals and objects are values like any
+ * other (max_objects, max_depth, the expansion check; an object's callable that is not a global
+ * is a child of it in the tree check), the table of distinct symbols stops at
+ * PTC__SALVAGE_MAX_SYMBOLS, and array bytes are charged to the heap budget.
  *
- * What the pickle cannot hold is not invented: _metadata versions are class attributes, and
- * get_extra_state() and state-dict hooks are code; the output has none of them.
- *
- * Hostile trees: the value tree was checked for cycles and depth when it was read, but it may be
- * a DAG (one module referenced from two parents, twenty levels deep: 2^20 visits). Every module,
- * entry and path lookup is charged one node to a ptc_budget, every key its length in bytes
- * written; module nesting is capped at SALVAGE_MAX_DEPTH and keys at PTC_PATH_MAX.
+ * numpy's pickles at protocol 2 (numpy 1.x names the module numpy.core.multiarray, numpy 2
+ * numpy._core.multiarray; docs/internals/salvage.md):
+ *   array   _reconstruct(numpy.ndarray, (0,), b'b'), then BUILD (1, shape, dtype, is_fortran,
+ *           data); numpy also reads the state without its leading version (4 items)
+ *   dtype   numpy.dtype(code, False, True), then BUILD (3, byteorder, subarray, names, fields,
+ *           elsize, alignment, flags); version 4 adds the metadata as a ninth item. code is the
+ *           kind and size ("f4", "i8", "b1", "c16"); byteorder is '<', '>' or '|' (one byte)
+ *   scalar  scalar(dtype, data)
+ *   data    bytes (at protocol 2 _codecs.encode(str, 'latin1'); b'' as builtins.bytes()), exactly
+ *           numel * itemsize of them, in the dtype's byte order, in C order or, with is_fortran,
+ *           in Fortran order.
+ * Anything else (object and structured dtypes, strings, datetimes, a subclass of ndarray, a state
+ * that is not exactly this) leaves the object symbolic: the report shows it, nothing is guessed.
  */
 #include "pth/pth.h"
 
+#include <stdio.h>
 #include <string.h>
 
-#define SALVAGE_MAX_DEPTH    256 /* module nesting (torchvision's deepest models nest < 10) */
-#define SALVAGE_MAX_SEGMENTS 256 /* dots in a --state-dict path */
+#define SALVAGE_ERR(code, ...)                                                                     \
+    ptc__err(err, code, ptc__vm_member(vm), ptc__vm_offset(vm), __VA_ARGS__)
 
-typedef struct sd {
-    ptc_doc *d;
-    ptc_value *dict;    /* the output OrderedDict */
-    ptc_budget *budget; /* charged for every visit */
-    ptc_error *err;
-    char *key; /* the key being built: prefix, then the entry's name */
-    size_t len, cap;
-} sd;
+/* ---- the symbol table ------------------------------------------------------------------------ */
 
-/* ---- recognising a module ------------------------------------------------------------------- */
-
-static const ptc_value *dict_field(const ptc_value *state, const char *name)
+/* The position of the symbol whose raw name is full, or SIZE_MAX. */
+static size_t symbol_find(const ptc_ckpt *c, const char *full)
 {
-    const ptc_value *v = ptc_dict_get(state, name);
-    return ptc_value_kind_of(v) == PTC_VALUE_DICT ? v : NULL;
+    if (!c->symbol_index)
+        return SIZE_MAX;
+    ptc_value probe = {0};
+    probe.kind = PTC_VALUE_STR;
+    probe.u.s.p = full;
+    probe.u.s.n = strlen(full);
+    return ptc__dict_index(c->symbol_index, &probe);
 }
 
-/* The BUILD state of module v, or NULL when v is not a module. */
-static const ptc_value *module_state(const ptc_value *v)
+int ptc__salvage_note_global(ptc_ckpt *c, ptc__vm *vm, const ptc_value *g, ptc_error *err)
 {
-    if (ptc_value_kind_of(v) != PTC_VALUE_OBJECT)
-        return NULL;
-    const ptc_value *st = ptc_object_state(v);
-    if (ptc_value_kind_of(st) != PTC_VALUE_DICT || !dict_field(st, "_parameters") ||
-        !dict_field(st, "_buffers") || !dict_field(st, "_modules"))
-        return NULL;
-    return st;
-}
-
-int ptc_salvage_is_module(const ptc_value *v)
-{
-    return module_state(v) != NULL;
-}
-
-/* 1 when v is a dict whose every value is a tensor (a state dict already). */
-static int is_state_dict(const ptc_value *v)
-{
-    if (ptc_value_kind_of(v) != PTC_VALUE_DICT)
+    size_t i = symbol_find(c, g->u.g.full);
+    if (i != SIZE_MAX) {
+        c->symbols[i].refs++;
         return 0;
-    for (size_t i = 0, n = ptc_value_len(v); i < n; i++)
-        if (ptc_value_kind_of(ptc_dict_value(v, i)) != PTC_VALUE_TENSOR)
-            return 0;
-    return 1;
-}
-
-/* ---- building the state dict ---------------------------------------------------------------- */
-
-static int doc_fail(sd *s)
-{
-    const ptc_error *e = ptc_doc_error(s->d);
-    if (s->err && e)
-        *s->err = *e;
-    return e && e->code < 0 ? e->code : PTC_ENOMEM;
-}
-
-/* Appends n bytes to the key; the key never passes PTC_PATH_MAX. */
-static int key_put(sd *s, const char *p, size_t n)
-{
-    if (n > PTC_PATH_MAX - s->len)
-        return ptc__err(s->err, PTC_ELIMIT, "", -1,
-                        "salvage: a state dict key longer than %zu bytes (PTC_PATH_MAX)",
-                        (size_t)PTC_PATH_MAX);
-    if (s->len + n + 1 > s->cap) {
-        size_t cap = s->cap ? s->cap : 256;
-        while (cap < s->len + n + 1)
-            cap *= 2;
-        char *k = ptc__realloc(s->key, cap);
-        if (!k)
-            return ptc__err(s->err, PTC_ENOMEM, "", -1, "out of memory");
-        s->key = k;
-        s->cap = cap;
     }
-    memcpy(s->key + s->len, p, n);
-    s->len += n;
-    s->key[s->len] = '\0';
-    return 0;
-}
-
-/* The text of a str key; a key of another kind (a file may write one) is refused. */
-static int entry_name(sd *s, const ptc_value *k, const char *what, const char **p, size_t *n)
-{
-    if (ptc_value_kind_of(k) == PTC_VALUE_STR && ptc_value_str(k, p, n) == 0)
+    if (c->nsymbols >= PTC__SALVAGE_MAX_SYMBOLS) {
+        c->symbols_dropped++;
         return 0;
-    return ptc__err(s->err, PTC_EFORMAT, "", -1, "salvage: module '%.200s' has a %s key that is %s",
-                    s->len ? s->key : "(root)", what, ptc_value_kind_name(ptc_value_kind_of(k)));
-}
-
-/* Writes key prefix+name -> tensor v detached: the same view of the same storage, a plain tensor
- * (torch's state_dict calls .detach(): no Parameter, no grad, no Python attributes). */
-static int emit(sd *s, const char *name, size_t n, const ptc_value *v, const char *what)
-{
-    size_t keep = s->len;
-    int rc = ptc_budget_charge(s->budget, 1, (uint64_t)s->len + n, s->err);
+    }
+    ptc__arena *a = ptc__vm_arena(vm);
+    if (!c->symbol_index && !(c->symbol_index = ptc__value_new(a, PTC_VALUE_DICT)))
+        return SALVAGE_ERR(PTC_ENOMEM, "out of memory");
+    if (c->nsymbols == c->capsymbols) {
+        /* The arena cannot grow a block: a doubled copy, at most twice the table's size. */
+        size_t cap = c->capsymbols ? c->capsymbols * 2 : 16;
+        ptc_symbol *grown = ptc__arena_alloc(a, cap * sizeof *grown);
+        if (!grown)
+            return SALVAGE_ERR(PTC_ENOMEM, "out of memory");
+        if (c->nsymbols)
+            memcpy(grown, c->symbols, c->nsymbols * sizeof *grown);
+        c->symbols = grown;
+        c->capsymbols = cap;
+    }
+    size_t n = strlen(g->u.g.full), cap = 4 * n + 4; /* every byte may become \xNN */
+    ptc_value *key = ptc__value_str(a, PTC_VALUE_STR, g->u.g.full, n);
+    char *shown = ptc__arena_alloc(a, cap);
+    if (!key || !shown)
+        return SALVAGE_ERR(PTC_ENOMEM, "out of memory");
+    int rc =
+        ptc__dict_set(a, c->symbol_index, key, key, err, ptc__vm_member(vm), ptc__vm_offset(vm));
     if (rc < 0)
         return rc;
-    if ((rc = key_put(s, name, n)) < 0)
-        return rc;
-    if (ptc_value_kind_of(v) != PTC_VALUE_TENSOR) {
-        const char *cls = ptc_value_global_name(v);
-        rc = ptc__err(s->err, PTC_EUNSUPPORTED, "", -1,
-                      "salvage: %s '%.200s' is %s%s%.200s, not a tensor", what, s->key,
-                      ptc_value_kind_name(ptc_value_kind_of(v)), cls ? " of " : "", cls ? cls : "");
-        s->len = keep;
-        return rc;
-    }
-    ptc_value *key = ptc_doc_str(s->d, s->key, s->len);
-    s->len = keep;
-    /* ptc_doc_parameter copies the view (storage, offset, strides, conj/neg bits) into a node of
-     * the document; that copy is then made a plain tensor. */
-    ptc_value *t = ptc_doc_parameter(s->d, v, 0);
-    if (!key || !t)
-        return doc_fail(s);
-    t->u.t->parameter = false;
-    t->u.t->requires_grad = false;
-    t->u.t->state = NULL;
-    if (ptc_doc_set(s->d, s->dict, key, t) < 0)
-        return doc_fail(s);
+    ptc_symbol *s = &c->symbols[c->nsymbols++];
+    s->global = ptc__escape(shown, cap, g->u.g.full, n, true);
+    /* A legacy stream is five pickles in one file: the offset is the file's. */
+    s->member = c->legacy_mode ? "" : ptc__vm_member(vm);
+    s->offset = ptc__vm_offset(vm);
+    s->refs = 1;
+    s->calls = 0;
     return 0;
 }
 
-/* 1 when name is in the set of str nonpersistent (a set, or any sequence a file wrote). Each
- * item compared is charged: a set of a million names checked for a million buffers is 10^12. */
-static int is_nonpersistent(sd *s, const ptc_value *set, const char *name, size_t n, int *rc)
+size_t ptc_ckpt_nsymbols(const ptc_ckpt *c)
 {
-    size_t m = ptc_value_len(set);
-    if (m && (*rc = ptc_budget_charge(s->budget, m, 0, s->err)) < 0)
-        return 0;
-    for (size_t i = 0; i < m; i++) {
-        const char *p;
-        size_t len;
-        if (ptc_value_str(ptc_value_item(set, i), &p, &len) == 0 && len == n && !memcmp(p, name, n))
-            return 1;
-    }
-    return 0;
+    return c ? c->nsymbols : 0;
 }
 
-static int walk_module(sd *s, const ptc_value *m, unsigned depth)
+const ptc_symbol *ptc_ckpt_symbol(const ptc_ckpt *c, size_t i)
 {
-    if (depth > SALVAGE_MAX_DEPTH)
-        return ptc__err(s->err, PTC_ELIMIT, "", -1,
-                        "salvage: modules nested deeper than %d levels at '%.200s'",
-                        SALVAGE_MAX_DEPTH, s->key);
-    int rc = ptc_budget_charge(s->budget, 1, 0, s->err);
-    if (rc < 0)
-        return rc;
-    const ptc_value *st = module_state(m);
-    const ptc_value *params = dict_field(st, "_parameters");
-    const ptc_value *buffers = dict_field(st, "_buffers");
-    const ptc_value *children = dict_field(st, "_modules");
-    const ptc_value *nonpersistent = ptc_dict_get(st, "_non_persistent_buffers_set");
-    const char *name;
-    size_t n;
+    return c && i < c->nsymbols ? &c->symbols[i] : NULL;
+}
 
-    for (size_t i = 0, np = ptc_value_len(params); i < np; i++) {
-        const ptc_value *v = ptc_dict_value(params, i);
-        if ((rc = entry_name(s, ptc_dict_key(params, i), "parameter", &name, &n)) < 0)
-            return rc;
-        if (ptc_value_kind_of(v) != PTC_VALUE_NONE && (rc = emit(s, name, n, v, "parameter")) < 0)
-            return rc;
-    }
-    for (size_t i = 0, nb = ptc_value_len(buffers); i < nb; i++) {
-        const ptc_value *v = ptc_dict_value(buffers, i);
-        if ((rc = entry_name(s, ptc_dict_key(buffers, i), "buffer", &name, &n)) < 0)
-            return rc;
-        if (ptc_value_kind_of(v) == PTC_VALUE_NONE)
+uint64_t ptc_ckpt_symbols_dropped(const ptc_ckpt *c)
+{
+    return c ? c->symbols_dropped : 0;
+}
+
+/* ---- numpy -------------------------------------------------------------------------------------- */
+
+static bool get_int(const ptc_value *v, int64_t *out)
+{
+    if (v->kind != PTC_VALUE_INT || !v->u.i.fits)
+        return false;
+    *out = v->u.i.v;
+    return true;
+}
+
+static bool is_global(const ptc_value *v, const char *full)
+{
+    return v->kind == PTC_VALUE_GLOBAL && strcmp(v->u.g.full, full) == 0;
+}
+
+/* Whether g is numpy's multiarray.<name>, under numpy 1's module name or numpy 2's. */
+static bool numpy_multiarray(const ptc_value *g, const char *name)
+{
+    return g->kind == PTC_VALUE_GLOBAL && (g->flags & PTC__V_SYMBOLIC) &&
+           (strcmp(g->u.g.module, "numpy.core.multiarray") == 0 ||
+            strcmp(g->u.g.module, "numpy._core.multiarray") == 0) &&
+           strcmp(g->u.g.name, name) == 0;
+}
+
+typedef struct np_dtype {
+    ptc_dtype dt;
+    size_t size;
+    bool big; /* '>' */
+} np_dtype;
+
+/* The tensor dtype of a numpy.dtype object as numpy pickles it; false for a dtype ptc has no
+ * tensor type for (object, structured, strings, datetimes, ...) or one not written as numpy
+ * writes it. */
+static bool numpy_dtype(const ptc_value *d, np_dtype *out)
+{
+    static const struct {
+        const char *code;
+        ptc_dtype dt;
+    } codes[] = {{"b1", PTC_BOOL},      {"u1", PTC_UINT8},      {"i1", PTC_INT8},
+                 {"i2", PTC_INT16},     {"i4", PTC_INT32},      {"i8", PTC_INT64},
+                 {"u2", PTC_UINT16},    {"u4", PTC_UINT32},     {"u8", PTC_UINT64},
+                 {"f2", PTC_FLOAT16},   {"f4", PTC_FLOAT32},    {"f8", PTC_FLOAT64},
+                 {"c8", PTC_COMPLEX64}, {"c16", PTC_COMPLEX128}};
+    if (d->kind != PTC_VALUE_OBJECT || !(d->flags & PTC__V_SYMBOLIC) ||
+        !is_global(d->u.obj.cls, "numpy.dtype"))
+        return false;
+    const ptc_value *args = d->u.obj.args, *st = d->u.obj.state;
+    if (!args || args->kind != PTC_VALUE_TUPLE || args->u.seq.n < 1 ||
+        args->u.seq.items[0]->kind != PTC_VALUE_STR || !st || st->kind != PTC_VALUE_TUPLE ||
+        (st->u.seq.n != 8 && st->u.seq.n != 9))
+        return false;
+    ptc_value **s = st->u.seq.items;
+    int64_t version, elsize, align;
+    if (!get_int(s[0], &version) || version != (st->u.seq.n == 8 ? 3 : 4) ||
+        s[1]->kind != PTC_VALUE_STR || s[1]->u.s.n != 1 || s[2]->kind != PTC_VALUE_NONE ||
+        s[3]->kind != PTC_VALUE_NONE || s[4]->kind != PTC_VALUE_NONE || !get_int(s[5], &elsize) ||
+        elsize != -1 || !get_int(s[6], &align) || align != -1)
+        return false;
+    const ptc_value *code = args->u.seq.items[0];
+    for (size_t i = 0; i < sizeof codes / sizeof *codes; i++) {
+        if (code->u.s.n != strlen(codes[i].code) || memcmp(code->u.s.p, codes[i].code, code->u.s.n))
             continue;
-        rc = 0;
-        if (is_nonpersistent(s, nonpersistent, name, n, &rc))
-            continue;
-        if (rc < 0 || (rc = emit(s, name, n, v, "buffer")) < 0)
-            return rc;
+        out->dt = codes[i].dt;
+        out->size = ptc_dtype_size(codes[i].dt);
+        char order = s[1]->u.s.p[0];
+        out->big = order == '>';
+        /* '|' (no order) is what numpy writes for one byte; '=' it never writes. */
+        return order == '<' || order == '>' || (order == '|' && out->size == 1);
     }
-    for (size_t i = 0, nc = ptc_value_len(children); i < nc; i++) {
-        const ptc_value *v = ptc_dict_value(children, i);
-        if ((rc = entry_name(s, ptc_dict_key(children, i), "submodule", &name, &n)) < 0)
-            return rc;
-        if (ptc_value_kind_of(v) == PTC_VALUE_NONE)
-            continue;
-        size_t keep = s->len;
-        if ((rc = key_put(s, name, n)) < 0)
-            return rc;
-        if (!module_state(v)) {
-            const char *cls = ptc_value_global_name(v);
-            rc = ptc__err(s->err, PTC_EUNSUPPORTED, "", -1,
-                          "salvage: submodule '%.200s' is %s%s%.200s, not a module (no "
-                          "_parameters, _buffers and _modules in its state)",
-                          s->key, ptc_value_kind_name(ptc_value_kind_of(v)), cls ? " of " : "",
-                          cls ? cls : "");
-            s->len = keep;
-            return rc;
-        }
-        if ((rc = key_put(s, ".", 1)) < 0 || (rc = walk_module(s, v, depth + 1)) < 0)
-            return rc;
-        s->len = keep;
-        s->key[keep] = '\0';
-    }
-    return 0;
+    return false;
 }
 
-/* ---- choosing the subtree ------------------------------------------------------------------- */
-
-/* What a path segment looks into: a module's _modules, or a dict. */
-static const ptc_value *children_of(const ptc_value *v)
+/* b'' as protocol 2 writes it: builtins.bytes() (read symbolically, never called). */
+static bool empty_bytes_call(const ptc_value *v)
 {
-    const ptc_value *st = module_state(v);
-    if (st)
-        return dict_field(st, "_modules");
-    return ptc_value_kind_of(v) == PTC_VALUE_DICT ? v : NULL;
+    return v->kind == PTC_VALUE_OBJECT && (v->flags & PTC__V_SYMBOLIC) &&
+           is_global(v->u.obj.cls, "builtins.bytes") && v->u.obj.args->kind == PTC_VALUE_TUPLE &&
+           v->u.obj.args->u.seq.n == 0 && !v->u.obj.state;
 }
 
-/* The value path names under v: the whole rest as one key first, then each split "head.rest"
- * left to right (a dict key may itself hold dots). Every lookup is charged one node, which
- * bounds the splits a path of many dots tries. *found stays NULL when nothing matches. */
-static int resolve(sd *s, const ptc_value *v, const char *path, const ptc_value **found)
+/* Makes node a tensor of nd's dtype over a copy of data: shape a tuple of ints (NULL: 0-d), C
+ * order or Fortran order. Leaves node as it is (and returns 0) when the description is not one
+ * of an array: a dimension that is negative or not an int, sizes that overflow, more than
+ * max_ndim dimensions, data that is not exactly numel * itemsize bytes. Errors: the heap budget
+ * (PTC_ELIMIT), PTC_ENOMEM, and whatever ptc__ckpt_add_storage says. */
+static int make_array(ptc_ckpt *c, ptc__vm *vm, ptc_value *node, const ptc_value *shape,
+                      const np_dtype *nd, bool fortran, const ptc_value *data, ptc_error *err)
 {
-    const ptc_value *c = children_of(v);
-    int rc;
-    *found = NULL;
-    if (!c)
+    ptc__arena *a = ptc__vm_arena(vm);
+    size_t ndim = shape ? shape->u.seq.n : 0;
+    if (ndim > ptc__vm_limits(vm)->max_ndim)
         return 0;
-    if ((rc = ptc_budget_charge(s->budget, 1, 0, s->err)) < 0)
-        return rc;
-    if ((*found = ptc_dict_get(c, path)) != NULL)
-        return 0;
-    for (const char *dot = strchr(path, '.'); dot; dot = strchr(dot + 1, '.')) {
-        s->len = 0;
-        if ((rc = key_put(s, path, (size_t)(dot - path))) < 0)
-            return rc;
-        const ptc_value *head = ptc_dict_get(c, s->key);
-        if ((rc = ptc_budget_charge(s->budget, 1, 0, s->err)) < 0)
-            return rc;
-        if (head && ((rc = resolve(s, head, dot + 1, found)) < 0 || *found))
-            return rc;
-    }
-    return 0;
-}
-
-/* The default subtree: the root module; the root dict's "model" when a module; the first module
- * among the root dict's values; the root itself when a state dict. */
-static int choose_default(sd *s, const ptc_value *root, const ptc_value **pick, const char **name,
-                          size_t *nlen)
-{
-    *name = "";
-    *nlen = 0;
-    if (module_state(root)) {
-        *pick = root;
-        return 0;
-    }
-    if (ptc_value_kind_of(root) == PTC_VALUE_DICT) {
-        const ptc_value *model = ptc_dict_get(root, "model");
-        if (module_state(model)) {
-            *pick = model;
-            *name = "model";
-            *nlen = 5;
+    int64_t *dims = ptc__arena_alloc(a, (ndim ? ndim : 1) * sizeof *dims);
+    int64_t *strides = ptc__arena_alloc(a, (ndim ? ndim : 1) * sizeof *strides);
+    if (!dims || !strides)
+        return SALVAGE_ERR(PTC_ENOMEM, "out of memory");
+    int64_t numel = 1, nbytes, step = 1;
+    for (size_t d = 0; d < ndim; d++)
+        if (!get_int(shape->u.seq.items[d], &dims[d]) || dims[d] < 0 ||
+            !ptc__mul_i64_ok(numel, dims[d], &numel))
             return 0;
+    if (!ptc__mul_i64_ok(numel, (int64_t)nd->size, &nbytes))
+        return 0;
+    /* Contiguous strides in elements: the first dimension varies fastest in Fortran order. */
+    for (size_t k = 0; k < ndim; k++) {
+        size_t d = fortran ? k : ndim - 1 - k;
+        strides[d] = step;
+        if (!ptc__mul_i64_ok(step, dims[d] ? dims[d] : 1, &step))
+            return 0;
+    }
+    const char *src;
+    size_t srclen;
+    if (data->kind == PTC_VALUE_BYTES) {
+        src = data->u.s.p;
+        srclen = data->u.s.n;
+    } else if (empty_bytes_call(data)) {
+        src = "";
+        srclen = 0;
+    } else {
+        return 0;
+    }
+    if ((uint64_t)srclen != (uint64_t)nbytes)
+        return 0;
+
+    if (ptc__budget_take(&c->budget, (uint64_t)nbytes, NULL, ptc__vm_member(vm),
+                         ptc__vm_offset(vm)) < 0)
+        return SALVAGE_ERR(PTC_ELIMIT,
+                           "copying a numpy array of %lld bytes would exceed the heap limit of "
+                           "%llu bytes",
+                           (long long)nbytes, (unsigned long long)c->budget.limit);
+    uint8_t *copy = ptc__malloc(nbytes ? (size_t)nbytes : 1);
+    if (!copy) {
+        ptc__budget_give(&c->budget, (uint64_t)nbytes);
+        return SALVAGE_ERR(PTC_ENOMEM, "out of memory copying %lld bytes", (long long)nbytes);
+    }
+    memcpy(copy, src, (size_t)nbytes);
+    if (nd->big)
+        ptc__byteswap(copy, (size_t)nbytes, nd->dt);
+    if (nd->dt == PTC_BOOL) /* numpy keeps any byte; a bool tensor holds 0 or 1 */
+        for (int64_t i = 0; i < nbytes; i++)
+            copy[i] = copy[i] != 0;
+    char key[32];
+    snprintf(key, sizeof key, "numpy.%llu", (unsigned long long)c->narrays);
+    ptc_storage *s = ptc__arena_alloc(a, sizeof *s);
+    ptc_tensor *t = ptc__arena_alloc(a, sizeof *t);
+    if (s)
+        s->key = ptc__arena_strndup(a, key, strlen(key));
+    if (!s || !t || !s->key) {
+        ptc__budget_give(&c->budget, (uint64_t)nbytes);
+        ptc__free(copy);
+        return SALVAGE_ERR(PTC_ENOMEM, "out of memory");
+    }
+    s->location = "cpu";
+    s->dtype = nd->dt;
+    s->nbytes = nbytes;
+    s->data = copy;
+    s->owned = copy;
+    s->referenced = true;
+    s->salvaged = true;
+    int rc = ptc__ckpt_add_storage(c, s, err);
+    if (rc < 0) {
+        /* Once listed, the checkpoint frees the copy; before, it is still this function's. */
+        if (c->nstorages == 0 || c->storages[c->nstorages - 1] != s) {
+            ptc__budget_give(&c->budget, (uint64_t)nbytes);
+            ptc__free(copy);
         }
-        for (size_t i = 0, n = ptc_value_len(root); i < n; i++) {
-            int rc = ptc_budget_charge(s->budget, 1, 0, s->err);
+        return rc;
+    }
+    c->narrays++;
+    t->dtype = nd->dt;
+    t->ndim = (int)ndim;
+    t->shape = dims;
+    t->stride = strides;
+    t->numel = numel;
+    t->storage = s;
+    if ((rc = ptc__tensor_check(t, ptc__vm_limits(vm)->max_ndim, ptc__vm_member(vm),
+                                ptc__vm_offset(vm), err)) < 0)
+        return rc;
+    /* In place: the memo and every container that holds the array hold this node. */
+    node->kind = PTC_VALUE_TENSOR;
+    node->flags = 0;
+    node->u.t = t;
+    return 0;
+}
+
+/* BUILD of an array made by _reconstruct(numpy.ndarray, ...): (1, shape, dtype, is_fortran,
+ * data), or the same without the version. */
+static int numpy_array(ptc_ckpt *c, ptc__vm *vm, ptc_value *node, ptc_error *err)
+{
+    const ptc_value *args = node->u.obj.args, *st = node->u.obj.state;
+    if (args->kind != PTC_VALUE_TUPLE || args->u.seq.n != 3 ||
+        !is_global(args->u.seq.items[0], "numpy.ndarray") || st->kind != PTC_VALUE_TUPLE)
+        return 0;
+    size_t n = st->u.seq.n, base = n == 5 ? 1 : 0;
+    ptc_value **s = st->u.seq.items;
+    int64_t version;
+    np_dtype nd;
+    if ((n != 5 && n != 4) || (n == 5 && (!get_int(s[0], &version) || version != 1)) ||
+        s[base]->kind != PTC_VALUE_TUPLE || !numpy_dtype(s[base + 1], &nd) ||
+        s[base + 2]->kind != PTC_VALUE_BOOL)
+        return 0;
+    return make_array(c, vm, node, s[base], &nd, s[base + 2]->u.b, s[base + 3], err);
+}
+
+/* ---- the hooks' symbolic side ------------------------------------------------------------------ */
+
+int ptc__salvage_call(ptc_ckpt *c, ptc__vm *vm, ptc_value *fn, ptc_value *args, ptc_value **out,
+                      ptc_error *err)
+{
+    ptc__arena *a = ptc__vm_arena(vm);
+    if (fn->kind == PTC_VALUE_GLOBAL) {
+        size_t i = symbol_find(c, fn->u.g.full);
+        if (i != SIZE_MAX)
+            c->symbols[i].calls++;
+        /* numpy's scalar(dtype, data): a 0-d tensor, when it is one of an array dtype. */
+        np_dtype nd;
+        if (numpy_multiarray(fn, "scalar") && args->u.seq.n == 2 &&
+            numpy_dtype(args->u.seq.items[0], &nd)) {
+            ptc_value *v = ptc__value_new(a, PTC_VALUE_NONE);
+            if (!v)
+                return SALVAGE_ERR(PTC_ENOMEM, "out of memory");
+            int rc = make_array(c, vm, v, NULL, &nd, false, args->u.seq.items[1], err);
             if (rc < 0)
                 return rc;
-            const ptc_value *k = ptc_dict_key(root, i);
-            if (module_state(ptc_dict_value(root, i)) && ptc_value_str(k, name, nlen) == 0) {
-                *pick = ptc_dict_value(root, i);
+            if (v->kind == PTC_VALUE_TENSOR) {
+                *out = v;
                 return 0;
             }
         }
-        if (is_state_dict(root)) {
-            *pick = root;
-            return 0;
-        }
-        return ptc__err(s->err, PTC_ENOTFOUND, "", -1,
-                        "salvage: no module in the checkpoint: the root dict (%zu keys) holds no "
-                        "object with _parameters, _buffers and _modules, and not only tensors",
-                        ptc_value_len(root));
+    } else {
+        /* An array that was called is not rebuilt in place: its caller's callable stays an
+         * object, so that every chain of callables ends at a global. */
+        fn->flags |= PTC__V_CALLED;
     }
-    return ptc__err(s->err, PTC_ENOTFOUND, "", -1,
-                    "salvage: no module in the checkpoint: the root is %s%s%.200s, neither a "
-                    "module nor a dict",
-                    ptc_value_kind_name(ptc_value_kind_of(root)),
-                    ptc_value_global_name(root) ? " of " : "",
-                    ptc_value_global_name(root) ? ptc_value_global_name(root) : "");
+    ptc_value *v = ptc__value_new(a, PTC_VALUE_OBJECT);
+    if (!v)
+        return SALVAGE_ERR(PTC_ENOMEM, "out of memory");
+    v->flags |= PTC__V_SYMBOLIC;
+    v->u.obj.cls = fn;
+    v->u.obj.args = args;
+    *out = v;
+    return 0;
 }
 
-int ptc_salvage_state_dict(ptc_doc *d, const ptc_value *root, const char *path, ptc_budget *budget,
-                           const ptc_value **out, const char **chosen, ptc_error *err)
+int ptc__salvage_build(ptc_ckpt *c, ptc__vm *vm, ptc_value *target, ptc_value *state,
+                       ptc_error *err)
 {
-    if (out)
-        *out = NULL;
-    if (chosen)
-        *chosen = NULL;
-    if (!d || !root || !out)
-        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_salvage_state_dict: missing argument");
-    ptc_budget local;
-    if (!budget) {
-        ptc_budget_init(&local, NULL, 0);
-        budget = &local;
-    }
-    sd s = {.d = d, .budget = budget, .err = err};
-    const ptc_value *pick = NULL;
-    const char *name = path ? path : "";
-    size_t nlen = path ? strlen(path) : 0;
-    int rc;
-
-    if (path) {
-        size_t dots = 0;
-        for (const char *p = path; *p; p++)
-            dots += *p == '.';
-        if (dots > SALVAGE_MAX_SEGMENTS) {
-            rc = ptc__err(err, PTC_EINVAL, "", -1, "salvage: a path of more than %d segments",
-                          SALVAGE_MAX_SEGMENTS + 1);
-            goto fail;
-        }
-        if (!*path)
-            pick = root;
-        else if ((rc = resolve(&s, root, path, &pick)) < 0)
-            goto fail;
-        if (!pick) {
-            rc = ptc__err(err, PTC_ENOTFOUND, "", -1,
-                          "salvage: '%.200s' names nothing in the checkpoint (a path goes "
-                          "through dict keys and the _modules of modules)",
-                          path);
-            goto fail;
-        }
-        if (!module_state(pick) && !is_state_dict(pick)) {
-            const char *cls = ptc_value_global_name(pick);
-            rc = ptc__err(err, PTC_ENOTFOUND, "", -1,
-                          "salvage: '%.200s' is %s%s%.200s, neither a module (an object with "
-                          "_parameters, _buffers and _modules) nor a state dict",
-                          path, ptc_value_kind_name(ptc_value_kind_of(pick)), cls ? " of " : "",
-                          cls ? cls : "");
-            goto fail;
-        }
-    } else if ((rc = choose_default(&s, root, &pick, &name, &nlen)) < 0) {
-        goto fail;
-    }
-
-    if (chosen) {
-        const ptc_value *nv = ptc_doc_str(d, name, nlen);
-        size_t len;
-        if (!nv || ptc_value_str(nv, chosen, &len) < 0) {
-            rc = doc_fail(&s);
-            goto fail;
-        }
-    }
-    if (!module_state(pick)) { /* a state dict already: written as it is, _metadata included */
-        ptc__free(s.key);
-        *out = pick;
+    /* Python would apply a second state as well (__setstate__ or __dict__.update); ptc keeps the
+     * first, which is the one every pickler writes (one BUILD per object), and never crashes on
+     * a second. */
+    if (target->u.obj.state)
         return 0;
-    }
-    if (!(s.dict = ptc_doc_dict(d, 1))) {
-        rc = doc_fail(&s);
-        goto fail;
-    }
-    s.len = 0;
-    if ((rc = key_put(&s, "", 0)) < 0 || (rc = walk_module(&s, pick, 0)) < 0)
-        goto fail;
-    ptc__free(s.key);
-    *out = s.dict;
+    target->u.obj.state = state;
+    if (numpy_multiarray(target->u.obj.cls, "_reconstruct") && !(target->flags & PTC__V_CALLED))
+        return numpy_array(c, vm, target, err);
     return 0;
-
-fail:
-    ptc__free(s.key);
-    if (chosen)
-        *chosen = NULL;
-    return rc;
 }

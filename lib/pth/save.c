@@ -492,11 +492,19 @@ static int save(saver *s, const ptc_value *v, int depth)
         global_once(s, &K_DTYPE[v->u.dt], "torch", ptc_dtype_name(v->u.dt));
         return 0;
     case PTC_VALUE_GLOBAL:
+        /* What a file named and ptc read symbolically (PTC_OPEN_SALVAGE) is never written back:
+         * a payload would travel into the output. */
+        if (v->flags & PTC__V_SYMBOLIC)
+            return fail(s, PTC_EINVAL,
+                        "ptc_save: cannot write a symbolic global, read with PTC_OPEN_SALVAGE");
         ptc__pw_global(&s->pw, v->u.g.module, v->u.g.name);
         ptc__pw_put(&s->pw, v);
         return 0;
     case PTC_VALUE_OBJECT: {
         const ptc_value *cls = v->u.obj.cls;
+        if ((v->flags & PTC__V_SYMBOLIC) || cls->kind != PTC_VALUE_GLOBAL)
+            return fail(s, PTC_EINVAL,
+                        "ptc_save: cannot write a symbolic object, read with PTC_OPEN_SALVAGE");
         if (!ptc__pw_get(&s->pw, cls)) {
             ptc__pw_global(&s->pw, cls->u.g.module, cls->u.g.name);
             ptc__pw_put(&s->pw, cls);

@@ -38,6 +38,8 @@ struct ptc_storage {
     bool writable;         /* a document's own memory (ptc_storage_mutable) */
     ptc_storage *parent;   /* legacy views: the storage whose bytes this one shares */
     int64_t parent_offset; /* bytes */
+    bool salvaged;         /* a numpy array's bytes copied out of the pickle ("numpy.<n>"): no
+                            * record or stream data belongs to it */
 };
 
 struct ptc_tensor {
