@@ -1292,6 +1292,19 @@ static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value
 {
     ptc_ckpt *c = ud;
     size_t want = c->legacy_mode ? 6 : 5;
+    /* Read symbolically, a legacy stream of a whole module names each module class through a
+     * persistent id ('module', cls, source_file, source) (torch.save recorded the source to warn
+     * when it changed), and torch's _legacy_load answers it with cls itself: so does ptc, which
+     * gives cls no more meaning than any symbolic global. Strict loads keep refusing it. */
+    if (c->legacy_mode && (c->flags & PTC_OPEN_SALVAGE) && pid->kind == PTC_VALUE_TUPLE &&
+        pid->u.seq.n == 4 &&
+        (is_str(pid->u.seq.items[0], "module") ||
+         (ascii_bytes(pid->u.seq.items[0]) && pid->u.seq.items[0]->u.s.n == 6 &&
+          memcmp(pid->u.seq.items[0]->u.s.p, "module", 6) == 0)) &&
+        pid->u.seq.items[1]->kind == PTC_VALUE_GLOBAL) {
+        *out = pid->u.seq.items[1];
+        return 0;
+    }
     if (pid->kind != PTC_VALUE_TUPLE || pid->u.seq.n != want)
         return HOOK_ERR(PTC_EFORMAT, "persistent id must be a %zu-tuple, got a %s", want,
                         kind_name(pid));

@@ -2,8 +2,8 @@
  * test_salvage_sd.c - ptc_salvage_state_dict: modules back to the state dict torch's
  * Module.state_dict() gives, on pickles assembled here opcode by opcode exactly as pickle's
  * protocol 2 writes a module (NEWOBJ of the class, BUILD with its __dict__), read through a policy
- * that allows the test's class names (the objects are then those PTC_OPEN_SALVAGE builds for any
- * name). The expected keys follow torch 2.6's Module.state_dict rules (parameters, persistent
+ * that allows the test's class names and again through PTC_OPEN_SALVAGE (the objects are the
+ * same). The expected keys follow torch 2.6's Module.state_dict rules (parameters, persistent
  * buffers, children in order; None skipped; a module reached twice listed twice; tied weights
  * shared), written out by hand below, never taken from ptc's output. The end-to-end check against
  * real torch is tests/interop/check_salvage.py.
@@ -198,14 +198,18 @@ static size_t legacy(uint8_t *out, size_t cap, const pk *obj, const char *const 
     return o;
 }
 
+/* How the suite opens its pickles: through a policy that allows test.m's classes, or through
+ * PTC_OPEN_SALVAGE under the default policy (main runs it both ways: the trees are the same). */
 static ptc_policy *policy;
+static unsigned open_flags;
 
 static ptc_ckpt *open_pk(const pk *p, const char *const *keys, size_t nk, uint8_t *buf, size_t cap)
 {
     size_t n = legacy(buf, cap, p, keys, nk);
     ptc_open_params op;
     ptc_open_params_default(&op);
-    op.policy = policy;
+    op.policy = open_flags ? NULL : policy;
+    op.flags = open_flags;
     ptc_ckpt *c = NULL;
     ptc_error err;
     int rc = ptc_ckpt_open_memory(&c, buf, n, &op, &err);
@@ -597,6 +601,63 @@ static void test_dag(void)
     ptc_doc_free(d);
 }
 
+/* A legacy stream of a whole module names its class through a persistent id ('module', cls,
+ * source_file, source), which torch's _legacy_load answers with cls: read symbolically, the
+ * module is found behind it; a strict load (even one whose policy allows the class) refuses it. */
+static void test_legacy_module_pid(void)
+{
+    static uint8_t buf[1 << 16];
+    static const char *const k1[] = {"s0"};
+    pk *p = calloc(1, sizeof *p);
+    raw(p, "\x80\x02", 2);
+    op(p, '(');
+    str(p, "module");
+    global(p, "test.m", "Lin");
+    op(p, 'N');
+    op(p, 'N');
+    op(p, 't');
+    op(p, 'Q');
+    op(p, ')');
+    op(p, 0x81);
+    op(p, '}');
+    op(p, '(');
+    begin_dict(p, "_parameters");
+    str(p, "weight");
+    parameter(p, "s0", 2);
+    end_dict(p);
+    empty_dict(p, "_buffers");
+    empty_dict(p, "_modules");
+    end_module(p);
+    op(p, '.');
+    size_t n = legacy(buf, sizeof buf, p, k1, 1);
+    free(p);
+    ptc_open_params op;
+    ptc_open_params_default(&op);
+    op.flags = PTC_OPEN_SALVAGE;
+    ptc_ckpt *c = NULL;
+    ptc_error err;
+    ptc_doc *d = NULL;
+    const ptc_value *sd = NULL;
+    CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, &op, &err), 0, &err);
+    CHECK_INT(ptc_doc_new(&d, &err), 0);
+    if (c) {
+        CHECK(ptc_salvage_is_module(ptc_ckpt_root(c)));
+        CHECK_STR(ptc_value_global_name(ptc_ckpt_root(c)), "test.m.Lin");
+        CHECK_CODE(ptc_salvage_state_dict(d, ptc_ckpt_root(c), NULL, NULL, &sd, NULL, &err), 0,
+                   &err);
+        CHECK_INT(ptc_value_len(sd), 1);
+        CHECK_STR(key_at(sd, 0), "weight");
+        CHECK_INT((int)first(ptc_dict_value(sd, 0)), 1);
+        ptc_ckpt_close(c);
+        c = NULL;
+    }
+    op.flags = 0;
+    op.policy = policy;
+    CHECK_CODE(ptc_ckpt_open_memory(&c, buf, n, &op, &err), PTC_EFORMAT, &err);
+    ptc_ckpt_close(c);
+    ptc_doc_free(d);
+}
+
 int main(void)
 {
     ptc_error err;
@@ -604,10 +665,14 @@ int main(void)
     static const char *const classes[] = {"test.m.Net", "test.m.Sub", "test.m.Lin", "test.m.Junk"};
     for (size_t i = 0; i < sizeof classes / sizeof *classes; i++)
         CHECK_INT(ptc_policy_allow_global(policy, classes[i], &err), 0);
-    test_main();
-    test_defaults();
-    test_refusals();
-    test_dag();
+    for (int pass = 0; pass < 2; pass++) {
+        open_flags = pass ? PTC_OPEN_SALVAGE : 0;
+        test_main();
+        test_defaults();
+        test_refusals();
+        test_dag();
+    }
+    test_legacy_module_pid();
     ptc_policy_free(policy);
     return check_exit("test_salvage_sd");
 }
