@@ -232,9 +232,10 @@ class Checker:
                 continue
             if zipfile.is_zipfile(path):
                 with zipfile.ZipFile(path) as z:
-                    names = [n for n in z.namelist() if n.split("/", 1)[-1] == member]
+                    names = [n for n in z.namelist()
+                             if member in (n, n.split("/", 1)[-1])]
                     data = z.read(names[0]) if names else b""
-            else:  # legacy: offsets in the stream itself
+            else:  # legacy: ptc verify gives offsets in the file ("legacy object" + offset)
                 with open(path, "rb") as f:
                     data = f.read()
             at = data[off:off + len(b"cposix\nsystem\n")]
