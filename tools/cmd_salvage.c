@@ -17,7 +17,7 @@
  * posix.system with its offset in part 3.
  *
  * Every byte that came from the file is escaped before it is printed (libptc escapes symbol and
- * report strings; the chosen path is a raw key and is escaped here). --json prints one object
+ * report strings; the chosen path and the module's class name are raw and are escaped here). --json prints one object
  * (schema in ptc-inspect(1)) through jansson.
  *
  * Exit status: 0 when a state dict was salvaged; otherwise the status of the reason (1 for a file
@@ -135,7 +135,9 @@ static void print_text(const salvage *s)
         if (s->cls) {
             printf("the module at '");
             cli_escape_put(stdout, s->chosen, strlen(s->chosen), 0);
-            printf("' (a %s)", s->cls);
+            printf("' (a ");
+            cli_escape_put(stdout, s->cls, strlen(s->cls), 0);
+            printf(")");
         } else {
             printf("the state dict at '");
             cli_escape_put(stdout, s->chosen, strlen(s->chosen), 0);
@@ -231,7 +233,7 @@ static json_t *build_json(const salvage *s)
     if (s->rc == 0) {
         json_object_set_new(o, "salvaged",
                             json_pack("{s:o,s:o,s:I,s:I,s:I,s:I}", "path", jstr_escaped(s->chosen),
-                                      "class", s->cls ? json_string(s->cls) : json_null(), "keys",
+                                      "class", s->cls ? jstr_escaped(s->cls) : json_null(), "keys",
                                       (json_int_t)s->keys, "tensors", (json_int_t)s->tensors,
                                       "storages", (json_int_t)s->storages, "bytes",
                                       (json_int_t)s->bytes));

@@ -25,10 +25,12 @@
  */
 #include "pth/pth.h"
 
+#include <stdio.h>
 #include <string.h>
 
 #define SALVAGE_MAX_DEPTH    256 /* module nesting (torchvision's deepest models nest < 10) */
 #define SALVAGE_MAX_SEGMENTS 256 /* dots in a --state-dict path */
+#define SALVAGE_MSG_TEXT     240 /* bytes of a key, path or class shown in a message, escaped */
 
 typedef struct sd {
     ptc_doc *d;
@@ -37,7 +39,29 @@ typedef struct sd {
     ptc_error *err;
     char *key; /* the key being built: prefix, then the entry's name */
     size_t len, cap;
+    /* Message text, here rather than on the stack of the recursive walk. */
+    char msg_key[SALVAGE_MSG_TEXT], msg_cls[SALVAGE_MSG_TEXT];
 } sd;
+
+/* ---- messages: every key and class name came from the file, and is escaped ------------------ */
+
+/* esc and of_class write into buffers of SALVAGE_MSG_TEXT bytes. */
+static const char *esc(char *buf, const char *p, size_t n)
+{
+    return ptc__escape(buf, SALVAGE_MSG_TEXT, p, n, true);
+}
+
+/* " of module.Name" for a global or object (escaped), "" otherwise. */
+static const char *of_class(char *buf, const ptc_value *v)
+{
+    const char *cls = ptc_value_global_name(v);
+    if (!cls)
+        return "";
+    char name[SALVAGE_MSG_TEXT - 4];
+    ptc__escape(name, sizeof name, cls, strlen(cls), true);
+    snprintf(buf, SALVAGE_MSG_TEXT, " of %s", name);
+    return buf;
+}
 
 /* ---- recognising a module ------------------------------------------------------------------- */
 
@@ -113,8 +137,10 @@ static int entry_name(sd *s, const ptc_value *k, const char *what, const char **
 {
     if (ptc_value_kind_of(k) == PTC_VALUE_STR && ptc_value_str(k, p, n) == 0)
         return 0;
-    return ptc__err(s->err, PTC_EFORMAT, "", -1, "salvage: module '%.200s' has a %s key that is %s",
-                    s->len ? s->key : "(root)", what, ptc_value_kind_name(ptc_value_kind_of(k)));
+    char *key = s->msg_key;
+    return ptc__err(s->err, PTC_EFORMAT, "", -1, "salvage: module '%s' has a %s key that is %s",
+                    s->len ? esc(key, s->key, s->len) : "(root)", what,
+                    ptc_value_kind_name(ptc_value_kind_of(k)));
 }
 
 /* Writes key prefix+name -> tensor v detached: the same view of the same storage, a plain tensor
@@ -128,10 +154,10 @@ static int emit(sd *s, const char *name, size_t n, const ptc_value *v, const cha
     if ((rc = key_put(s, name, n)) < 0)
         return rc;
     if (ptc_value_kind_of(v) != PTC_VALUE_TENSOR) {
-        const char *cls = ptc_value_global_name(v);
-        rc = ptc__err(s->err, PTC_EUNSUPPORTED, "", -1,
-                      "salvage: %s '%.200s' is %s%s%.200s, not a tensor", what, s->key,
-                      ptc_value_kind_name(ptc_value_kind_of(v)), cls ? " of " : "", cls ? cls : "");
+        char *key = s->msg_key, *cls = s->msg_cls;
+        rc = ptc__err(s->err, PTC_EUNSUPPORTED, "", -1, "salvage: %s '%s' is %s%s, not a tensor",
+                      what, esc(key, s->key, s->len), ptc_value_kind_name(ptc_value_kind_of(v)),
+                      of_class(cls, v));
         s->len = keep;
         return rc;
     }
@@ -168,10 +194,11 @@ static int is_nonpersistent(sd *s, const ptc_value *set, const char *name, size_
 
 static int walk_module(sd *s, const ptc_value *m, unsigned depth)
 {
+    char *key = s->msg_key, *cls = s->msg_cls;
     if (depth > SALVAGE_MAX_DEPTH)
         return ptc__err(s->err, PTC_ELIMIT, "", -1,
-                        "salvage: modules nested deeper than %d levels at '%.200s'",
-                        SALVAGE_MAX_DEPTH, s->key);
+                        "salvage: modules nested deeper than %d levels at '%s'", SALVAGE_MAX_DEPTH,
+                        esc(key, s->key, s->len));
     int rc = ptc_budget_charge(s->budget, 1, 0, s->err);
     if (rc < 0)
         return rc;
@@ -212,12 +239,11 @@ static int walk_module(sd *s, const ptc_value *m, unsigned depth)
         if ((rc = key_put(s, name, n)) < 0)
             return rc;
         if (!module_state(v)) {
-            const char *cls = ptc_value_global_name(v);
             rc = ptc__err(s->err, PTC_EUNSUPPORTED, "", -1,
-                          "salvage: submodule '%.200s' is %s%s%.200s, not a module (no "
-                          "_parameters, _buffers and _modules in its state)",
-                          s->key, ptc_value_kind_name(ptc_value_kind_of(v)), cls ? " of " : "",
-                          cls ? cls : "");
+                          "salvage: submodule '%s' is %s%s, not a module (no _parameters, "
+                          "_buffers and _modules in its state)",
+                          esc(key, s->key, s->len), ptc_value_kind_name(ptc_value_kind_of(v)),
+                          of_class(cls, v));
             s->len = keep;
             return rc;
         }
@@ -305,12 +331,11 @@ static int choose_default(sd *s, const ptc_value *root, const ptc_value **pick, 
                         "object with _parameters, _buffers and _modules, and not only tensors",
                         ptc_value_len(root));
     }
+    char *cls = s->msg_cls;
     return ptc__err(s->err, PTC_ENOTFOUND, "", -1,
-                    "salvage: no module in the checkpoint: the root is %s%s%.200s, neither a "
-                    "module nor a dict",
-                    ptc_value_kind_name(ptc_value_kind_of(root)),
-                    ptc_value_global_name(root) ? " of " : "",
-                    ptc_value_global_name(root) ? ptc_value_global_name(root) : "");
+                    "salvage: no module in the checkpoint: the root is %s%s, neither a module nor "
+                    "a dict",
+                    ptc_value_kind_name(ptc_value_kind_of(root)), of_class(cls, root));
 }
 
 int ptc_salvage_state_dict(ptc_doc *d, const ptc_value *root, const char *path, ptc_budget *budget,
@@ -346,20 +371,20 @@ int ptc_salvage_state_dict(ptc_doc *d, const ptc_value *root, const char *path, 
             pick = root;
         else if ((rc = resolve(&s, root, path, &pick)) < 0)
             goto fail;
+        char *text = s.msg_key, *cls = s.msg_cls;
         if (!pick) {
             rc = ptc__err(err, PTC_ENOTFOUND, "", -1,
-                          "salvage: '%.200s' names nothing in the checkpoint (a path goes "
-                          "through dict keys and the _modules of modules)",
-                          path);
+                          "salvage: '%s' names nothing in the checkpoint (a path goes through "
+                          "dict keys and the _modules of modules)",
+                          esc(text, path, strlen(path)));
             goto fail;
         }
         if (!module_state(pick) && !is_state_dict(pick)) {
-            const char *cls = ptc_value_global_name(pick);
             rc = ptc__err(err, PTC_ENOTFOUND, "", -1,
-                          "salvage: '%.200s' is %s%s%.200s, neither a module (an object with "
+                          "salvage: '%s' is %s%s, neither a module (an object with "
                           "_parameters, _buffers and _modules) nor a state dict",
-                          path, ptc_value_kind_name(ptc_value_kind_of(pick)), cls ? " of " : "",
-                          cls ? cls : "");
+                          esc(text, path, strlen(path)),
+                          ptc_value_kind_name(ptc_value_kind_of(pick)), of_class(cls, pick));
             goto fail;
         }
     } else if ((rc = choose_default(&s, root, &pick, &name, &nlen)) < 0) {

@@ -10,6 +10,7 @@
  */
 #include "ptc/ptc.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -658,6 +659,74 @@ static void test_legacy_module_pid(void)
     ptc_doc_free(d);
 }
 
+/* 1 when s is printable text: no C0 control, DEL or raw escape byte reaches a terminal. */
+static int printable(const char *s)
+{
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || *s == 0x7f)
+            return 0;
+    return 1;
+}
+
+/* Every file of the hostile corpus, opened with PTC_OPEN_SALVAGE, then given to
+ * ptc_salvage_state_dict with the defaults and the checkpoint's default budget: a clean error
+ * (a PTC_E* code with a printable message) or a dict of tensors, never a crash (this test runs
+ * under ASan in the sanitizer build). */
+static void test_hostile_corpus(void)
+{
+    const char *top = getenv("top_srcdir");
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/testdata/hostile/files", top ? top : ".");
+    DIR *dh = opendir(dir);
+    CHECK(dh != NULL);
+    if (!dh)
+        return;
+    size_t files = 0, opened = 0, salvaged = 0;
+    struct dirent *e;
+    while ((e = readdir(dh)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        char path[8192];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        files++;
+        ptc_open_params op;
+        ptc_open_params_default(&op);
+        op.flags = PTC_OPEN_SALVAGE;
+        ptc_ckpt *c = NULL;
+        ptc_error err;
+        if (ptc_ckpt_open(&c, path, &op, &err) < 0)
+            continue;
+        opened++;
+        ptc_doc *d = NULL;
+        const ptc_value *sd = NULL;
+        const char *chosen = NULL;
+        ptc_budget b;
+        ptc_budget_init(&b, c, 0);
+        CHECK_INT(ptc_doc_new(&d, &err), 0);
+        memset(&err, 0, sizeof err);
+        int rc = ptc_salvage_state_dict(d, ptc_ckpt_root(c), NULL, &b, &sd, &chosen, &err);
+        if (rc == 0) {
+            salvaged++;
+            CHECK(sd != NULL && chosen != NULL);
+            CHECK_INT(ptc_value_kind_of(sd), PTC_VALUE_DICT);
+            for (size_t i = 0, n = ptc_value_len(sd); i < n; i++)
+                CHECK(ptc_value_tensor(ptc_dict_value(sd, i)) != NULL);
+        } else {
+            CHECK(rc == err.code && ptc_err_name(rc) != NULL);
+            CHECK(sd == NULL && chosen == NULL);
+            CHECK(err.message[0] && printable(err.message));
+            if (!err.message[0] || !printable(err.message))
+                fprintf(stderr, "%s: %s\n", e->d_name, err.message);
+        }
+        ptc_doc_free(d);
+        ptc_ckpt_close(c);
+    }
+    closedir(dh);
+    printf("hostile corpus: %zu files, %zu opened with PTC_OPEN_SALVAGE, %zu gave a state dict\n",
+           files, opened, salvaged);
+    CHECK(files >= 150);
+}
+
 int main(void)
 {
     ptc_error err;
@@ -673,6 +742,7 @@ int main(void)
         test_dag();
     }
     test_legacy_module_pid();
+    test_hostile_corpus();
     ptc_policy_free(policy);
     return check_exit("test_salvage_sd");
 }
