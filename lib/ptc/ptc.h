@@ -455,7 +455,10 @@ PTC_API uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c);
  * arguments, and BUILD attaches the state to it. Allowed globals keep their meaning: tensors,
  * storages, OrderedDict, sets and the rest are real. numpy arrays (numpy.core.multiarray.
  * _reconstruct or numpy._core.multiarray._reconstruct of numpy.ndarray, with a numpy.dtype and
- * the raw bytes as BUILD state) become tensors of their dtype and shape. Every limit of a strict
+ * the raw bytes as BUILD state) and numpy scalars (multiarray.scalar(dtype, bytes)) become tensors
+ * of their dtype and shape: bool, int8 to int64, uint8 to uint64, float16/32/64, complex64/128,
+ * either byte order, C or Fortran order. A legacy stream's module classes (persistent ids
+ * ('module', cls, file, source)) are their classes, as torch reads them. Every limit of a strict
  * load holds (memo, depth, expansion, sizes); opcodes outside the weights-only subset are still
  * refused. Salvage changes what the reader refuses, not what the file is: ptc_verify still calls
  * such a file unsafe.
@@ -485,10 +488,14 @@ typedef struct ptc_symbol {
 PTC_API size_t ptc_ckpt_nsymbols(const ptc_ckpt *c);
 PTC_API const ptc_symbol *ptc_ckpt_symbol(const ptc_ckpt *c, size_t i);
 PTC_API uint64_t ptc_ckpt_symbols_dropped(const ptc_ckpt *c);
-/* 1 for a symbolic global or object (read through PTC_OPEN_SALVAGE), 0 otherwise and for NULL. */
+/* 1 for a symbolic global or object (read through PTC_OPEN_SALVAGE), 0 otherwise and for NULL;
+ * a numpy array rebuilt as a tensor is no longer symbolic. */
 PTC_API int ptc_value_is_symbolic(const ptc_value *v);
 /* The value an object was built by calling (a global, or, read symbolically, any value the pickle
- * called); NULL for another kind. ptc_value_global_name of an object is that of its callable. */
+ * called: then an object, whose own callable leads on, always ending at a global); NULL for
+ * another kind and for NULL. Borrowed like v. ptc_value_global_name of an object is that of the
+ * global its chain of callables ends at (raw: escape it before printing). Both only read: any
+ * thread. */
 PTC_API const ptc_value *ptc_object_callable(const ptc_value *v);
 /* Modules back to state dicts: ptc_salvage_state_dict, after the documents below. */
 

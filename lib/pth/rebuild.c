@@ -31,6 +31,13 @@ static const char *kind_name(const ptc_value *v)
     return v->kind == PTC__VALUE_OPAQUE ? "storage" : ptc_value_kind_name((ptc_value_kind)v->kind);
 }
 
+/* The name of a global for a message: escaped, since a global read symbolically
+ * (PTC_OPEN_SALVAGE) may be named with any bytes the file holds. */
+static const char *shown_name(const ptc_value *g, char *buf, size_t cap)
+{
+    return ptc__escape(buf, cap, g->u.g.full, strlen(g->u.g.full), true);
+}
+
 static ptc_value *new_kind(ptc__vm *vm, ptc_value_kind k)
 {
     return ptc__value_new(ptc__vm_arena(vm), k);
@@ -964,9 +971,10 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
             a[2]->kind != PTC_VALUE_TUPLE)
             return HOOK_ERR(PTC_EFORMAT, "_rebuild_from_type_v2 takes (func, type, tuple, state)");
         int id = a[1]->u.g.id;
+        char shown[160];
         if (id != G_TENSOR && id != G_PARAMETER)
             return HOOK_ERR(PTC_EUNSUPPORTED, "tensor subclass %s is not supported",
-                            a[1]->u.g.full);
+                            shown_name(a[1], shown, sizeof shown));
         /* torch calls any allowed function; those that return a tensor serve as well. */
         int fid = a[0]->u.g.id;
         bool tensor_fn = fid == G_REBUILD_PARAMETER || fid == G_REBUILD_PARAMETER_WITH_STATE ||
@@ -974,7 +982,7 @@ static int call(ptc__vm *vm, ptc_ckpt *c, const ptc_value *fn, const ptc_value *
                          fid == G_REBUILD_NESTED || fid == G_REBUILD_DEVICE_CPU;
         if (fid != G_REBUILD_TENSOR_V2 && fid != G_REBUILD_TENSOR_V3 && fid != G_REBUILD_TENSOR)
             return HOOK_ERR_IF(tensor_fn, PTC_EFORMAT, "_rebuild_from_type_v2 of %s",
-                               a[0]->u.g.full);
+                               shown_name(a[0], shown, sizeof shown));
         int rc = check_state(vm, a[3], err);
         if (rc < 0 || (rc = call(vm, c, a[0], a[2], out, err)) < 0)
             return rc;
@@ -1292,15 +1300,12 @@ static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value
 {
     ptc_ckpt *c = ud;
     size_t want = c->legacy_mode ? 6 : 5;
-    /* Read symbolically, a legacy stream of a whole module names each module class through a
-     * persistent id ('module', cls, source_file, source) (torch.save recorded the source to warn
-     * when it changed), and torch's _legacy_load answers it with cls itself: so does ptc, which
-     * gives cls no more meaning than any symbolic global. Strict loads keep refusing it. */
+    /* A legacy torch.save of a whole module declares each module class once as ('module', cls,
+     * source_file, source), and torch's loader gives back the class (it only compares the
+     * source text with the class's, and warns). Read symbolically, the class is a name and the
+     * source text is dropped: nothing of it is ever run. */
     if (c->legacy_mode && (c->flags & PTC_OPEN_SALVAGE) && pid->kind == PTC_VALUE_TUPLE &&
-        pid->u.seq.n == 4 &&
-        (is_str(pid->u.seq.items[0], "module") ||
-         (ascii_bytes(pid->u.seq.items[0]) && pid->u.seq.items[0]->u.s.n == 6 &&
-          memcmp(pid->u.seq.items[0]->u.s.p, "module", 6) == 0)) &&
+        pid->u.seq.n == 4 && is_str(pid->u.seq.items[0], "module") &&
         pid->u.seq.items[1]->kind == PTC_VALUE_GLOBAL) {
         *out = pid->u.seq.items[1];
         return 0;
@@ -1313,10 +1318,12 @@ static int hook_persistent_load(void *ud, ptc__vm *vm, ptc_value *pid, ptc_value
     if (!is_str(a[0], "storage") &&
         !(ascii_bytes(a[0]) && a[0]->u.s.n == 7 && memcmp(a[0]->u.s.p, "storage", 7) == 0))
         return HOOK_ERR(PTC_EFORMAT, "only persistent ids of storages are allowed");
+    char shown[160];
     if (a[1]->kind != PTC_VALUE_GLOBAL ||
         (a[1]->u.g.id != G_STORAGE && a[1]->u.g.id != G_UNTYPED_STORAGE))
         return HOOK_ERR(PTC_EFORMAT, "storage type is a %s, not a storage class",
-                        a[1]->kind == PTC_VALUE_GLOBAL ? a[1]->u.g.full : kind_name(a[1]));
+                        a[1]->kind == PTC_VALUE_GLOBAL ? shown_name(a[1], shown, sizeof shown)
+                                                       : kind_name(a[1]));
     int64_t numel = 0;
     bool numel_ok = get_int(a[4], &numel) && numel >= 0;
     if (!key_ok(a[2], c->legacy_mode))

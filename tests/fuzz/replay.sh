@@ -24,7 +24,7 @@ else
 fi
 
 status=0
-for target in archive pickle load walk; do
+for target in archive pickle load walk salvage; do
     bin="$top_builddir/tests/fuzz/fuzz_$target"
     if [ ! -x "$bin" ]; then
         echo "FAIL: $bin is missing (make check builds it)"

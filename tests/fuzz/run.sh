@@ -1,5 +1,6 @@
 #!/bin/sh
-# run.sh - a time-boxed libFuzzer campaign on each fuzz target (archive, pickle, load, walk).
+# run.sh - a time-boxed libFuzzer campaign on each fuzz target (archive, pickle, load, walk,
+# salvage).
 #
 # make check runs it with a short budget (FUZZ_SECONDS, default 60 seconds per target); longer local
 # campaigns use the same script:
@@ -26,7 +27,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 if [ -z "$top_builddir" ] && [ -e "./config.status" ]; then top_builddir=$(pwd); fi
 : "${top_builddir:=$top_srcdir}"
 seconds=${FUZZ_SECONDS:-60}
-targets=${FUZZ_TARGETS:-archive pickle load walk}
+targets=${FUZZ_TARGETS:-archive pickle load walk salvage}
 
 case $seconds in
 '' | *[!0-9]*)
@@ -54,7 +55,8 @@ if ! ${MAKE:-make} -C "$top_builddir" fuzz FUZZ_CC="$FUZZ_CC" >"$tmp/build.log" 
     exit 1
 fi
 
-# The load and walk targets see both a container and pickles, so they get both dictionaries.
+# The load, walk and salvage targets see both a container and pickles, so they get both
+# dictionaries.
 cat "$top_srcdir/tests/fuzz/zip.dict" "$top_srcdir/tests/fuzz/pickle.dict" >"$tmp/load.dict"
 
 status=0
@@ -62,9 +64,9 @@ for target in $targets; do
     case $target in
     archive) dict="$top_srcdir/tests/fuzz/zip.dict" ;;
     pickle) dict="$top_srcdir/tests/fuzz/pickle.dict" ;;
-    load | walk) dict="$tmp/load.dict" ;;
+    load | walk | salvage) dict="$tmp/load.dict" ;;
     *)
-        echo "FAIL: unknown target '$target' (archive, pickle, load, walk)"
+        echo "FAIL: unknown target '$target' (archive, pickle, load, walk, salvage)"
         status=1
         continue
         ;;
@@ -76,6 +78,10 @@ for target in $targets; do
     seeds="$top_srcdir/tests/fuzz/corpus/$target"
     if [ -d "$seeds" ]; then
         cp -R "$seeds/." "$corpus/"
+    fi
+    # Salvage reads every file the strict load accepts as well: the walk corpus seeds it too.
+    if [ "$target" = salvage ]; then
+        cp -R "$top_srcdir/tests/fuzz/corpus/walk/." "$corpus/"
     fi
 
     # -max_total_time=0 would mean "forever": zero seconds only replays the corpus.

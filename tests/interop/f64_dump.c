@@ -1,28 +1,35 @@
 /*
- * f64_dump.c - `f64_dump FILE`: every tensor of a checkpoint as ptc_tensor_read_f64 reads it, one
- * line each, "<path> <dtype> <v0> <v1> ..." with each double as ptc_float_text writes it (Python's
- * repr; a complex element is two values, real then imaginary). tests/interop/check_read_f64.py
- * compares the lines with torch's own conversion to float64 / complex128. Public API only.
+ * f64_dump.c - `f64_dump [--salvage] FILE`: every tensor of a checkpoint as ptc_tensor_read_f64
+ * reads it, one line each, "<path> <dtype> <v0> <v1> ..." with each double as ptc_float_text
+ * writes it (Python's repr; a complex element is two values, real then imaginary), then with
+ * --salvage (the file opened with PTC_OPEN_SALVAGE) one line "<path> <ndim> <d0> ..." per tensor
+ * giving its shape. tests/interop/check_read_f64.py compares the lines with torch's own conversion
+ * to float64 / complex128, check_salvage_numpy.py with numpy's. Public API only.
  * Exit status 0, 1 when a tensor could not be read (the error on stderr), 2 on a usage error.
  */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <ptc/ptc.h>
 
 int main(int argc, char **argv)
 {
-    if (argc != 2) {
-        fprintf(stderr, "usage: f64_dump FILE\n");
+    int salvage = argc == 3 && strcmp(argv[1], "--salvage") == 0;
+    if (argc != 2 + salvage) {
+        fprintf(stderr, "usage: f64_dump [--salvage] FILE\n");
         return 2;
     }
+    ptc_open_params op;
+    ptc_open_params_default(&op);
+    op.flags = salvage ? PTC_OPEN_SALVAGE : 0;
     ptc_ckpt *c = NULL;
     ptc_walk *w = NULL;
     ptc_error err;
     const char *path;
     const ptc_tensor *t;
     int rc, status = 0;
-    if (ptc_ckpt_open(&c, argv[1], NULL, &err) < 0 ||
+    if (ptc_ckpt_open(&c, argv[1 + salvage], &op, &err) < 0 ||
         ptc_walk_new(&w, ptc_ckpt_root(c), &err) < 0) {
         fprintf(stderr, "f64_dump: %s\n", err.message);
         ptc_ckpt_close(c);
@@ -38,6 +45,12 @@ int main(int argc, char **argv)
             free(v);
             status = 1;
             continue;
+        }
+        if (salvage) {
+            printf("shape %s %d", path, ptc_tensor_ndim(t));
+            for (int d = 0; d < ptc_tensor_ndim(t); d++)
+                printf(" %lld", (long long)ptc_tensor_shape(t)[d]);
+            putchar('\n');
         }
         printf("%s %s", path, ptc_dtype_name(dt));
         for (size_t i = 0; i < n; i++) {

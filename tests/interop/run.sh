@@ -27,6 +27,10 @@
 #                     prediction, and ptc's allowlist against torch's own list of safe globals
 #   check_opcodes.py  lib/pickle/opcodes.h against Python's pickletools (bytes, argument layouts,
 #                     protocols) and torch's 34-opcode subset
+#   check_salvage_numpy.py  numpy arrays and scalars of every mapped dtype (both byte orders,
+#                     Fortran order, views, 0-d, empty) in torch.save files (zip, legacy, numpy 1
+#                     names), read with PTC_OPEN_SALVAGE, equal numpy's values; object, structured,
+#                     string and datetime arrays stay symbolic
 #   check_salvage.py  ptc convert --salvage on whole modules torch.save wrote (resnet18, nested
 #                     custom modules with tied weights, a YOLO-style dict, DDP, numpy arrays, an
 #                     os.system payload; zip and legacy): the output equals state_dict() in torch
@@ -71,7 +75,7 @@ case $ver in
 esac
 echo "interop: torch $ver under $("$py" -c 'import sys; print("Python", sys.version.split()[0])')"
 
-scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_finetune check_zip64_local check_variants check_wild check_model check_opcodes check_predict check_read_f64 check_salvage"}
+scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_finetune check_zip64_local check_variants check_wild check_model check_opcodes check_predict check_read_f64 check_salvage_numpy check_salvage"}
 failed= passed=
 for s in $scripts; do
     echo
