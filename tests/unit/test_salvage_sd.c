@@ -6,7 +6,9 @@
  * same). The expected keys follow torch 2.6's Module.state_dict rules (parameters, persistent
  * buffers, children in order; None skipped; a module reached twice listed twice; tied weights
  * shared), written out by hand below, never taken from ptc's output. The end-to-end check against
- * real torch is tests/interop/check_salvage.py.
+ * real torch is tests/interop/check_salvage.py. Also: every file of the hostile corpus through
+ * PTC_OPEN_SALVAGE and ptc_salvage_state_dict (clean errors, printable messages), and an
+ * allocation-failure sweep of open + salvage (a clean PTC_ENOMEM, nothing leaked).
  */
 #include "ptc/ptc.h"
 
@@ -659,6 +661,84 @@ static void test_legacy_module_pid(void)
     ptc_doc_free(d);
 }
 
+/* ---- allocation failures -------------------------------------------------------------------
+ * A counting allocator fails the fail_at-th request; live counts the blocks not yet freed. */
+typedef struct counting {
+    long n, fail_at, live;
+    int failed;
+} counting;
+
+static void *count_realloc(void *ctx, void *p, size_t size)
+{
+    counting *c = ctx;
+    if (size == 0) {
+        if (p) {
+            c->live--;
+            free(p);
+        }
+        return NULL;
+    }
+    if (++c->n == c->fail_at) {
+        c->failed = 1;
+        return NULL;
+    }
+    void *q = realloc(p, size);
+    if (q && !p)
+        c->live++;
+    return q;
+}
+
+/* The main checkpoint opened with PTC_OPEN_SALVAGE and salvaged, with the N-th allocation
+ * failing, for every N until a run requests fewer: each run ends in success (the 5 keys) or a
+ * clean PTC_ENOMEM, and leaves nothing allocated. */
+static void test_alloc_failures(void)
+{
+    static uint8_t buf[1 << 17];
+    pk *p = calloc(1, sizeof *p);
+    build_main(p);
+    size_t n = legacy(buf, sizeof buf, p, main_keys, 4);
+    free(p);
+    long runs = 0;
+    int done = 0;
+    for (long fail_at = 1; fail_at < 100000 && !done; fail_at++) {
+        counting c = {0, fail_at, 0, 0};
+        ptc_set_allocator(count_realloc, &c);
+        ptc_open_params op;
+        ptc_open_params_default(&op);
+        op.flags = PTC_OPEN_SALVAGE;
+        ptc_ckpt *ck = NULL;
+        ptc_doc *d = NULL;
+        const ptc_value *sd = NULL;
+        ptc_error err;
+        size_t keys = 0;
+        int rc = ptc_ckpt_open_memory(&ck, buf, n, &op, &err);
+        if (rc == 0)
+            rc = ptc_doc_new(&d, &err);
+        if (rc == 0)
+            rc = ptc_salvage_state_dict(d, ptc_ckpt_root(ck), NULL, NULL, &sd, NULL, &err);
+        if (rc == 0)
+            keys = ptc_value_len(sd);
+        ptc_doc_free(d);
+        ptc_ckpt_close(ck);
+        ptc_set_allocator(NULL, NULL);
+        runs++;
+        if (rc < 0) {
+            CHECK_INT(rc, PTC_ENOMEM);
+            CHECK(c.failed);
+            CHECK_INT(err.code, rc);
+        } else {
+            CHECK_INT(keys, 5);
+        }
+        CHECK_INT(c.live, 0);
+        if (!c.failed) {
+            CHECK_INT(rc, 0);
+            done = 1;
+        }
+    }
+    CHECK(done);
+    printf("allocation failures: %ld runs\n", runs);
+}
+
 /* 1 when s is printable text: no C0 control, DEL or raw escape byte reaches a terminal. */
 static int printable(const char *s)
 {
@@ -743,6 +823,7 @@ int main(void)
     }
     test_legacy_module_pid();
     test_hostile_corpus();
+    test_alloc_failures();
     ptc_policy_free(policy);
     return check_exit("test_salvage_sd");
 }
