@@ -11,11 +11,8 @@
  *
  * Order of the steps, each documented in ptc-convert(1):
  *   1. --state-dict KEY replaces the root by root[KEY] (dotted keys follow nested dicts); with
- *      --salvage, IN is read symbolically (PTC_OPEN_SALVAGE: classes outside the policy become
- *      opaque objects, nothing is run) and the root becomes the state dict
- *      ptc_salvage_state_dict takes from the module that --state-dict PATH names (by default
- *      the root module, root["model"], the first module of the root dict, or a state dict
- *      already): what module.state_dict() would have given, as plain tensors;
+ *      --salvage, IN is read symbolically (PTC_OPEN_SALVAGE) and the root becomes what
+ *      ptc_salvage_state_dict gives for the module --state-dict PATH names: its state_dict();
  *   2. --strip-prefix, then --add-prefix, rename the keys of the root dict and its _metadata,
  *      --strip-prefix exactly as torch 2.6's consume_prefix_in_state_dict_if_present does;
  *   3. --select / --exclude keep or drop tensors by the path ptc_walk reports in the renamed tree;
@@ -79,13 +76,10 @@ static const char usage_text[] =
     "                      or .pth, .pt, .bin for torch's zip format)\n"
     "  --state-dict KEY    write root[KEY] instead of the whole checkpoint; a dotted KEY\n"
     "                      follows nested dicts when the root has no such key\n"
-    "  --salvage           read IN even where it names classes outside the allowlist (a\n"
-    "                      whole model saved with torch.save(model), YOLO's {'model': ...}),\n"
-    "                      symbolically, never running them, and write the state dict\n"
-    "                      module.state_dict() would give for the module --state-dict PATH\n"
-    "                      names (dict keys and submodule names: model, ema, model.module);\n"
-    "                      default: the root module, else root['model'], else the first\n"
-    "                      module in the root dict, else the root when it is a state dict\n"
+    "  --salvage           read IN symbolically, never running its classes (torch.save(model),\n"
+    "                      YOLO's {'model': ...}), and write module.state_dict() of the module\n"
+    "                      --state-dict PATH names (model, ema, model.module; default: the\n"
+    "                      root, root['model'] or the first module; see ptc-convert(1))\n"
     "  --strip-prefix P    remove P from the keys of the root dict that start with it (DDP's\n"
     "                      'module.') and from its _metadata, as torch's\n"
     "                      consume_prefix_in_state_dict_if_present does\n"
