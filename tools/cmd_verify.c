@@ -1,5 +1,5 @@
 /*
- * cmd_verify.c - `ptc verify [--json] [--policy default|strict] [--allow-global MODULE.NAME]...
+ * cmd_verify.c - `ptc verify [--json|--sarif] [--policy default|strict] [--allow-global MODULE.NAME]...
  * [--verbose] PATH...`: a verdict on each untrusted file, with every finding.
  *
  * Each PATH is a file or a folder, which is walked recursively in name order (symbolic links to
@@ -10,7 +10,8 @@
  * indented line per finding; --verbose also lists every global referenced by any pickle. With
  * several files a last line counts the verdicts. --json: one JSON document, written file by file
  * as the work proceeds (memory stays flat over a folder of any size); its schema is in
- * ptc-verify(1). Every byte that came from a file or a file name is escaped.
+ * ptc-verify(1). --sarif: one SARIF 2.1.0 log (ptc_sarif_*, lib/pth/report_sarif.c), also written
+ * file by file. Every byte that came from a file or a file name is escaped.
  *
  * Exit status: 0 every file ok, 1 at least one file unsafe or malformed, 2 a usage error or a
  * file that could not be read (the other files are still verified and reported).
@@ -33,6 +34,7 @@
 
 struct verify {
     int json;
+    ptc_sarif *sarif; /* --sarif: the log being written */
     int verbose;
     ptc_verify_params params;
     const char *policy_name;
@@ -54,6 +56,15 @@ static void json_file(struct verify *v, const char *path, const ptc_report *r, c
     v->first_json = 0;
     if (ptc_report_json(path, r, err, 4, write_stdout, NULL, NULL) == PTC_ENOMEM)
         fputs("null", stdout);
+}
+
+/* One file's results; a write error shows at the end (ptc_sarif_end, then cli_finish). */
+static void sarif_file(struct verify *v, const char *path, const ptc_report *r,
+                       const ptc_error *err)
+{
+    ptc_error e;
+    if (ptc_sarif_file(v->sarif, path, r, err, &e) == PTC_ENOMEM)
+        cli_error("%s", e.message);
 }
 
 static void text_location(const char *member, int64_t offset)
@@ -120,7 +131,9 @@ static int verify_file(struct verify *v, const char *path)
     v->files++;
     if (rc < 0) {
         v->errors++;
-        if (v->json)
+        if (v->sarif)
+            sarif_file(v, path, NULL, &err);
+        else if (v->json)
             json_file(v, path, NULL, &err);
         else
             text_file(v, path, NULL, &err);
@@ -133,7 +146,9 @@ static int verify_file(struct verify *v, const char *path)
         v->unsafe++;
     else
         v->malformed++;
-    if (v->json)
+    if (v->sarif)
+        sarif_file(v, path, r, &err);
+    else if (v->json)
         json_file(v, path, r, &err);
     else
         text_file(v, path, r, &err);
@@ -160,7 +175,9 @@ static int report_path_error(struct verify *v, const char *path, int e)
     snprintf(err.message, sizeof err.message, "%s", strerror(e));
     v->files++;
     v->errors++;
-    if (v->json)
+    if (v->sarif)
+        sarif_file(v, path, NULL, &err);
+    else if (v->json)
         json_file(v, path, NULL, &err);
     else
         text_file(v, path, NULL, &err);
@@ -231,6 +248,7 @@ static void usage(FILE *f)
             "A PATH that is a folder is verified recursively.\n"
             "\n"
             "  --json                   print one JSON document (schema in ptc-verify(1))\n"
+            "  --sarif                  print one SARIF 2.1.0 log (rules in ptc-verify(1))\n"
             "  --policy default|strict  allowlist: torch 2.6's (default) or only what torch.save\n"
             "                           writes for tensors and containers (strict)\n"
             "  --allow-global MOD.NAME  also allow this global (repeatable)\n"
@@ -245,6 +263,7 @@ int cmd_verify(int argc, char **argv)
 {
     static const struct option longopts[] = {
         {"json", no_argument, NULL, 'j'},
+        {"sarif", no_argument, NULL, 's'},
         {"policy", required_argument, NULL, 'p'},
         {"allow-global", required_argument, NULL, 'a'},
         {"verbose", no_argument, NULL, 'v'},
@@ -256,12 +275,15 @@ int cmd_verify(int argc, char **argv)
     ptc_policy_base base = PTC_POLICY_DEFAULT;
     const char **allow = NULL;
     size_t nallow = 0;
-    int c, status = CLI_EXIT_OK;
+    int c, status = CLI_EXIT_OK, sarif = 0;
     cli_getopt_reset();
     while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
         switch (c) {
         case 'j':
             v.json = 1;
+            break;
+        case 's':
+            sarif = 1;
             break;
         case 'v':
             v.verbose = 1;
@@ -301,6 +323,10 @@ int cmd_verify(int argc, char **argv)
         free(allow);
         return cli_usage_error("missing PATH");
     }
+    if (v.json && sarif) {
+        free(allow);
+        return cli_usage_error("--json and --sarif are exclusive: one document per run");
+    }
     ptc_policy *policy;
     ptc_error err;
     if (ptc_policy_new(&policy, base, &err) < 0) {
@@ -317,18 +343,29 @@ int cmd_verify(int argc, char **argv)
     }
     free(allow);
     v.params.policy = policy;
+    if (sarif) {
+        ptc_sarif_params sp;
+        ptc_sarif_params_default(&sp);
+        sp.policy = v.policy_name;
+        if (ptc_sarif_begin(&v.sarif, &sp, write_stdout, NULL, &err) < 0) {
+            ptc_policy_free(policy);
+            return cli_report(err.code, &err);
+        }
+    }
     if (v.json)
         printf("{\n  \"ptc_version\": \"%s\",\n  \"policy\": \"%s\",\n  \"files\": [",
                ptc_version(), v.policy_name);
     for (int i = optind; i < argc; i++)
         status = worse(status, verify_path(&v, argv[i], 0));
+    if (v.sarif && ptc_sarif_end(v.sarif, &err) < 0)
+        status = worse(status, cli_report(err.code, &err));
     if (v.json) {
         printf("%s],\n  \"summary\": {\"files\": %llu, \"ok\": %llu, \"unsafe\": %llu, "
                "\"malformed\": %llu, \"error\": %llu}\n}\n",
                v.first_json ? "" : "\n  ", (unsigned long long)v.files, (unsigned long long)v.ok,
                (unsigned long long)v.unsafe, (unsigned long long)v.malformed,
                (unsigned long long)v.errors);
-    } else if (v.files > 1) {
+    } else if (v.files > 1 && !sarif) {
         printf("%llu files: %llu ok, %llu unsafe, %llu malformed, %llu not readable\n",
                (unsigned long long)v.files, (unsigned long long)v.ok, (unsigned long long)v.unsafe,
                (unsigned long long)v.malformed, (unsigned long long)v.errors);

@@ -768,6 +768,10 @@ typedef struct ptc_finding {
     int64_t offset;      /* in the member (or the file when member is ""); -1 when none applies */
     const char *detail;  /* printable, every byte from the file escaped */
     int torch_refuses;   /* torch 2.6 refuses the file for this too; false where ptc is stricter */
+    int64_t file_offset; /* the same byte's offset in the file: offset for the file itself, the
+                          * member's file position + offset for a stored zip record, a tar
+                          * member, a zip header region or a legacy part; -1 where the member's
+                          * bytes are inflated (no file byte holds them) or offset is -1 */
 } ptc_finding;
 
 typedef struct ptc_global_ref {
@@ -1422,7 +1426,7 @@ PTC_API int ptc_state_dict_rename(ptc_doc *d, const ptc_value *root, const char 
  *   {"path": PATH, "verdict": "ok"|"unsafe"|"malformed", "format": ptc_report_format,
  *    "torch_loads": true|false|null (null: depends on which duplicate torch's zip reader picks),
  *    "findings": [{"verdict", "code" (ptc_err_name), "kind", "member", "offset" (null: none),
- *                  "detail", "torch_refuses"}...],
+ *                  "file_offset" (null: none), "detail", "torch_refuses"}...],
  *    "globals": [{"member", "offset", "opcode", "global" (null: computed at run time),
  *                 "allowed", "torch_allows"}...],
  *    "dropped": findings and references not listed}
@@ -1438,6 +1442,68 @@ PTC_API int ptc_state_dict_rename(ptc_doc *d, const ptc_value *root, const char 
 typedef int (*ptc_write_fn)(void *ctx, const void *p, size_t n);
 PTC_API int ptc_report_json(const char *path, const ptc_report *r, const ptc_error *failure,
                             unsigned indent, ptc_write_fn write, void *ctx, ptc_error *err);
+
+/* ---- `ptc verify --sarif` ---------------------------------------------------------------------
+ * One SARIF 2.1.0 log (OASIS Static Analysis Results Interchange Format) for the reports of any
+ * number of files, written as they come: ptc_sarif_begin writes the head (the "$schema",
+ * "version" and a single run whose tool.driver is {"name": "ptc", "version" and
+ * "semanticVersion": ptc_version(), "rules": one per finding kind}), ptc_sarif_file writes one
+ * result per finding of one file, ptc_sarif_end the rest. Memory does not grow with the
+ * findings; the artifacts and notifications SARIF puts after the results are kept, a few hundred
+ * bytes per file. The mapping (ptc-verify(1) lists it):
+ *   rule ids   PTC-GLOBAL, PTC-OPCODE, PTC-TORCHSCRIPT, PTC-HIDDEN-PICKLE, PTC-LOAD, PTC-CRC for
+ *              the kinds "global", "opcode", "torchscript", "hidden-pickle", "load", "crc";
+ *              PTC-OTHER for a kind this writer does not know; each result has ruleId and
+ *              ruleIndex into tool.driver.rules;
+ *   level      "error" for an unsafe finding, "warning" for a malformed one;
+ *   message    {"text": "MEMBER+0xOFFSET: detail"} ("MEMBER: " without an offset, no prefix for
+ *              the file itself);
+ *   locations  one: physicalLocation.artifactLocation {"uri", "index" into run.artifacts} and,
+ *              when the finding has a file offset (ptc_finding.file_offset), region
+ *              {"byteOffset": file_offset, "byteLength": 1, or 0 where the offset is the
+ *              file's end (it was cut short there)}; a finding in a member adds
+ *              logicalLocations [{"name": member}];
+ *   properties the finding as ptc_report_json gives it ("verdict", "code", "kind", "member",
+ *              "offset", "file_offset", "torch_refuses") and, where the report lists globals at
+ *              the finding's member and offset, "globals": [{"global", "opcode", "allowed",
+ *              "torch_allows"}].
+ * The uri is the path as a URI reference: an absolute path a "file://" URI, a relative one a
+ * relative reference; every byte but ASCII letters, digits, "-._~" and "/" is percent-encoded, so
+ * any byte string gives a valid URI. Each distinct uri is one run.artifacts entry {"location":
+ * {"uri"}, "roles": ["analysisTarget"], "properties": {"verdict", "format", "torch_loads",
+ * "dropped"} or {"verdict": "error", "error"}}. A file that could not be verified (r NULL) gives
+ * an "error" toolExecutionNotification in invocations[0] with failure's message and code, and
+ * makes executionSuccessful false; a report that dropped findings past its caps gives a
+ * "warning" notification with the count. run.properties: {"policy": params->policy or null,
+ * "summary": {"files", "ok", "unsafe", "malformed", "error"}}. Text from files is escaped as
+ * ptc_report_json escapes it.
+ * The bytes go to write(ctx, p, n), which returns 0 or a negative PTC_E* code; the first failure
+ * of write or of memory is kept: nothing more is written and every later call returns it (the
+ * log is then incomplete). */
+typedef struct ptc_sarif ptc_sarif;
+typedef struct ptc_sarif_params {
+    size_t size;        /* sizeof(ptc_sarif_params), set by ptc_sarif_params_default */
+    const char *policy; /* the policy's name for run.properties ("default"), or NULL; copied */
+} ptc_sarif_params;
+/* Fills *p with the defaults (size included); p must not be NULL. Never fails; any thread. */
+PTC_API void ptc_sarif_params_default(ptc_sarif_params *p);
+/* Starts a log: writes its head and sets *out (free it with ptc_sarif_end, or ptc_sarif_free to
+ * abandon it). params NULL: the defaults. Returns 0; PTC_EINVAL when out or write is NULL or
+ * params->size is 0 or larger than this library's; PTC_ENOMEM; or write's code (*out is then
+ * NULL). err (may be NULL) says why. */
+PTC_API int ptc_sarif_begin(ptc_sarif **out, const ptc_sarif_params *params, ptc_write_fn write,
+                            void *ctx, ptc_error *err);
+/* Adds one file: path (NULL is written as "") and its report r, or, when r is NULL, failure:
+ * the error ptc_verify gave for it. r and failure are read during the call only. Returns 0;
+ * PTC_EINVAL when s is NULL or r and failure are both NULL; PTC_ENOMEM; or the kept failure. */
+PTC_API int ptc_sarif_file(ptc_sarif *s, const char *path, const ptc_report *r,
+                           const ptc_error *failure, ptc_error *err);
+/* Writes the end of the log and frees s, whatever it returns. Returns 0; PTC_EINVAL when s is
+ * NULL; PTC_ENOMEM; or the kept failure. */
+PTC_API int ptc_sarif_end(ptc_sarif *s, ptc_error *err);
+/* Frees s without writing more (the log stays incomplete); accepts NULL. */
+PTC_API void ptc_sarif_free(ptc_sarif *s);
+/* One ptc_sarif is one thread's at a time; separate logs may be written by separate threads. */
 
 /* ---- `ptc inspect --json` ----------------------------------------------------------------------
  * Writes the JSON object `ptc inspect --json` prints for open checkpoint c (ptc-inspect(1)), keys

@@ -131,4 +131,16 @@ int ptc__load_safetensors(ptc_ckpt *c, ptc_error *err);
 int ptc__save_safetensors(const ptc_value *root, const char *path, const ptc_save_params *p,
                           ptc_error *err);
 
+/* The JSON writers' common parts (lib/pth/report_json.c), for ptc_report_json and
+ * ptc_sarif_*: a str value of s (valid UTF-8 as it is, else escaped as ptc_escape does; NULL
+ * when out of memory), and o written as jansson's two-space indented text with hidden
+ * characters as \uXXXX (ptc_json_escape_hidden), each line after the first indented by indent
+ * more spaces, no newline at the end. ptc__json_emit returns 0, PTC_ENOMEM (o NULL included) or
+ * write's code; o stays the caller's. */
+/* The size of the file a report is about (lib/pth/verify.c); 0 for r NULL. */
+uint64_t ptc__report_size(const ptc_report *r);
+struct json_t;
+struct json_t *ptc__json_text(const char *s);
+int ptc__json_emit(struct json_t *o, unsigned indent, ptc_write_fn write, void *ctx);
+
 #endif /* PTC_PTH_PTH_H */

@@ -1,6 +1,8 @@
 /*
  * report_json.c - ptc_report_json: one verified file as the JSON object `ptc verify --json` lists
  * (the schema is in ptc.h and ptc-verify(1)). The command and an embedder get the same bytes.
+ * Its text and emit helpers (ptc__json_text, ptc__json_emit) serve the SARIF writer too
+ * (report_sarif.c), so both documents escape file bytes alike.
  */
 #include "pth/pth.h"
 
@@ -10,7 +12,7 @@
 
 /* A str for the document: library strings are escaped already (printable, valid UTF-8); file
  * names may be anything and are escaped as ptc_escape does when they are not valid UTF-8. */
-static json_t *jtext(const char *s)
+json_t *ptc__json_text(const char *s)
 {
     size_t n = strlen(s);
     if (ptc_utf8_valid(s, n))
@@ -30,13 +32,13 @@ static json_t *report_object(const char *path, const ptc_report *r, const ptc_er
     json_t *o = json_object();
     if (!o)
         return NULL;
-    json_object_set_new(o, "path", jtext(path));
+    json_object_set_new(o, "path", ptc__json_text(path));
     if (!r) {
         json_object_set_new(o, "verdict", json_string("error"));
         json_object_set_new(o, "error", json_string(ptc_err_name(failure->code)));
         json_object_set_new(
             o, "message",
-            jtext(failure->message[0] ? failure->message : ptc_strerror(failure->code)));
+            ptc__json_text(failure->message[0] ? failure->message : ptc_strerror(failure->code)));
         return o;
     }
     json_object_set_new(o, "verdict", json_string(ptc_verdict_name(ptc_report_verdict(r))));
@@ -51,9 +53,11 @@ static json_t *report_object(const char *path, const ptc_report *r, const ptc_er
         json_object_set_new(jf, "verdict", json_string(ptc_verdict_name(f->verdict)));
         json_object_set_new(jf, "code", json_string(ptc_err_name(f->code)));
         json_object_set_new(jf, "kind", json_string(f->kind));
-        json_object_set_new(jf, "member", jtext(f->member));
+        json_object_set_new(jf, "member", ptc__json_text(f->member));
         json_object_set_new(jf, "offset", f->offset >= 0 ? json_integer(f->offset) : json_null());
-        json_object_set_new(jf, "detail", jtext(f->detail));
+        json_object_set_new(jf, "file_offset",
+                            f->file_offset >= 0 ? json_integer(f->file_offset) : json_null());
+        json_object_set_new(jf, "detail", ptc__json_text(f->detail));
         json_object_set_new(jf, "torch_refuses", json_boolean(f->torch_refuses));
         json_array_append_new(fs, jf);
     }
@@ -62,10 +66,10 @@ static json_t *report_object(const char *path, const ptc_report *r, const ptc_er
     for (size_t i = 0; i < ptc_report_nglobals(r); i++) {
         const ptc_global_ref *g = ptc_report_global(r, i);
         json_t *jg = json_object();
-        json_object_set_new(jg, "member", jtext(g->member));
+        json_object_set_new(jg, "member", ptc__json_text(g->member));
         json_object_set_new(jg, "offset", json_integer(g->offset));
         json_object_set_new(jg, "opcode", json_string(g->opcode));
-        json_object_set_new(jg, "global", g->global ? jtext(g->global) : json_null());
+        json_object_set_new(jg, "global", g->global ? ptc__json_text(g->global) : json_null());
         json_object_set_new(jg, "allowed", json_boolean(g->allowed));
         json_object_set_new(jg, "torch_allows", json_boolean(g->torch_allows));
         json_array_append_new(gs, jg);
@@ -90,26 +94,33 @@ static int write_text(ptc_write_fn write, void *ctx, const char *s, size_t n)
     return rc;
 }
 
-/* json_dump_callback's sink: the text gathered in a ptc__buf (the library's allocator). */
+/* json_dump_callback's sink: the text gathered in a ptc__buf (the library's allocator). jansson
+ * (2.14) ignores the sink's failure while it writes an object's key and goes on, so a failure is
+ * kept here: every later piece is refused too, and the caller looks at failed, not only at what
+ * json_dump_callback returns (test_alloc_fail's SARIF sweep found the text one key short). */
+typedef struct gathered {
+    ptc__buf text;
+    int failed;
+} gathered;
+
 static int gather(const char *p, size_t n, void *ud)
 {
-    return ptc__buf_append(ud, p, n) < 0 ? -1 : 0;
+    gathered *g = ud;
+    if (!g->failed && ptc__buf_append(&g->text, p, n) < 0)
+        g->failed = 1;
+    return g->failed ? -1 : 0;
 }
 
-int ptc_report_json(const char *path, const ptc_report *r, const ptc_error *failure,
-                    unsigned indent, ptc_write_fn write, void *ctx, ptc_error *err)
+int ptc__json_emit(json_t *o, unsigned indent, ptc_write_fn write, void *ctx)
 {
     static const char spaces[] = "                ";
-    if (!write || (!r && !failure))
-        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_report_json: missing argument");
-    json_t *o = report_object(path ? path : "", r, failure);
-    ptc__buf text = {0};
-    int ok = o && json_dump_callback(o, gather, &text, JSON_INDENT(2) | JSON_PRESERVE_ORDER) == 0;
-    json_decref(o);
-    if (!ok) {
-        ptc__buf_free(&text);
-        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory writing a report as JSON");
+    gathered g = {{0}, 0};
+    if (!o || json_dump_callback(o, gather, &g, JSON_INDENT(2) | JSON_PRESERVE_ORDER) != 0 ||
+        g.failed) {
+        ptc__buf_free(&g.text);
+        return PTC_ENOMEM;
     }
+    ptc__buf text = g.text;
     /* jansson writes newlines only between tokens (a newline inside a string is escaped), so
      * every line after the first can be indented as an element of an enclosing array. */
     const char *p = (const char *)text.data, *end = p + text.len;
@@ -128,6 +139,19 @@ int ptc_report_json(const char *path, const ptc_report *r, const ptc_error *fail
         p = nl + 1;
     }
     ptc__buf_free(&text);
+    return rc;
+}
+
+int ptc_report_json(const char *path, const ptc_report *r, const ptc_error *failure,
+                    unsigned indent, ptc_write_fn write, void *ctx, ptc_error *err)
+{
+    if (!write || (!r && !failure))
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_report_json: missing argument");
+    json_t *o = report_object(path ? path : "", r, failure);
+    int rc = ptc__json_emit(o, indent, write, ctx);
+    json_decref(o);
+    if (rc == PTC_ENOMEM)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory writing a report as JSON");
     if (rc < 0)
         return ptc__err(err, rc, "", -1, "ptc_report_json: writing the JSON failed: %s",
                         ptc_strerror(rc));

@@ -55,6 +55,12 @@ struct ptc_report {
     ptc_global_ref *g;
     size_t ng, capg;
     uint64_t dropped;
+    /* The file position of byte 0 of the member being scanned, -1 where its bytes are not the
+     * file's (inflated) or unknown: a finding's file_offset is base + offset. */
+    int64_t base;
+    uint64_t size; /* of the file: a file_offset equal to it is "where the file ends" */
+    size_t load;   /* 1 + the index of the load's finding (0: none), placed when the scan reads
+                  * its record; an index, as r->f moves when it grows */
 };
 
 const char *ptc_verdict_name(ptc_verdict v)
@@ -75,7 +81,8 @@ static char *rstr(ptc_report *r, const char *s)
 }
 
 /* Adds a finding unless one with the same member, offset and verdict is there already (the load
- * and the scan often see the same thing). */
+ * and the scan often see the same thing). Its file offset is the offset itself for the file ("")
+ * and r->base + offset in a member. */
 static int add_finding(ptc_report *r, ptc_verdict v, int code, const char *kind, const char *member,
                        int64_t offset, const char *detail, bool torch_refuses)
 {
@@ -83,10 +90,16 @@ static int add_finding(ptc_report *r, ptc_verdict v, int code, const char *kind,
         r->dropped++;
         return 0;
     }
+    int64_t file_offset = offset < 0     ? -1
+                          : !member[0]   ? offset
+                          : r->base >= 0 ? r->base + offset
+                                         : -1;
     for (size_t i = 0; i < r->nf; i++) {
         const ptc_finding *f = &r->f[i];
         if (f->verdict == v && f->offset == offset && strcmp(f->member, member) == 0) {
             r->f[i].torch_refuses |= torch_refuses;
+            if (r->f[i].file_offset < 0)
+                r->f[i].file_offset = file_offset;
             return 0;
         }
     }
@@ -102,7 +115,8 @@ static int add_finding(ptc_report *r, ptc_verdict v, int code, const char *kind,
         r->f = n;
         r->capf = cap;
     }
-    ptc_finding f = {v, code, kind, rstr(r, member), offset, rstr(r, detail), torch_refuses};
+    ptc_finding f = {
+        v, code, kind, rstr(r, member), offset, rstr(r, detail), torch_refuses, file_offset};
     if (!f.member || !f.detail)
         return PTC_ENOMEM;
     r->f[r->nf++] = f;
@@ -173,6 +187,10 @@ const ptc_global_ref *ptc_report_global(const ptc_report *r, size_t i)
 uint64_t ptc_report_dropped(const ptc_report *r)
 {
     return r ? r->dropped : 0;
+}
+uint64_t ptc__report_size(const ptc_report *r)
+{
+    return r ? r->size : 0;
 }
 
 /* ---- the static pass ------------------------------------------------------------------------ */
@@ -551,6 +569,7 @@ static int sweep_zip_headers(scan_ctx *c, ptc__zip *z)
             snprintf(label, sizeof label, "%s [%s]", rec, what[k]);
             c->member = label;
             c->refs = c->bad = 0;
+            c->r->base = (int64_t)at[k];
             if ((rc = sweep_region(c, c->map + at[k], (size_t)len[k], 0, 0)))
                 return rc;
             char where[400];
@@ -565,6 +584,7 @@ static int sweep_zip_headers(scan_ctx *c, ptc__zip *z)
     if (n && off <= c->size && n <= c->size - off) {
         c->member = "archive comment";
         c->refs = c->bad = 0;
+        c->r->base = (int64_t)off;
         if ((rc = sweep_region(c, c->map + off, (size_t)n, 0, 0)))
             return rc;
         char where[120];
@@ -591,6 +611,7 @@ static int scan_zip_entries(scan_ctx *c, ptc__zip *z, bool check_crc, bool *cons
         ptc__escape(label, sizeof label, en->record, strlen(en->record), true);
         c->member = label;
         c->refs = c->bad = 0;
+        c->r->base = -1;
         bool will_inflate = en->method != 0 && en->size <= SCAN_INFLATE_CAP;
         if (check_crc && !will_inflate && ptc__zip_check_crc(z, en, &e) < 0) {
             if (e.code == PTC_ENOMEM) {
@@ -618,6 +639,16 @@ static int scan_zip_entries(scan_ctx *c, ptc__zip *z, bool check_crc, bool *cons
                                  !(e.flags & PTC_ERR_STRICTER));
             continue;
         }
+        /* A stored record of a mapped file is returned in place: its offsets map to the file's. */
+        c->r->base = !owned && c->map && data >= c->map && data < c->map + c->size
+                         ? (int64_t)(data - c->map)
+                         : -1;
+        /* The failed load named this record and an offset in it; the strict reader that
+         * accepted the zip here reads the same record (names are unique in such a zip). */
+        ptc_finding *lf = c->r->load ? &c->r->f[c->r->load - 1] : NULL;
+        if (lf && lf->file_offset < 0 && lf->offset >= 0 && c->r->base >= 0 &&
+            (uint64_t)lf->offset < en->size && strcmp(lf->member, label) == 0)
+            lf->file_offset = c->r->base + lf->offset;
         bool is_data_pkl = strcmp(en->record, "data.pkl") == 0;
         bool full =
             is_data_pkl || (!plain_record(en->record) && looks_like_pickle(data, (size_t)en->size));
@@ -752,6 +783,7 @@ static int scan_local_headers(scan_ctx *c, const uint8_t *map, uint64_t size, bo
         ptc__escape(label, sizeof label, raw, nl, true);
         c->member = label;
         c->refs = c->bad = 0;
+        c->r->base = method == 0 ? (int64_t)data : -1; /* inflated bytes are no file's */
         int rc;
         if (torchscript_record(rec) && (rc = torchscript_finding(c, rec, constants)))
             return rc;
@@ -827,6 +859,7 @@ static int scan_tar(scan_ctx *c, const uint8_t *map, uint64_t size)
             n = size - data;
         c->member = label;
         c->refs = c->bad = 0;
+        c->r->base = (int64_t)data;
         int rc = 0;
         size_t reach = 0;
         if (looks_like_pickle(map + data, (size_t)n))
@@ -880,6 +913,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     if (!policy)
         policy = own_policy;
     r->budget.limit = UINT64_MAX;
+    r->base = -1;
     if (ptc__arena_new(&r->arena, &r->budget) < 0) {
         rc = PTC_ENOMEM;
         goto fail;
@@ -894,6 +928,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     ptc_error le;
     const uint8_t *map = ptc__source_map(src);
     uint64_t size = ptc__source_size(src);
+    r->size = size;
     static const uint8_t empty[1];
     int lrc = ptc_ckpt_open_memory(&ck, map ? map : empty, (size_t)size, &op, &le);
     bool loaded = lrc == 0, safetensors = loaded && ptc_ckpt_format(ck) == PTC_FORMAT_SAFETENSORS;
@@ -919,10 +954,14 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
         }
         char member[sizeof le.member + 8];
         ptc__escape(member, sizeof member, le.member, strlen(le.member), true);
+        /* The legacy loader places its parts by file offsets; a zip record's offsets are in the
+         * record, whose place the failed load does not give. */
+        r->base = strncmp(le.member, "legacy ", 7) == 0 ? 0 : -1;
         if ((rc = add_finding(r, lrc == PTC_EUNSAFE ? PTC_VERDICT_UNSAFE : PTC_VERDICT_MALFORMED,
                               lrc, lrc == PTC_ECRC ? "crc" : "load", member, le.offset, msg,
                               !(le.flags & PTC_ERR_STRICTER))))
             goto fail;
+        r->load = r->nf; /* the first finding, if any */
     }
 
     /* 2. The static pass. */
@@ -948,6 +987,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
         for (int i = 0; i < 5 && pos < size; i++) {
             size_t used = 0;
             c.member = parts[i];
+            r->base = 0; /* the legacy parts are placed by their file offsets */
             size_t reach = 0;
             if ((rc = scan_pickles_at(&c, map + pos, (size_t)(size - pos), pos, 1, 1, false, &used,
                                       &reach)) < 0)

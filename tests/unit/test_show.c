@@ -2,10 +2,11 @@
  * test_show.c - the library calls behind what ptc's commands show (issue 15, section 4):
  * ptc_escape, ptc_json_escape_hidden, ptc_utf8_valid, ptc_key_text, ptc_value_int_text,
  * ptc_float_text, ptc_walk_next_value, ptc_dtype_element_f64, ptc_tensor_read_f64,
- * ptc_state_dict_rename, ptc_report_json and ptc_value_text. Each
+ * ptc_state_dict_rename, ptc_report_json, ptc_sarif_* and ptc_value_text. Each
  * expected text is written out here by hand (the rename cases from torch 2.6's
  * consume_prefix_in_state_dict_if_present, run once and copied); `ptc verify --json` itself is
- * compared with ptc_report_json by tests/fixtures/check_report_json.sh.
+ * compared with ptc_report_json by tests/fixtures/check_report_json.sh, and `ptc verify --sarif`
+ * checked against the SARIF schema and a SARIF reader by tests/fixtures/check_verify_sarif.py.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -502,7 +503,7 @@ static void test_rename(void)
 
 /* A growable text the JSON is written into; fail_after > 0 makes the nth write fail. */
 typedef struct sink {
-    char buf[8192];
+    char buf[32768]; /* a SARIF log's head, rules included, is about 4 KiB */
     size_t len;
     int writes, fail_after;
 } sink;
@@ -559,6 +560,74 @@ static void test_report_json(void)
     printf("ptc_report_json of a malformed file:\n%s\n", s.buf);
     CHECK_CODE(ptc_report_json("x", NULL, NULL, 0, sink_write, &s, &err), PTC_EINVAL, &err);
     CHECK_CODE(ptc_report_json("x", NULL, &fail, 0, NULL, &s, &err), PTC_EINVAL, &err);
+}
+
+/* The SARIF writer's contract: arguments, one log of a report and a failure, URIs, a failing
+ * write that stops everything. The log's schema and meaning are checked by check_verify_sarif.py. */
+static void test_sarif(void)
+{
+    ptc_error err, fail = {.code = PTC_EIO, .offset = -1};
+    snprintf(fail.message, sizeof fail.message, "No such file or directory");
+    ptc_sarif *w = NULL;
+    static sink s;
+    memset(&s, 0, sizeof s);
+    CHECK_CODE(ptc_sarif_begin(NULL, NULL, sink_write, &s, &err), PTC_EINVAL, &err);
+    CHECK_CODE(ptc_sarif_begin(&w, NULL, NULL, &s, &err), PTC_EINVAL, &err);
+    ptc_sarif_params p;
+    ptc_sarif_params_default(&p);
+    CHECK_INT(p.size, sizeof p);
+    p.size = 0;
+    CHECK_CODE(ptc_sarif_begin(&w, &p, sink_write, &s, &err), PTC_EINVAL, &err);
+    p.size = sizeof p + 8;
+    CHECK_CODE(ptc_sarif_begin(&w, &p, sink_write, &s, &err), PTC_EINVAL, &err);
+    CHECK(w == NULL && s.len == 0);
+    CHECK_CODE(ptc_sarif_file(NULL, "x", NULL, &fail, &err), PTC_EINVAL, &err);
+    CHECK_CODE(ptc_sarif_end(NULL, &err), PTC_EINVAL, &err);
+    ptc_sarif_free(NULL);
+
+    ptc_report *r = NULL;
+    static const char junk[] = "this is not a checkpoint";
+    CHECK_CODE(ptc_verify_memory(&r, junk, sizeof junk - 1, NULL, &err), 0, &err);
+    ptc_sarif_params_default(&p);
+    p.policy = "default";
+    CHECK_CODE(ptc_sarif_begin(&w, &p, sink_write, &s, &err), 0, &err);
+    if (!w || !r) {
+        ptc_sarif_free(w);
+        ptc_report_free(r);
+        return;
+    }
+    CHECK_CODE(ptc_sarif_file(w, NULL, NULL, NULL, &err), PTC_EINVAL, &err);
+    CHECK_CODE(ptc_sarif_file(w, "dir/a b%#:\xff.pth", r, NULL, &err), 0, &err);
+    CHECK_CODE(ptc_sarif_file(w, "/abs/missing.pth", NULL, &fail, &err), 0, &err);
+    CHECK_CODE(ptc_sarif_end(w, &err), 0, &err);
+    CHECK(strncmp(s.buf, "{\n  \"$schema\": \"https://docs.oasis-open.org/sarif/", 47) == 0);
+    CHECK(strstr(s.buf, "\"version\": \"2.1.0\",\n  \"runs\": [\n") != NULL);
+    CHECK(strstr(s.buf, "\"name\": \"ptc\"") != NULL);
+    CHECK(strstr(s.buf, "\"id\": \"PTC-HIDDEN-PICKLE\"") != NULL);
+    /* junk is malformed: a warning under PTC-LOAD, in the file itself */
+    CHECK(strstr(s.buf, "\"ruleId\": \"PTC-LOAD\"") != NULL);
+    CHECK(strstr(s.buf, "\"level\": \"warning\"") != NULL);
+    CHECK(strstr(s.buf, "\"uri\": \"dir/a%20b%25%23%3A%FF.pth\"") != NULL);
+    CHECK(strstr(s.buf, "\"uri\": \"file:///abs/missing.pth\"") != NULL);
+    CHECK(strstr(s.buf, "\"executionSuccessful\": false") != NULL);
+    CHECK(strstr(s.buf, "could not be verified: No such file or directory") != NULL);
+    CHECK(strstr(s.buf, "\"policy\": \"default\"") != NULL);
+    CHECK(s.len > 2 && strcmp(s.buf + s.len - 2, "}\n") == 0);
+
+    /* a write that fails: begin gives its code and no log; later, every call gives it */
+    sink f = {.fail_after = 2};
+    w = NULL;
+    CHECK_CODE(ptc_sarif_begin(&w, NULL, sink_write, &f, &err), PTC_EIO, &err);
+    CHECK(w == NULL);
+    sink g = {0};
+    CHECK_CODE(ptc_sarif_begin(&w, NULL, sink_write, &g, &err), 0, &err);
+    g.fail_after = g.writes + 1;
+    if (w) {
+        CHECK_CODE(ptc_sarif_file(w, "x", r, NULL, &err), PTC_EIO, &err);
+        CHECK_CODE(ptc_sarif_file(w, "y", r, NULL, &err), PTC_EIO, &err);
+        CHECK_CODE(ptc_sarif_end(w, &err), PTC_EIO, &err);
+    }
+    ptc_report_free(r);
 }
 
 /* ptc_value_text of v, with or without PTC_TEXT_ESCAPE, into a static buffer. */
@@ -647,6 +716,7 @@ int main(void)
     test_read_f64();
     test_rename();
     test_report_json();
+    test_sarif();
     test_value_text();
     return check_exit("test_show");
 }
