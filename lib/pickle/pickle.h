@@ -86,6 +86,9 @@ struct ptc_value {
             const ptc_value *cls; /* a global; read symbolically, also an object */
             ptc_value *args;
             ptc_value *state;
+            /* Read symbolically: what SETITEM(S) (a dict) or APPEND(S) (a list) put into the
+             * object (a dict or list subclass: defaultdict, a custom list), or NULL. */
+            ptc_value *items;
         } obj;
         ptc_tensor *t;
         ptc_dtype dt;

@@ -555,8 +555,9 @@ static size_t nchildren(const ptc_value *v)
     case PTC_VALUE_DICT:
         return 2 * v->u.dict.n + 1;
     case PTC_VALUE_OBJECT:
-        /* A callable that is not a global (symbolic reading) is a subtree of its own. */
-        return v->u.obj.cls && v->u.obj.cls->kind != PTC_VALUE_GLOBAL ? 3 : 2;
+        /* Read symbolically, an object may also hold items and a callable that is not a global,
+         * each a subtree of its own (child() gives NULL for what it lacks). */
+        return v->u.obj.items || (v->u.obj.cls && v->u.obj.cls->kind != PTC_VALUE_GLOBAL) ? 4 : 2;
     default:
         return 0;
     }
@@ -570,7 +571,11 @@ static const ptc_value *child(const ptc_value *v, size_t i)
             return v->u.dict.attrs;
         return (i & 1) ? v->u.dict.vals[i / 2] : v->u.dict.keys[i / 2];
     case PTC_VALUE_OBJECT:
-        return i == 0 ? v->u.obj.args : i == 1 ? v->u.obj.state : v->u.obj.cls;
+        return i == 0                                                   ? v->u.obj.args
+               : i == 1                                                 ? v->u.obj.state
+               : i == 2                                                 ? v->u.obj.items
+               : v->u.obj.cls && v->u.obj.cls->kind != PTC_VALUE_GLOBAL ? v->u.obj.cls
+                                                                        : NULL;
     default:
         return v->u.seq.items[i];
     }
@@ -851,6 +856,11 @@ int ptc_value_is_symbolic(const ptc_value *v)
 const ptc_value *ptc_object_callable(const ptc_value *v)
 {
     return v && v->kind == PTC_VALUE_OBJECT ? v->u.obj.cls : NULL;
+}
+
+const ptc_value *ptc_object_items(const ptc_value *v)
+{
+    return v && v->kind == PTC_VALUE_OBJECT ? v->u.obj.items : NULL;
 }
 
 const ptc_value *ptc_object_args(const ptc_value *v)

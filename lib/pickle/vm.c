@@ -584,12 +584,32 @@ static int seq_setitems(ptc__vm *vm, ptc_value *d, size_t start, uint8_t op, ptc
     return 0;
 }
 
+/* The items container of a symbolic object (a dict or list subclass, read with
+ * PTC_OPEN_SALVAGE) into *out: made of kind at the first SETITEM(S) or APPEND(S). PTC_EFORMAT
+ * when the object already holds the other kind; the limits and PTC_ENOMEM of new_value. */
+static int symbolic_items(ptc__vm *vm, ptc_value *obj, ptc_value_kind kind, uint8_t op,
+                          ptc_value **out, ptc_error *err)
+{
+    int rc = 0;
+    if (!obj->u.obj.items && !(obj->u.obj.items = new_value(vm, kind, err, &rc)))
+        return rc;
+    if (obj->u.obj.items->kind != kind)
+        return VM_ERR(vm, PTC_EFORMAT, "%s on an object that already holds %s",
+                      ptc__pickle_opname(op), kind == PTC_VALUE_DICT ? "list items" : "dict items");
+    *out = obj->u.obj.items;
+    return 0;
+}
+
 static int op_setitems(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
 {
     if (start == 0)
         return VM_ERR(vm, PTC_EFORMAT, "%s with no dict below the items", ptc__pickle_opname(op));
     ptc_value *d = vm->stack[start - 1];
     size_t n = vm->nstack - start;
+    int rc;
+    if (d->kind == PTC_VALUE_OBJECT && (d->flags & PTC__V_SYMBOLIC) &&
+        (rc = symbolic_items(vm, d, PTC_VALUE_DICT, op, &d, err)) < 0)
+        return rc;
     if (d->kind == PTC_VALUE_LIST || (d->kind == PTC_VALUE_BYTES && (d->flags & PTC__V_BYTEARRAY)))
         return seq_setitems(vm, d, start, op, err);
     if (d->kind != PTC_VALUE_DICT) {
@@ -605,8 +625,8 @@ static int op_setitems(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
         return VM_ERR(vm, PTC_EFORMAT, "%s with an odd number (%zu) of keys and values",
                       ptc__pickle_opname(op), n);
     for (size_t i = start; i < vm->nstack; i += 2) {
-        int rc = ptc__dict_set(vm->arena, d, vm->stack[i], vm->stack[i + 1], err, vm->p->member,
-                               ptc__vm_offset(vm));
+        rc = ptc__dict_set(vm->arena, d, vm->stack[i], vm->stack[i + 1], err, vm->p->member,
+                           ptc__vm_offset(vm));
         if (rc < 0)
             return rc;
     }
@@ -619,12 +639,16 @@ static int op_appends(ptc__vm *vm, size_t start, uint8_t op, ptc_error *err)
     if (start == 0)
         return VM_ERR(vm, PTC_EFORMAT, "%s with no list below the items", ptc__pickle_opname(op));
     ptc_value *l = vm->stack[start - 1];
+    int rc;
+    if (l->kind == PTC_VALUE_OBJECT && (l->flags & PTC__V_SYMBOLIC) &&
+        (rc = symbolic_items(vm, l, PTC_VALUE_LIST, op, &l, err)) < 0)
+        return rc;
     if (l->kind != PTC_VALUE_LIST)
         return VM_ERR(vm, PTC_EFORMAT, "%s on a %s: only lists can be appended to",
                       ptc__pickle_opname(op), ptc_value_kind_name((ptc_value_kind)l->kind));
     /* Room for all the items at once: growing by doubling would leave the abandoned arrays in
      * the arena (twice the list's final size for a long APPENDS). */
-    int rc = ptc__seq_reserve(vm->arena, l, vm->nstack - start);
+    rc = ptc__seq_reserve(vm->arena, l, vm->nstack - start);
     for (size_t i = start; i < vm->nstack && rc == 0; i++)
         rc = ptc__seq_push(vm->arena, l, vm->stack[i]);
     if (rc == PTC_ELIMIT)

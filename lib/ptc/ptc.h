@@ -466,7 +466,8 @@ PTC_API uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c);
  * How a symbolic value behaves: a symbolic object is hashable by identity (a dict key or set item
  * equal only to itself, as Python hashes an instance); a second BUILD on one is ignored (the
  * first state stays); calling an object (REDUCE of getattr(...)'s result) makes another symbolic
- * object whose callable is that object. A numpy array whose BUILD state is malformed, of an
+ * object whose callable is that object; SETITEM(S) and APPEND(S) on one fill its items
+ * (ptc_object_items). A numpy array whose BUILD state is malformed, of an
  * object or structured dtype, or of a dtype ptc has no tensor type for, stays a symbolic object.
  * The arrays' bytes are copied into storages the checkpoint owns, keyed "numpy.0", "numpy.1", ...
  * (no file key has a '.'), charged to max_heap_bytes like every copy. ptc_save refuses a tree
@@ -497,6 +498,11 @@ PTC_API int ptc_value_is_symbolic(const ptc_value *v);
  * global its chain of callables ends at (raw: escape it before printing). Both only read: any
  * thread. */
 PTC_API const ptc_value *ptc_object_callable(const ptc_value *v);
+/* Read symbolically, the items a pickle gave an object of a dict or list subclass (a
+ * collections.defaultdict, a custom list): SETITEM(S) make a dict, APPEND(S) a list, in the
+ * pickle's order (one object takes one kind or the file is refused). NULL when it got none, for
+ * another kind and for NULL. Borrowed like v; only reads (any thread). */
+PTC_API const ptc_value *ptc_object_items(const ptc_value *v);
 /* Modules back to state dicts: ptc_salvage_state_dict, after the documents below. */
 
 /* ---------------------------------------------------------------------------------------------

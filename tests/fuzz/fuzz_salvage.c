@@ -9,7 +9,7 @@
  *     a file it refuses for another reason is refused with the same code;
  *   - a refusal has a code and a printable message;
  *   - an accepted tree is visited completely through the public getters, symbolic objects
- *     included (callable, args, state): every chain of callables ends at a global that has a
+ *     included (callable, args, state, items): every chain of callables ends at a global that has a
  *     name, every symbolic value is a global or an object, and every tensor met anywhere (in a
  *     module's state, a numpy array) is hashed and read, its storage inside its bytes;
  *   - the symbol table holds at most PTC_SYMBOLS_MAX printable entries with offsets inside the
@@ -39,15 +39,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
         }                                                                                          \
     } while (0)
 
-/* Bounds of the work per input, as in fuzz_load.c: a tree that shares nodes can be exponential
- * to visit, and a stride-0 tensor can claim terabytes. */
-#define FUZZ_MAX_HASH_BYTES (64ll << 20)
+/* Bounds of the work per input, as in fuzz_load.c but smaller, since each input is read twice
+ * and its tensors hashed three times (the visit, and the walks of both opens): a tree that shares
+ * nodes can be exponential to visit, and a stride-0 tensor can claim terabytes. */
+#define FUZZ_MAX_HASH_BYTES (16ll << 20)
 #define FUZZ_MAX_READ_BYTES (1ll << 20)
-#define FUZZ_MAX_VISITS     (1u << 20)
-#define FUZZ_MAX_TENSORS    (1u << 16)
+#define FUZZ_MAX_VISITS     (1u << 18)
+#define FUZZ_MAX_TENSORS    (1u << 12)
+
+/* Tensors hashed by the visit: a shared one is met once per path. */
+#define FUZZ_MAX_HASHED 1024
 
 typedef struct visit {
-    unsigned visits;
+    unsigned visits, hashed;
     int64_t hash_left;
     bool symbolic; /* a symbolic value was met */
 } visit;
@@ -69,9 +73,10 @@ static void check_tensor(const ptc_tensor *t, visit *st)
     int64_t nbytes = ptc_tensor_nbytes(t);
     const ptc_storage *s = ptc_tensor_storage(t);
     FUZZ_REQUIRE(s != NULL && ptc_storage_key(s) != NULL && ptc_storage_nbytes(s) >= 0);
-    if (nbytes > st->hash_left)
+    if (nbytes > st->hash_left || st->hashed >= FUZZ_MAX_HASHED)
         return;
     st->hash_left -= nbytes;
+    st->hashed++;
     uint8_t digest[32];
     ptc_error err;
     if (ptc_tensor_sha256(t, digest, &err) < 0 || nbytes > FUZZ_MAX_READ_BYTES)
@@ -137,6 +142,12 @@ static void touch(const ptc_value *v, visit *st)
             touch(ptc_object_args(v), st);
         if (ptc_object_state(v))
             touch(ptc_object_state(v), st);
+        if (ptc_object_items(v)) {
+            FUZZ_REQUIRE(ptc_value_is_symbolic(v));
+            FUZZ_REQUIRE(ptc_value_kind_of(ptc_object_items(v)) == PTC_VALUE_DICT ||
+                         ptc_value_kind_of(ptc_object_items(v)) == PTC_VALUE_LIST);
+            touch(ptc_object_items(v), st);
+        }
         break;
     }
     default:
@@ -251,7 +262,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             (void)sink;
         }
     }
-    visit st = {0, FUZZ_MAX_HASH_BYTES, false};
+    visit st = {0, 0, FUZZ_MAX_HASH_BYTES, false};
     touch(ptc_ckpt_root(c), &st);
     if (strict_rc == 0) {
         size_t n1, n2;

@@ -2,7 +2,7 @@
  * test_salvage.c - symbolic reading (PTC_OPEN_SALVAGE) through the public API, on pickles built
  * here opcode by opcode: a whole module object, an os.system payload next to the weights, objects
  * as dict keys, a callable that is an object, numpy arrays of every dtype ptc maps (big-endian,
- * Fortran order, 0-d, empty, scalars), numpy states left symbolic, the symbol table (offsets,
+ * Fortran order, 0-d, empty, scalars), numpy states left symbolic, dict and list subclasses, the symbol table (offsets,
  * counts, escaping, its cap), the limits of the strict machine, the legacy stream, and that
  * nothing changes without the flag. Expected values are written out here (the pickles are
  * numpy 2.4's and torch 2.6's protocol-2 forms, studied with pickletools), never taken from ptc.
@@ -348,6 +348,51 @@ static void test_object_callable(void)
     begin(&b);
     PUT(&b, "K\x01)R.");
     CHECK_CODE(open_zip(&b, false, NULL, PTC_OPEN_SALVAGE, NULL, &c, &err), PTC_EFORMAT, &err);
+    free(b.p);
+}
+
+/* A dict subclass and a list subclass (collections.defaultdict(list), class L(list)) as
+ * protocol 2 writes them: the items go to the object's items, in order; one object cannot take
+ * both kinds. */
+static void test_object_items(void)
+{
+    pk b = {0};
+    begin(&b);
+    PUT(&b, "(ccollections\ndefaultdict\ncbuiltins\nlist\n\x85R(X\x01\x00\x00\x00"
+            "a]K\x01"
+            "aX\x01\x00\x00\x00"
+            "b]uc__main__\nL\n)\x81(K\x01K\x02"
+            "eK\x03"
+            "at.");
+    ptc_ckpt *c;
+    ptc_error err;
+    CHECK_CODE(open_zip(&b, false, NULL, 0, NULL, &c, &err), PTC_EUNSAFE, &err);
+    CHECK_CODE(open_zip(&b, false, NULL, PTC_OPEN_SALVAGE, NULL, &c, &err), 0, &err);
+    const ptc_value *dd = ptc_value_item(ptc_ckpt_root(c), 0);
+    const ptc_value *l = ptc_value_item(ptc_ckpt_root(c), 1);
+    CHECK_STR(ptc_value_global_name(dd), "collections.defaultdict");
+    const ptc_value *d = ptc_object_items(dd);
+    CHECK_INT(ptc_value_kind_of(d), PTC_VALUE_DICT);
+    CHECK_INT(ptc_value_len(d), 2);
+    CHECK_INT(ptc_value_len(ptc_dict_get(d, "a")), 1);
+    const ptc_value *li = ptc_object_items(l);
+    CHECK_INT(ptc_value_kind_of(li), PTC_VALUE_LIST);
+    CHECK_INT(ptc_value_len(li), 3);
+    int64_t x = 0;
+    CHECK_CODE(ptc_value_int(ptc_value_item(li, 2), &x), 0, NULL);
+    CHECK_INT(x, 3);
+    CHECK(ptc_object_items(ptc_object_callable(dd)) == NULL);
+    ptc_ckpt_close(c);
+    begin(&b);
+    PUT(&b, "c__main__\nL\n)\x81K\x01"
+            "aK\x01K\x02s.");
+    CHECK_CODE(open_zip(&b, false, NULL, PTC_OPEN_SALVAGE, NULL, &c, &err), PTC_EFORMAT, &err);
+    /* An object that holds itself among its items is a cycle. */
+    begin(&b);
+    PUT(&b, "c__main__\nL\n)\x81q\x00h\x00"
+            "a.");
+    CHECK_CODE(open_zip(&b, false, NULL, PTC_OPEN_SALVAGE, NULL, &c, &err), PTC_EFORMAT, &err);
+    CHECK(strstr(err.message, "cycle") != NULL);
     free(b.p);
 }
 
@@ -816,6 +861,7 @@ int main(void)
     test_payload();
     test_object_keys();
     test_object_callable();
+    test_object_items();
     test_numpy_dtypes();
     test_numpy_shapes();
     test_numpy_left_symbolic();
