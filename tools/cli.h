@@ -47,6 +47,11 @@ int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
 
+/* `ptc inspect --salvage [--json] FILE` (tools/cmd_salvage.c): the state dict ptc can take out of
+ * FILE read symbolically, the symbolic globals met, and what ptc_verify says the file would run.
+ * budget_bytes: --budget (0: the default). Returns an exit status. */
+int cli_salvage_report(const char *path, int json, uint64_t budget_bytes);
+
 /* ---- messages ---------------------------------------------------------------------------------
  * The program name that prefixes every message ("ptc" until a subcommand is chosen). The string is
  * borrowed and must outlive the process's use of it. */

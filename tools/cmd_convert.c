@@ -10,7 +10,9 @@
  * file becomes torch's zip format).
  *
  * Order of the steps, each documented in ptc-convert(1):
- *   1. --state-dict KEY replaces the root by root[KEY] (dotted keys follow nested dicts);
+ *   1. --state-dict KEY replaces the root by root[KEY] (dotted keys follow nested dicts); with
+ *      --salvage, IN is read symbolically (PTC_OPEN_SALVAGE) and the root becomes what
+ *      ptc_salvage_state_dict gives for the module --state-dict PATH names: its state_dict();
  *   2. --strip-prefix, then --add-prefix, rename the keys of the root dict and its _metadata,
  *      --strip-prefix exactly as torch 2.6's consume_prefix_in_state_dict_if_present does;
  *   3. --select / --exclude keep or drop tensors by the path ptc_walk reports in the renamed tree;
@@ -54,6 +56,7 @@ struct options {
     ptc_dtype dtype;
     const char *strip, *add;
     const char *state_dict;
+    int salvage; /* --salvage */
     const char *map_location;
     regex_t select[MAX_PATTERNS], exclude[MAX_PATTERNS];
     size_t nselect, nexclude;
@@ -73,6 +76,10 @@ static const char usage_text[] =
     "                      or .pth, .pt, .bin for torch's zip format)\n"
     "  --state-dict KEY    write root[KEY] instead of the whole checkpoint; a dotted KEY\n"
     "                      follows nested dicts when the root has no such key\n"
+    "  --salvage           read IN symbolically, never running its classes (torch.save(model),\n"
+    "                      YOLO's {'model': ...}), and write module.state_dict() of the module\n"
+    "                      --state-dict PATH names (model, ema, model.module; default: the\n"
+    "                      root, root['model'] or the first module; see ptc-convert(1))\n"
     "  --strip-prefix P    remove P from the keys of the root dict that start with it (DDP's\n"
     "                      'module.') and from its _metadata, as torch's\n"
     "                      consume_prefix_in_state_dict_if_present does\n"
@@ -708,7 +715,8 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
         OPT_PROGRESS,
         OPT_NO_PROGRESS,
         OPT_MAP_LOCATION,
-        OPT_BUDGET
+        OPT_BUDGET,
+        OPT_SALVAGE
     };
     static const struct option longopts[] = {
         {"to", required_argument, NULL, OPT_TO},
@@ -722,6 +730,7 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
         {"no-progress", no_argument, NULL, OPT_NO_PROGRESS},
         {"map-location", required_argument, NULL, OPT_MAP_LOCATION},
         {"budget", required_argument, NULL, OPT_BUDGET},
+        {"salvage", no_argument, NULL, OPT_SALVAGE},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
@@ -762,6 +771,9 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
             break;
         case OPT_STATE_DICT:
             opt->state_dict = optarg;
+            break;
+        case OPT_SALVAGE:
+            opt->salvage = 1;
             break;
         case OPT_PROGRESS:
             opt->progress = CLI_PROGRESS_ALWAYS;
@@ -848,13 +860,15 @@ int cmd_convert(int argc, char **argv)
 
     memset(&err, 0, sizeof err);
     ptc_open_params_default(&params);
+    if (opt.salvage)
+        params.flags |= PTC_OPEN_SALVAGE;
     rc = ptc_ckpt_open(&c, opt.in, &params, &err);
     if (rc < 0) {
         status = cli_report(rc, &err);
         goto done;
     }
     const ptc_value *root = ptc_ckpt_root(c);
-    if (opt.state_dict && (status = select_state_dict(&opt, &root)) != CLI_EXIT_OK)
+    if (!opt.salvage && opt.state_dict && (status = select_state_dict(&opt, &root)) != CLI_EXIT_OK)
         goto done;
     ptc_budget budget;
     ptc_budget_init(&budget, c, opt.budget);
@@ -862,6 +876,11 @@ int cmd_convert(int argc, char **argv)
     memset(&err, 0, sizeof err);
     if ((rc = ptc_doc_new(&d, &err)) < 0) {
         status = cli_report(rc, &err);
+        goto done;
+    }
+    if (opt.salvage &&
+        (rc = ptc_salvage_state_dict(d, root, opt.state_dict, &budget, &root, NULL, &err)) < 0) {
+        status = cli_report_budget(rc, &err);
         goto done;
     }
     if (opt.strip || opt.add) {

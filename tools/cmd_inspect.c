@@ -34,6 +34,7 @@ struct options {
     int json;
     int hash;
     int values;
+    int salvage;     /* --salvage: the report of tools/cmd_salvage.c */
     uint64_t budget; /* --budget BYTES, 0 for the default */
     const char *path;
 };
@@ -97,6 +98,7 @@ static const char *format_name(const ptc_ckpt *c)
 
 static const char usage_text[] =
     "usage: ptc inspect [--json] [--hash] [--no-values] [--budget BYTES] FILE\n"
+    "       ptc inspect --salvage [--json] [--budget BYTES] FILE\n"
     "\n"
     "Show what a PyTorch checkpoint holds: its format, its storages, every tensor (path, dtype,\n"
     "shape, size, which tensors share a storage) and the other values (numbers, strings, ...).\n"
@@ -107,6 +109,10 @@ static const char usage_text[] =
     "  --json       print one JSON object instead of text (schema in ptc-inspect(1))\n"
     "  --hash       add the SHA-256 of each tensor's data (reads every byte)\n"
     "  --no-values  list the tensors only, not the other values\n"
+    "  --salvage    read FILE even where it names classes outside the allowlist (a whole\n"
+    "               model saved with torch.save(model)), symbolically, never running them: show\n"
+    "               the state dict `ptc convert --salvage` would write, every class met with\n"
+    "               its offset, and every global that would run code, as ptc verify finds them\n"
     "  --budget BYTES\n"
     "               tensor bytes that --hash may read (4G, 512M, ...; default 64 x the file's\n"
     "               size + 1 GiB); the nodes visited are bounded by 16 x the pickle's opcodes\n"
@@ -662,11 +668,15 @@ static int print_text(inspect *in)
 
 static int parse_options(int argc, char **argv, struct options *opt, int *done)
 {
-    enum { OPT_JSON = 256, OPT_HASH, OPT_NO_VALUES, OPT_BUDGET };
+    enum { OPT_JSON = 256, OPT_HASH, OPT_NO_VALUES, OPT_BUDGET, OPT_SALVAGE };
     static const struct option longopts[] = {
-        {"json", no_argument, NULL, OPT_JSON}, {"budget", required_argument, NULL, OPT_BUDGET},
-        {"hash", no_argument, NULL, OPT_HASH}, {"no-values", no_argument, NULL, OPT_NO_VALUES},
-        {"help", no_argument, NULL, 'h'},      {NULL, 0, NULL, 0},
+        {"json", no_argument, NULL, OPT_JSON},
+        {"budget", required_argument, NULL, OPT_BUDGET},
+        {"hash", no_argument, NULL, OPT_HASH},
+        {"no-values", no_argument, NULL, OPT_NO_VALUES},
+        {"salvage", no_argument, NULL, OPT_SALVAGE},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
     };
     int ch;
     *done = 0;
@@ -684,6 +694,9 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
             break;
         case OPT_NO_VALUES:
             opt->values = 0;
+            break;
+        case OPT_SALVAGE:
+            opt->salvage = 1;
             break;
         case OPT_BUDGET: {
             int status = cli_parse_budget(optarg, &opt->budget);
@@ -705,6 +718,8 @@ static int parse_options(int argc, char **argv, struct options *opt, int *done)
     if (argc - optind > 1)
         return cli_usage_error("one checkpoint file at a time (%d given)", argc - optind);
     opt->path = argv[optind];
+    if (opt->salvage && (opt->hash || !opt->values))
+        return cli_usage_error("--salvage lists no tensors: it takes no --hash or --no-values");
     return CLI_EXIT_OK;
 }
 
@@ -736,6 +751,8 @@ int cmd_inspect(int argc, char **argv)
     int status = parse_options(argc, argv, &opt, &done);
     if (status != CLI_EXIT_OK || done)
         return status;
+    if (opt.salvage)
+        return cli_salvage_report(opt.path, opt.json, opt.budget);
 
     memset(&err, 0, sizeof err);
     ptc_open_params_default(&params);

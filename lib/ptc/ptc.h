@@ -526,6 +526,7 @@ PTC_API const ptc_value *ptc_object_callable(const ptc_value *v);
  * pickle's order (one object takes one kind or the file is refused). NULL when it got none, for
  * another kind and for NULL. Borrowed like v; only reads (any thread). */
 PTC_API const ptc_value *ptc_object_items(const ptc_value *v);
+/* Modules back to state dicts: ptc_salvage_state_dict, after the documents below. */
 
 /* ---------------------------------------------------------------------------------------------
  * Work budget. A tree accepted at load time may still share nodes (a memo DAG: the same list
@@ -659,6 +660,48 @@ PTC_API ptc_value *ptc_doc_parameter(ptc_doc *d, const ptc_value *tensor, int re
  * float to float16/bfloat16 rounds to nearest even exactly as torch's Tensor.to does, NaN and
  * infinities included). dt equal to t's dtype makes a contiguous copy. A Parameter stays one. */
 PTC_API ptc_value *ptc_doc_cast(ptc_doc *d, const ptc_tensor *t, ptc_dtype dt);
+
+/* ---- Salvage: modules back to state dicts (the reader's side is under "Salvage" above) ----
+ * A module is recognised by its structure, never by its class name:
+ * an object (symbolic, or allowed by a policy) whose BUILD state is a dict holding the dicts
+ * _parameters, _buffers and _modules, as every pickled nn.Module's __dict__ does.
+ * ptc_salvage_is_module: 1 for such a value, 0 otherwise and for NULL; only reads (any thread). */
+PTC_API int ptc_salvage_is_module(const ptc_value *v);
+/* The state dict module.state_dict() (torch 2.6) gives for the module that path names under
+ * root, built in document d as an OrderedDict with no _metadata: for each module its parameters
+ * in _parameters order, then its buffers except those in _non_persistent_buffers_set, None
+ * entries skipped, then each child of _modules (None skipped) under "name." in order; a module
+ * reached twice is listed twice under both names, as state_dict() does. Values are detached as
+ * state_dict() detaches them: plain tensors (requires_grad false, no nn.Parameter) with the same
+ * view of the same storage, so tied weights stay shared when saved. What a pickle cannot carry is
+ * absent: _metadata versions (class attributes), get_extra_state() and state-dict hooks (code).
+ *
+ * path: a dotted path through dict keys and the _modules names of modules ("model", "ema",
+ * "model.module"; a key holding dots is tried whole first); "" is root itself. NULL chooses: root
+ * when it is a module; else the root dict's "model" when it is a module; else the first module
+ * among the root dict's values (str keys), in order; else the root dict itself when every value
+ * is a tensor (a state dict already). A chosen state dict already is given back as it is (*out is
+ * that borrowed node, its _metadata kept); a module gives a new dict of d.
+ *
+ * *out: the state dict; its nodes belong to d (until ptc_doc_free) and its tensors view storages
+ * of root's checkpoint, which must stay open until d is saved. *chosen (may be NULL): the path
+ * taken (the key's raw text, "" for the root: escape it before printing), in d's memory until
+ * ptc_doc_free. budget (may be NULL: ptc_budget_init(NULL)'s default for this call) is charged
+ * one node per module, entry and path lookup and each key's length as bytes written: a DAG of
+ * modules sharing children cannot make the walk run for ever. Module nesting is capped at 256
+ * levels, a path at 257 segments, keys at PTC_PATH_MAX.
+ *
+ * Returns 0. PTC_EINVAL: d, root or out NULL, a path of more than 257 segments. PTC_ENOTFOUND:
+ * path names nothing, or names something neither a module nor a state dict; with path NULL, no
+ * module and no state dict where the defaults look. PTC_EUNSUPPORTED: a parameter or buffer that
+ * is not a tensor, a child in _modules that is not a module (a payload object, say); the message
+ * names its key. PTC_EFORMAT: a non-str key in _parameters, _buffers or _modules. PTC_ELIMIT: the
+ * budget, the nesting or key cap. PTC_ENOMEM. err (may be NULL) says why; on failure *out and
+ * *chosen are NULL and d may hold unreachable nodes. Reads root only; uses d and budget: one
+ * thread per document and budget, several threads on one tree at once. */
+PTC_API int ptc_salvage_state_dict(ptc_doc *d, const ptc_value *root, const char *path,
+                                   ptc_budget *budget, const ptc_value **out, const char **chosen,
+                                   ptc_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Saving. ptc_save writes any value tree ptc can read, in the container torch 2.6 writes (record

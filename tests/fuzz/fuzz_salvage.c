@@ -17,7 +17,11 @@
  *   - the symbol table holds at most PTC_SYMBOLS_MAX printable entries with offsets inside the
  *     input, refs at least 1, distinct names;
  *   - ptc_save refuses a tree that holds a symbolic value (it is never written back); the target
- *     only checks that it fails cleanly, on a path that cannot be created.
+ *     only checks that it fails cleanly, on a path that cannot be created;
+ *   - ptc_salvage_state_dict (modules back to state dicts, with the defaults and the checkpoint's
+ *     default budget) ends in a clean refusal (a code, a printable message, nothing returned) or
+ *     a dict whose every value is a tensor, plain (no Parameter, no grad) when built from a
+ *     module.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -209,6 +213,37 @@ static void check_symbols(const ptc_ckpt *c, size_t size)
         FUZZ_REQUIRE(n == PTC_SYMBOLS_MAX);
 }
 
+static void check_state_dict(const ptc_ckpt *c)
+{
+    ptc_doc *d = NULL;
+    ptc_error err;
+    if (ptc_doc_new(&d, &err) < 0)
+        return;
+    ptc_budget b;
+    ptc_budget_init(&b, c, 0);
+    const ptc_value *sd = NULL, *root = ptc_ckpt_root(c);
+    const char *chosen = NULL;
+    int rc = ptc_salvage_state_dict(d, root, NULL, &b, &sd, &chosen, &err);
+    if (rc < 0) {
+        FUZZ_REQUIRE(err.code == rc && sd == NULL && chosen == NULL && err.message[0] != '\0');
+        require_printable(err.message);
+    } else {
+        FUZZ_REQUIRE(sd != NULL && chosen != NULL && ptc_value_kind_of(sd) == PTC_VALUE_DICT);
+        /* Built from a module (the chosen path names one), rather than a state dict already. */
+        const ptc_value *pick = chosen[0] ? ptc_dict_get(root, chosen) : root;
+        int built = ptc_salvage_is_module(pick);
+        if (built)
+            FUZZ_REQUIRE(ptc_dict_is_ordered(sd) && ptc_dict_attrs(sd) == NULL);
+        for (size_t i = 0; i < ptc_value_len(sd); i++) {
+            const ptc_tensor *t = ptc_value_tensor(ptc_dict_value(sd, i));
+            FUZZ_REQUIRE(t != NULL);
+            if (built)
+                FUZZ_REQUIRE(!ptc_tensor_is_parameter(t) && !ptc_tensor_requires_grad(t));
+        }
+    }
+    ptc_doc_free(d);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     ptc_open_params params;
@@ -252,6 +287,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         int src = ptc_save(ptc_ckpt_root(c), "/nonexistent-ptc-fuzz/x.pth", NULL, &e);
         FUZZ_REQUIRE(src < 0 && e.code == src);
     }
+    check_state_dict(c);
     ptc_ckpt_close(c);
     ptc_ckpt_close(strict);
     return 0;
