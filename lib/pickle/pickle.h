@@ -11,7 +11,8 @@
  * input length for the stack (each push consumes at least one input byte); memo indices must be
  * below the number of opcodes executed so far (torch.save numbers them sequentially), and the memo
  * may hold at most max_memo entries; at most max_objects values; container nesting above max_depth
- * and cycles are rejected when the tree is finished (a cycle cannot exist in weights).
+ * and cycles are rejected when the tree is finished (a cycle cannot exist in weights; salvage
+ * cuts cycles instead, see ptc__value_check_tree).
  *
  * Values live in an arena owned by the caller and are freed with it.
  */
