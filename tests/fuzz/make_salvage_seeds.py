@@ -6,7 +6,8 @@
 Checkpoints that the strict reader refuses and PTC_OPEN_SALVAGE reads: whole modules saved with
 torch.save (zip and legacy), a class whose __reduce__ names os.system, numpy arrays of every dtype
 ptc maps (big-endian, Fortran order, 0-d, empty, a scalar) and some it leaves symbolic (object,
-structured), an enum as a dict key, a YOLO-style training dict. Needs torch and numpy. Seeds are
+structured), an enum as a dict key, a YOLO-style training dict, cycles (OmegaConf-like parent
+pointers in a Lightning-style dict, a module that holds its parent). Needs torch and numpy. Seeds are
 kept small (a few KiB). Nothing here is run by the fuzz target: the payload is inert bytes, and
 its __reduce__ is only called by pickle while writing (it returns the tuple, it runs nothing).
 """
@@ -46,6 +47,30 @@ class Net(nn.Module):
         self.tied = self.head  # a module reached twice
 
 
+class Node:
+    """An OmegaConf node as Lightning checkpoints pickle them: _parent points to the container."""
+
+    def __init__(self, parent, content):
+        self._parent = parent
+        self._content = content
+
+
+def parented():
+    root = Node(None, {})
+    layers = Node(root, [])
+    layers._content.append(Node(layers, 3))
+    root._content["layers"] = layers
+    root._content["lr"] = Node(root, 0.01)
+    return root
+
+
+class Owned(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(2, 2)
+        self.fc.__dict__["owner"] = self  # a plain attribute pointing back, not a child
+
+
 def arrays():
     return {
         "f4": np.arange(6, dtype="<f4").reshape(2, 3),
@@ -76,6 +101,12 @@ def main():
         "numpy.pth": (arrays(), {}),
         "numpy-legacy.pth": (arrays(), {"_use_new_zipfile_serialization": False}),
         "enum-key.pth": ({Color.RED: torch.zeros(1), "c": Color.GREEN}, {}),
+        "cycle-lightning.pth": ({"state_dict": nn.Linear(2, 1).state_dict(), "hparams": parented(),
+                                 "epoch": 3}, {}),
+        "cycle-lightning-legacy.pth": ({"state_dict": nn.Linear(2, 1).state_dict(),
+                                        "hparams": parented()},
+                                       {"_use_new_zipfile_serialization": False}),
+        "cycle-module.pth": (Owned(), {}),
         "yolo-style.pth": (
             {
                 "model": nn.Linear(2, 1),
