@@ -132,6 +132,9 @@ int ptc__value_equal(const ptc_value *a, const ptc_value *b);
 size_t ptc__dict_index(const ptc_value *dict, const ptc_value *key);
 /* Whether v is a key ptc__dict_set takes: Python could hash it. */
 bool ptc__value_hashable(const ptc_value *v);
+/* Fills a dict's index again after a key changed its hash (salvage cut an edge inside it); the
+ * index keeps its slots, nothing is allocated. A dict of 8 pairs or fewer has none. */
+void ptc__dict_reindex(ptc_value *dict);
 /* Python's truth value of v: false for None, False, zeros and empty strings and containers. */
 bool ptc__value_truthy(const ptc_value *v);
 
