@@ -296,7 +296,9 @@ PTC_API int ptc_value_dtype(const ptc_value *v, ptc_dtype *out);
 /* device: type ("cpu", "cuda"; borrowed) and index (-1 when absent). */
 PTC_API int ptc_value_device(const ptc_value *v, const char **type, int64_t *index);
 /* global and object: "module.name" of the global or class (borrowed; NULL for another kind);
- * object args and state (NULL when absent or for another kind). */
+ * object args and state (NULL when absent or for another kind). Read with PTC_OPEN_SALVAGE, any
+ * of them may be the placeholder of a cut cycle (see "Cycles" under Salvage), whose name is
+ * "<back-reference to an enclosing ...>". */
 PTC_API const char *ptc_value_global_name(const ptc_value *v);
 PTC_API const ptc_value *ptc_object_args(const ptc_value *v);
 PTC_API const ptc_value *ptc_object_state(const ptc_value *v);
