@@ -36,8 +36,12 @@
 /* ---- sources ------------------------------------------------------------------------------- */
 typedef struct ptc__source ptc__source;
 
-/* Maps the file read-only (falls back to reading it whole when it cannot be mapped). */
+/* Maps the file read-only (falls back to reading it whole when it cannot be mapped: a pipe, a
+ * device, a file system without mmap). _capped reads at most max_read bytes that way (PTC_ELIMIT
+ * past them); the plain one up to 16 GiB. */
 int ptc__source_open_path(ptc__source **out, const char *path, ptc_error *err);
+int ptc__source_open_path_capped(ptc__source **out, const char *path, uint64_t max_read,
+                                 ptc_error *err);
 /* buf is borrowed. */
 int ptc__source_open_memory(ptc__source **out, const void *buf, size_t len, ptc_error *err);
 int ptc__source_open_callback(ptc__source **out, ptc_read_fn fn, void *ctx, uint64_t size,

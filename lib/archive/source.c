@@ -19,9 +19,11 @@
  * library cannot guard against that without installing a signal handler, which it never does.
  * Callers that open files others may rewrite should use the callback or memory source instead.
  *
- * The copy made when a path cannot be mapped is sized by the file but charged to no budget: the
- * source API takes none, because the open of a checkpoint creates its budget only after the
- * source exists. A caller that must bound memory for pipes can use the callback source.
+ * The copy made when a path cannot be mapped is charged to no budget (the open of a checkpoint
+ * creates its budget only after the source exists) but bounded: ptc__source_open_path_capped
+ * stops at its caller's cap (the loader and ptc_verify pass the limits' max_heap_bytes, since the
+ * copy is heap), so an endless input (/dev/zero, a FIFO that never closes) ends with PTC_ELIMIT
+ * after at most that many bytes, not at the allocator.
  *
  * No on-disk format is interpreted here.
  */
@@ -65,37 +67,44 @@ static int source_new(ptc__source **out, source_kind kind, ptc_error *err)
     return 0;
 }
 
-/* Reads a whole descriptor into owned memory: used when mapping fails or the path is not a
- * regular file (its size is then unknown, so the buffer grows until end of file). */
-/* The most bytes read_whole reads: as much as one record ptc inflates under the default
- * limits (max_inflated_bytes). A file that cannot be mapped (a pipe, a FIFO that never ends)
- * stops here with PTC_ELIMIT rather than at the allocator. */
-#define SOURCE_READ_MAX ((size_t)16 << 30)
+/* The most bytes ptc__source_open_path reads whole (its callers without limits: tests and
+ * tools of the archive layer): as much as one record ptc inflates under the default limits
+ * (max_inflated_bytes). */
+#define SOURCE_READ_MAX ((uint64_t)16 << 30)
 
-static int read_whole(int fd, const char *path, uint64_t hint, uint8_t **out, uint64_t *len,
-                      ptc_error *err)
+static int too_big(const char *path, uint64_t max, ptc_error *err)
 {
+    return ptc__err(err, PTC_ELIMIT, "", -1,
+                    "%s cannot be mapped (not a regular file, or mmap failed) and holds more than "
+                    "%llu bytes, the most ptc reads into memory from such a file (the heap limit, "
+                    "max_heap_bytes)",
+                    path, (unsigned long long)max);
+}
+
+/* Reads a whole descriptor into owned memory: used when mapping fails or the path is not a
+ * regular file (its size is then unknown, so the buffer grows until end of file). At most max
+ * bytes: one more is PTC_ELIMIT. */
+static int read_whole(int fd, const char *path, uint64_t hint, uint64_t max, uint8_t **out,
+                      uint64_t *len, ptc_error *err)
+{
+    if (max > SIZE_MAX - 1)
+        max = SIZE_MAX - 1;
     /* One byte more than the expected size lets the final read see end of file without growing. */
-    if (hint > SOURCE_READ_MAX)
-        return ptc__err(err, PTC_ELIMIT, "", -1,
-                        "%s cannot be mapped and is larger than the %zu bytes ptc reads whole",
-                        path, SOURCE_READ_MAX);
-    size_t cap = hint > 0 ? (size_t)hint + 1 : 64u * 1024u;
+    if (hint > max)
+        return too_big(path, max, err);
+    size_t cap = hint > 0 ? (size_t)hint + 1 : (max < 64u * 1024u ? (size_t)max + 1 : 64u * 1024u);
     size_t n = 0;
     uint8_t *buf = ptc__malloc(cap);
     if (!buf)
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory reading %s", path);
     for (;;) {
         if (n == cap) {
-            if (n > SOURCE_READ_MAX) {
+            if (n > max) {
                 ptc__free(buf);
-                return ptc__err(err, PTC_ELIMIT, "", -1,
-                                "%s cannot be mapped and is larger than the %zu bytes ptc reads "
-                                "whole",
-                                path, SOURCE_READ_MAX);
+                return too_big(path, max, err);
             }
-            /* One byte past the cap tells a file of exactly SOURCE_READ_MAX bytes from more. */
-            size_t ncap = cap > SOURCE_READ_MAX / 2 ? SOURCE_READ_MAX + 1 : cap * 2;
+            /* One byte past the cap tells a file of exactly max bytes from more. */
+            size_t ncap = cap > max / 2 ? (size_t)max + 1 : cap * 2;
             uint8_t *bigger = ptc__realloc(buf, ncap);
             if (!bigger) {
                 ptc__free(buf);
@@ -122,6 +131,12 @@ static int read_whole(int fd, const char *path, uint64_t hint, uint8_t **out, ui
 }
 
 int ptc__source_open_path(ptc__source **out, const char *path, ptc_error *err)
+{
+    return ptc__source_open_path_capped(out, path, SOURCE_READ_MAX, err);
+}
+
+int ptc__source_open_path_capped(ptc__source **out, const char *path, uint64_t max_read,
+                                 ptc_error *err)
 {
     if (!out || !path)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc__source_open_path: NULL argument");
@@ -183,7 +198,8 @@ int ptc__source_open_path(ptc__source **out, const char *path, ptc_error *err)
 
     uint8_t *heap = NULL;
     uint64_t len = 0;
-    rc = read_whole(fd, shown, S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0, &heap, &len, err);
+    rc = read_whole(fd, shown, S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0, max_read, &heap,
+                    &len, err);
     close(fd);
     if (rc < 0)
         return rc;

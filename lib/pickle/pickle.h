@@ -95,6 +95,9 @@ struct ptc_value {
             /* Read symbolically: what SETITEM(S) (a dict) or APPEND(S) (a list) put into the
              * object (a dict or list subclass: defaultdict, a custom list), or NULL. */
             ptc_value *items;
+            /* Read symbolically: why salvage left it symbolic where it knows (a numpy array it
+             * could not rebuild), or NULL; static or in the arena. */
+            const char *note;
         } obj;
         ptc_tensor *t;
         ptc_dtype dt;
@@ -188,6 +191,9 @@ const char *ptc__vm_member(const ptc__vm *vm);
 int64_t ptc__vm_offset(const ptc__vm *vm); /* offset of the opcode being executed */
 ptc__arena *ptc__vm_arena(ptc__vm *vm);
 const ptc_limits *ptc__vm_limits(const ptc__vm *vm);
+/* Counts n values made outside the machine (a hook's copy) against max_objects: 0, or PTC_ELIMIT
+ * naming the limit. */
+int ptc__vm_charge(ptc__vm *vm, uint64_t n, ptc_error *err);
 
 /* Checks a finished tree: no cycles (PTC_EFORMAT), nesting at most max_depth, and the tree with
  * every shared subtree counted each time it is reached at most max_expanded nodes (PTC_ELIMIT),

@@ -774,6 +774,11 @@ const ptc_value *ptc_object_state(const ptc_value *v)
     return v && v->kind == PTC_VALUE_OBJECT ? v->u.obj.state : NULL;
 }
 
+const char *ptc_object_note(const ptc_value *v)
+{
+    return v && v->kind == PTC_VALUE_OBJECT ? v->u.obj.note : NULL;
+}
+
 const ptc_tensor *ptc_value_tensor(const ptc_value *v)
 {
     return v && v->kind == PTC_VALUE_TENSOR ? v->u.t : NULL;

@@ -201,6 +201,17 @@ const ptc_limits *ptc__vm_limits(const ptc__vm *vm)
 }
 
 #define VM_ERR(vm, code, ...) ptc__err(err, code, (vm)->p->member, ptc__vm_offset(vm), __VA_ARGS__)
+
+int ptc__vm_charge(ptc__vm *vm, uint64_t n, ptc_error *err)
+{
+    uint64_t max = vm->p->limits->max_objects;
+    if (n > max || vm->nobjects > max - n)
+        return ptc__err_stricter(err, PTC_ELIMIT, vm->p->member, ptc__vm_offset(vm),
+                                 "the pickle builds more than the limit of %llu objects",
+                                 (unsigned long long)max);
+    vm->nobjects += n;
+    return 0;
+}
 /* A refusal torch 2.6 would not make (PTC_ERR_STRICTER). */
 #define VM_STRICTER(vm, code, ...)                                                                 \
     ptc__err_stricter(err, code, (vm)->p->member, ptc__vm_offset(vm), __VA_ARGS__)

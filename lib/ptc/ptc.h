@@ -215,7 +215,9 @@ typedef struct ptc_limits {
     uint64_t max_memo;           /* pickle memo entries: 1 << 20 */
     uint64_t max_objects;        /* values built by one pickle: 1 << 24 */
     uint64_t max_pickle_bytes;   /* size of one pickle: 1 GiB */
-    uint64_t max_heap_bytes;     /* heap used by one load, mapped data excluded: 1 GiB */
+    uint64_t max_heap_bytes;     /* heap used by one load, mapped data excluded: 1 GiB; also the
+                                  * most bytes read whole from a path that cannot be mapped (a
+                                  * pipe, a device such as /dev/zero): PTC_ELIMIT past them */
     uint64_t max_records;        /* members of a zip archive: 1 << 20 */
     uint64_t max_inflated_bytes; /* one deflated record once inflated: 16 GiB */
     uint32_t max_inflate_ratio;  /* uncompressed / compressed for deflated records: 1000 */
@@ -466,11 +468,17 @@ PTC_API uint64_t ptc_ckpt_opcodes(const ptc_ckpt *c);
  * such a file unsafe.
  *
  * How a symbolic value behaves: a symbolic object is hashable by identity (a dict key or set item
- * equal only to itself, as Python hashes an instance); a second BUILD on one is ignored (the
- * first state stays); calling an object (REDUCE of getattr(...)'s result) makes another symbolic
+ * equal only to itself, as Python hashes an instance); a second BUILD on one applies as Python's
+ * default BUILD and nn.Module.__setstate__ do (inst.__dict__.update(state), slots set likewise):
+ * the object's state becomes a new dict, the first's pairs updated by the second's, or a (dict,
+ * slots) pair; states that are not dicts or such pairs are refused (PTC_EFORMAT), since what the
+ * class would make of them is unknown; calling an object (REDUCE of getattr(...)'s result) makes another symbolic
  * object whose callable is that object; SETITEM(S) and APPEND(S) on one fill its items
  * (ptc_object_items). A numpy array whose BUILD state is malformed, of an
- * object or structured dtype, or of a dtype ptc has no tensor type for, stays a symbolic object.
+ * object or structured dtype, or of a dtype ptc has no tensor type for, stays a symbolic object,
+ * and ptc_object_note says why. A tensor of a subclass outside the policy
+ * (torch._tensor._rebuild_from_type_v2(func, Sub, args, state)) is what func(*args) makes, a
+ * plain tensor or a Parameter; the subclass is in the symbol table and its Python state dropped.
  * The arrays' bytes are copied into storages the checkpoint owns, keyed "numpy.0", "numpy.1", ...
  * (no file key has a '.'), charged to max_heap_bytes like every copy. ptc_save refuses a tree
  * that holds a symbolic value (PTC_EINVAL): the file's globals are never written back.
@@ -528,6 +536,12 @@ PTC_API const ptc_value *ptc_object_callable(const ptc_value *v);
  * pickle's order (one object takes one kind or the file is refused). NULL when it got none, for
  * another kind and for NULL. Borrowed like v; only reads (any thread). */
 PTC_API const ptc_value *ptc_object_items(const ptc_value *v);
+/* Read symbolically, why salvage left an object symbolic where it knows one reason: a numpy
+ * array or scalar it could not rebuild as a tensor ("its data holds 24 bytes; its shape and dtype
+ * need 32", "dtype '<U5' has no tensor dtype"). Plain text, anything from the file in it escaped.
+ * NULL when there is none (any other object), for another kind and for NULL. Lives as long as the
+ * checkpoint; only reads (any thread). */
+PTC_API const char *ptc_object_note(const ptc_value *v);
 /* Modules back to state dicts: ptc_salvage_state_dict, after the documents below. */
 
 /* ---------------------------------------------------------------------------------------------

@@ -543,6 +543,12 @@ static void render(cj *in, sbuf *b, const ptc_value *v, int depth, unsigned flag
         sb_puts(b, "<");
         render_text(b, ptc_value_global_name(v), flags);
         sb_puts(b, " object>");
+        /* Salvage's reason to leave a numpy array symbolic (already escaped text). */
+        if (ptc_object_note(v)) {
+            sb_puts(b, " (numpy array left symbolic: ");
+            sb_puts(b, ptc_object_note(v));
+            sb_puts(b, ")");
+        }
         break;
     default:
         sb_printf(b, "<value of kind %d>", (int)k);

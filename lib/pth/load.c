@@ -512,8 +512,18 @@ int ptc_ckpt_open(ptc_ckpt **out, const char *path, const ptc_open_params *param
     if (!out || !path)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_ckpt_open: missing argument");
     *out = NULL;
+    /* A path that cannot be mapped (a pipe, /dev/zero) is read into memory: at most the heap
+     * limit, since that copy is heap. */
+    ptc_open_params prm;
+    ptc_open_params_default(&prm);
+    if (ptc__params_read(&prm, sizeof prm, params, "ptc_open_params", err) < 0)
+        return PTC_EINVAL;
+    ptc_limits lim;
+    ptc_limits_default(&lim);
+    if (prm.limits)
+        lim = *prm.limits;
     ptc__source *src;
-    int rc = ptc__source_open_path(&src, path, err);
+    int rc = ptc__source_open_path_capped(&src, path, lim.max_heap_bytes, err);
     if (rc < 0)
         return rc;
     return open_common(out, src, params, err);

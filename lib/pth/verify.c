@@ -1078,8 +1078,17 @@ int ptc_verify(ptc_report **out, const char *path, const ptc_verify_params *para
     if (!out || !path)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_verify: missing argument");
     *out = NULL;
+    /* What ptc_ckpt_open reads of a path that cannot be mapped: at most the heap limit. */
+    ptc_verify_params prm;
+    ptc_verify_params_default(&prm);
+    if (ptc__params_read(&prm, sizeof prm, params, "ptc_verify_params", err) < 0)
+        return PTC_EINVAL;
+    ptc_limits lim;
+    ptc_limits_default(&lim);
+    if (prm.limits)
+        lim = *prm.limits;
     ptc__source *src;
-    int rc = ptc__source_open_path(&src, path, err);
+    int rc = ptc__source_open_path_capped(&src, path, lim.max_heap_bytes, err);
     if (rc < 0)
         return rc;
     rc = verify_common(out, src, params, err);

@@ -35,6 +35,9 @@
 #                     custom modules with tied weights, a YOLO-style dict, DDP, numpy arrays, an
 #                     os.system payload; zip and legacy): the output equals state_dict() in torch
 #                     and safetensors, the payload never runs, ptc inspect --salvage names it
+#   check_salvage_build.py  salvage of a tensor subclass torch.save wrote (zip and legacy: plain
+#                     tensors, the class a symbol) and of a module built by two BUILDs (the
+#                     state_dict() torch.load(weights_only=False) gives)
 #
 # Each script's output is printed; the status is 1 if any failed, 0 otherwise. A script that exits
 # 77 (it could not run: torchvision missing, say) is a failure too: the tier never passes by
@@ -75,7 +78,7 @@ case $ver in
 esac
 echo "interop: torch $ver under $("$py" -c 'import sys; print("Python", sys.version.split()[0])')"
 
-scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_finetune check_zip64_local check_variants check_wild check_model check_opcodes check_predict check_read_f64 check_salvage_numpy check_salvage"}
+scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_finetune check_zip64_local check_variants check_wild check_model check_opcodes check_predict check_read_f64 check_salvage_numpy check_salvage check_salvage_build"}
 failed= passed=
 for s in $scripts; do
     echo
