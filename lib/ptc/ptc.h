@@ -538,7 +538,8 @@ PTC_API const ptc_value *ptc_object_callable(const ptc_value *v);
 PTC_API const ptc_value *ptc_object_items(const ptc_value *v);
 /* Read symbolically, why salvage left an object symbolic where it knows one reason: a numpy
  * array or scalar it could not rebuild as a tensor ("its data holds 24 bytes; its shape and dtype
- * need 32", "dtype '<U5' has no tensor dtype"). Plain text, anything from the file in it escaped.
+ * need 32", "dtype '<U5' has no tensor dtype"); ptc_value_text prints it after the object.
+ * Plain text, anything from the file in it escaped.
  * NULL when there is none (any other object), for another kind and for NULL. Lives as long as the
  * checkpoint; only reads (any thread). */
 PTC_API const char *ptc_object_note(const ptc_value *v);
