@@ -552,8 +552,8 @@ static int pick_in(sd *s, const ptc_value *root, const char *path, const ptc_val
         if (!module_state(*pick) && !is_state_dict(*pick))
             return ptc__err(s->err, PTC_ENOTFOUND, "", -1,
                             "salvage: '%s' is %s%s, neither a module (an object with "
-                            "_parameters, _buffers and _modules) nor a dict of str keys and "
-                            "tensors",
+                            "_parameters, _buffers and _modules) nor a state dict (str keys, "
+                            "tensor values)",
                             esc(text, path, strlen(path)),
                             ptc_value_kind_name(ptc_value_kind_of(*pick)), of_class(cls, *pick));
         *name = ptc_doc_str(s->d, path, strlen(path));
