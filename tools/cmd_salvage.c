@@ -20,8 +20,13 @@
  * report strings; the chosen path and the module's class name are raw and are escaped here). --json prints one object
  * (schema in ptc-inspect(1)) through jansson.
  *
+ * When the salvage read itself refuses the file (a string that is not valid UTF-8, a limit), the
+ * report is printed all the same: part 1 says why, part 2 is empty, part 3 is ptc_verify's, which
+ * scans without building values and so still names the payload.
+ *
  * Exit status: 0 when a state dict was salvaged; otherwise the status of the reason (1 for a file
- * refused or nothing to salvage, 3 for I/O, 4 out of memory), after the report is printed.
+ * refused or nothing to salvage, 4 out of memory), after the report is printed; 3 for a file that
+ * cannot be read (no report).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
