@@ -539,8 +539,7 @@ static int pick_in(sd *s, const ptc_value *root, const char *path, const ptc_val
             if (s->nfound >= 2)
                 return ptc__err(s->err, PTC_EINVAL, "", -1,
                                 "salvage: '%s' is ambiguous: it reads as %s and as %s, both a "
-                                "module or state dict; pick the dict with ptc inspect and convert "
-                                "it without --salvage, or rename",
+                                "module or state dict (a dotted path cannot tell them apart)",
                                 esc(text, path, strlen(path)), s->reading[0], s->reading[1]);
             *pick = s->found ? s->found : s->found_any;
         }
