@@ -79,7 +79,8 @@ static const char usage_text[] =
     "  --salvage           read IN symbolically, never running its classes (torch.save(model),\n"
     "                      YOLO's {'model': ...}), and write module.state_dict() of the module\n"
     "                      --state-dict PATH names (model, ema, model.module; default: the\n"
-    "                      root, root['model'] or the first module; see ptc-convert(1))\n"
+    "                      root, root['model'], the first module or state dict; see\n"
+    "                      ptc-convert(1))\n"
     "  --strip-prefix P    remove P from the keys of the root dict that start with it (DDP's\n"
     "                      'module.') and from its _metadata, as torch's\n"
     "                      consume_prefix_in_state_dict_if_present does\n"
@@ -878,10 +879,26 @@ int cmd_convert(int argc, char **argv)
         status = cli_report(rc, &err);
         goto done;
     }
-    if (opt.salvage &&
-        (rc = ptc_salvage_state_dict(d, root, opt.state_dict, &budget, &root, NULL, &err)) < 0) {
-        status = cli_report_budget(rc, &err);
-        goto done;
+    if (opt.salvage) {
+        const ptc_value *pick, *name;
+        if ((rc = ptc_salvage_state_dict(d, root, opt.state_dict, &budget, &root, NULL, &err)) <
+                0 ||
+            (rc = ptc_salvage_pick(d, ptc_ckpt_root(c), opt.state_dict, NULL, &pick, &name, &err)) <
+                0) {
+            status = cli_report_budget(rc, &err);
+            goto done;
+        }
+        /* Which subtree was taken, as ptc inspect --salvage says it (both escaped). */
+        const char *p, *cls = ptc_value_global_name(pick);
+        size_t n;
+        char path_text[256], cls_text[256];
+        ptc_value_str(name, &p, &n);
+        ptc_escape(path_text, sizeof path_text, p, n, 0);
+        ptc_escape(cls_text, sizeof cls_text, cls ? cls : "", cls ? strlen(cls) : 0, 0);
+        if (ptc_salvage_is_module(pick))
+            cli_error("salvaging the module at '%s' (a %s)", path_text, cls_text);
+        else
+            cli_error("salvaging the state dict at '%s'", path_text);
     }
     if (opt.strip || opt.add) {
         if (ptc_value_kind_of(root) != PTC_VALUE_DICT) {
@@ -924,7 +941,17 @@ int cmd_convert(int argc, char **argv)
     rc = ptc_save(root, opt.out, &sp, &err);
     cli_progress_end(&progress);
     restore_signals(old);
-    status = rc < 0 ? cli_report_budget(rc, &err) : CLI_EXIT_OK;
+    if (rc == PTC_EINVAL) {
+        /* The options were checked: what ptc_save refuses is the tree itself (a symbolic value
+         * the salvage read kept), a fact about the input file, not a usage error. */
+        char out_text[256], msg[512];
+        ptc_escape(out_text, sizeof out_text, opt.out, strlen(opt.out), 0);
+        ptc_escape(msg, sizeof msg, err.message, strnlen(err.message, sizeof err.message), 0);
+        cli_error("%s: not written: %s", out_text, msg);
+        status = CLI_EXIT_REFUSED;
+    } else {
+        status = rc < 0 ? cli_report_budget(rc, &err) : CLI_EXIT_OK;
+    }
 
 done:
     ptc_doc_free(d);

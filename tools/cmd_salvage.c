@@ -20,8 +20,13 @@
  * report strings; the chosen path and the module's class name are raw and are escaped here). --json prints one object
  * (schema in ptc-inspect(1)) through jansson.
  *
+ * When the salvage read itself refuses the file (a string that is not valid UTF-8, a limit), the
+ * report is printed all the same: part 1 says why, part 2 is empty, part 3 is ptc_verify's, which
+ * scans without building values and so still names the payload.
+ *
  * Exit status: 0 when a state dict was salvaged; otherwise the status of the reason (1 for a file
- * refused or nothing to salvage, 3 for I/O, 4 out of memory), after the report is printed.
+ * refused or nothing to salvage, 4 out of memory), after the report is printed; 3 for a file that
+ * cannot be read (no report).
  */
 #ifdef HAVE_CONFIG_H
 #include "config.h"
@@ -40,11 +45,13 @@ typedef struct salvage {
     ptc_doc *d;
     ptc_report *r; /* ptc_verify's report; NULL when it could not be made */
     ptc_error verr;
-    int rc;              /* ptc_salvage_state_dict's result */
+    int open_failed;     /* the salvage read itself refused the file: rc and err say why */
+    int rc;              /* ptc_salvage_state_dict's (or the failed open's) result */
     ptc_error err;       /* and why it failed */
     const ptc_value *sd; /* the state dict salvaged */
-    const char *chosen;  /* its path (raw key text) */
-    const char *cls;     /* the chosen module's class, NULL for a state dict already */
+    const char *chosen;  /* its path (raw key text, chosen_len bytes: a key may hold NUL) */
+    size_t chosen_len;
+    const char *cls; /* the chosen module's class, NULL for a state dict already */
     uint64_t keys, tensors, storages, bytes;
 } salvage;
 
@@ -81,12 +88,17 @@ static int count(salvage *s)
     return 0;
 }
 
-/* The class of the module at the chosen path (a root dict key or the root itself). */
-static const char *chosen_class(const salvage *s)
+/* The chosen path with its length, and the chosen module's class (NULL for a state dict
+ * already): ptc_salvage_pick, which keeps the length of a key holding NUL bytes. */
+static int chosen_of(salvage *s)
 {
-    const ptc_value *root = ptc_ckpt_root(s->c);
-    const ptc_value *m = s->chosen[0] ? ptc_dict_get(root, s->chosen) : root;
-    return ptc_salvage_is_module(m) ? ptc_value_global_name(m) : NULL;
+    const ptc_value *pick, *name;
+    int rc = ptc_salvage_pick(s->d, ptc_ckpt_root(s->c), NULL, NULL, &pick, &name, NULL);
+    if (rc < 0)
+        return rc;
+    ptc_value_str(name, &s->chosen, &s->chosen_len);
+    s->cls = ptc_salvage_is_module(pick) ? ptc_value_global_name(pick) : NULL;
+    return 0;
 }
 
 /* Calls the salvage read made of global name (ptc_ckpt_symbol), 0 when it is no symbol. */
@@ -109,6 +121,20 @@ static const ptc_global_ref *ref_of(const salvage *s, const ptc_finding *f)
             return g;
     }
     return NULL;
+}
+
+/* The member a symbol is placed in. A legacy file's symbols carry no member (their offsets are
+ * file offsets); ptc verify names the legacy part ("legacy object"), and so does this report. */
+static const char *symbol_member(const salvage *s, const ptc_symbol *y)
+{
+    if (y->member[0] || y->offset < 0)
+        return y->member;
+    for (size_t i = 0, n = ptc_report_nglobals(s->r); i < n; i++) {
+        const ptc_global_ref *g = ptc_report_global(s->r, i);
+        if (g->offset == y->offset && g->member[0])
+            return g->member;
+    }
+    return y->member;
 }
 
 static int is_code(const ptc_finding *f)
@@ -134,13 +160,13 @@ static void print_text(const salvage *s)
         printf(": salvaged ");
         if (s->cls) {
             printf("the module at '");
-            cli_escape_put(stdout, s->chosen, strlen(s->chosen), 0);
+            cli_escape_put(stdout, s->chosen, s->chosen_len, 0);
             printf("' (a ");
             cli_escape_put(stdout, s->cls, strlen(s->cls), 0);
             printf(")");
         } else {
             printf("the state dict at '");
-            cli_escape_put(stdout, s->chosen, strlen(s->chosen), 0);
+            cli_escape_put(stdout, s->chosen, s->chosen_len, 0);
             printf("'");
         }
         printf(": %" PRIu64 " key%s, %" PRIu64 " tensor%s, %" PRIu64 " storage%s, %s (%" PRIu64
@@ -148,7 +174,8 @@ static void print_text(const salvage *s)
                s->keys, s->keys == 1 ? "" : "s", s->tensors, s->tensors == 1 ? "" : "s",
                s->storages, s->storages == 1 ? "" : "s", h, s->bytes);
     } else {
-        printf(": nothing salvaged: ");
+        printf(": nothing salvaged: %s",
+               s->open_failed ? "the salvage read refused the file: " : "");
         const char *m = s->err.message[0] ? s->err.message : ptc_strerror(s->rc);
         cli_escape_put(stdout, m, strlen(m), CLI_ESC_RAW_BACKSLASH);
         putchar('\n');
@@ -160,7 +187,7 @@ static void print_text(const salvage *s)
     for (size_t i = 0; i < ns; i++) {
         const ptc_symbol *y = ptc_ckpt_symbol(s->c, i);
         printf("  %-40s ", y->global);
-        put_location(y->member, y->offset);
+        put_location(symbol_member(s, y), y->offset);
         printf("  named %" PRIu64 ", called %" PRIu64 "\n", y->refs, y->calls);
     }
 
@@ -206,16 +233,21 @@ static void print_text(const salvage *s)
 
 /* ---- JSON ------------------------------------------------------------------------------------ */
 
-static json_t *jstr_escaped(const char *raw)
+static json_t *jstr_escaped_n(const char *raw, size_t len)
 {
-    size_t n = ptc_escape(NULL, 0, raw, strlen(raw), 0);
+    size_t n = ptc_escape(NULL, 0, raw, len, 0);
     char *e = malloc(n + 1);
     if (!e)
         return NULL;
-    ptc_escape(e, n + 1, raw, strlen(raw), 0);
+    ptc_escape(e, n + 1, raw, len, 0);
     json_t *j = json_string(e);
     free(e);
     return j;
+}
+
+static json_t *jstr_escaped(const char *raw)
+{
+    return jstr_escaped_n(raw, strlen(raw));
 }
 
 static json_t *joffset(int64_t off)
@@ -231,24 +263,25 @@ static json_t *build_json(const salvage *s)
         goto oom;
     json_object_set_new(o, "path", jstr_escaped(s->path));
     if (s->rc == 0) {
-        json_object_set_new(o, "salvaged",
-                            json_pack("{s:o,s:o,s:I,s:I,s:I,s:I}", "path", jstr_escaped(s->chosen),
-                                      "class", s->cls ? jstr_escaped(s->cls) : json_null(), "keys",
-                                      (json_int_t)s->keys, "tensors", (json_int_t)s->tensors,
-                                      "storages", (json_int_t)s->storages, "bytes",
-                                      (json_int_t)s->bytes));
+        json_object_set_new(
+            o, "salvaged",
+            json_pack("{s:o,s:o,s:I,s:I,s:I,s:I}", "path", jstr_escaped_n(s->chosen, s->chosen_len),
+                      "class", s->cls ? jstr_escaped(s->cls) : json_null(), "keys",
+                      (json_int_t)s->keys, "tensors", (json_int_t)s->tensors, "storages",
+                      (json_int_t)s->storages, "bytes", (json_int_t)s->bytes));
         json_object_set_new(o, "error", json_null());
     } else {
         json_object_set_new(o, "salvaged", json_null());
         json_object_set_new(o, "error",
-                            json_pack("{s:s,s:s}", "code", ptc_err_name(s->rc), "message",
-                                      s->err.message[0] ? s->err.message : ptc_strerror(s->rc)));
+                            json_pack("{s:s,s:s,s:b}", "code", ptc_err_name(s->rc), "message",
+                                      s->err.message[0] ? s->err.message : ptc_strerror(s->rc),
+                                      "open", s->open_failed));
     }
     for (size_t i = 0, n = ptc_ckpt_nsymbols(s->c); i < n; i++) {
         const ptc_symbol *y = ptc_ckpt_symbol(s->c, i);
         json_array_append_new(syms,
                               json_pack("{s:s,s:s,s:o,s:I,s:I}", "global", y->global, "member",
-                                        y->member, "offset", joffset(y->offset), "refs",
+                                        symbol_member(s, y), "offset", joffset(y->offset), "refs",
                                         (json_int_t)y->refs, "calls", (json_int_t)y->calls));
     }
     json_object_set_new(o, "symbols", syms);
@@ -292,18 +325,27 @@ int cli_salvage_report(const char *path, int json, uint64_t budget_bytes)
     ptc_open_params_default(&params);
     params.flags |= PTC_OPEN_SALVAGE;
     int rc = ptc_ckpt_open(&s.c, path, &params, &err);
-    if (rc < 0)
-        return cli_report(rc, &err);
-    if ((rc = ptc_doc_new(&s.d, &err)) < 0) {
+    if (rc == PTC_EIO || rc == PTC_ENOMEM || rc == PTC_EINVAL)
+        return cli_report(rc, &err); /* no file to report on, or no memory to report with */
+    if (rc < 0) {
+        /* The salvage read refused the file (a malformed string, a limit): the report is
+         * printed all the same, and ptc_verify's part of it still names what would run. */
+        s.c = NULL;
+        s.open_failed = 1;
+        s.rc = rc;
+        s.err = err;
+    } else if ((rc = ptc_doc_new(&s.d, &err)) < 0) {
         status = cli_report(rc, &err);
         goto done;
     }
     ptc_budget budget;
-    ptc_budget_init(&budget, s.c, budget_bytes);
-    s.rc = ptc_salvage_state_dict(s.d, ptc_ckpt_root(s.c), NULL, &budget, &s.sd, &s.chosen, &s.err);
+    if (!s.open_failed) {
+        ptc_budget_init(&budget, s.c, budget_bytes);
+        s.rc = ptc_salvage_state_dict(s.d, ptc_ckpt_root(s.c), NULL, &budget, &s.sd, &s.chosen,
+                                      &s.err);
+    }
     if (s.rc == 0) {
-        s.cls = chosen_class(&s);
-        if (count(&s) < 0) {
+        if ((rc = chosen_of(&s)) < 0 || count(&s) < 0) {
             cli_error("out of memory");
             status = CLI_EXIT_NOMEM;
             goto done;

@@ -694,31 +694,50 @@ PTC_API int ptc_salvage_is_module(const ptc_value *v);
  * absent: _metadata versions (class attributes), get_extra_state() and state-dict hooks (code).
  *
  * path: a dotted path through dict keys and the _modules names of modules ("model", "ema",
- * "model.module"; a key holding dots is tried whole first); "" is root itself. NULL chooses: root
- * when it is a module; else the root dict's "model" when it is a module; else the first module
- * among the root dict's values (str keys), in order; else the root dict itself when every value
- * is a tensor (a state dict already). A chosen state dict already is given back as it is (*out is
- * that borrowed node, its _metadata kept); a module gives a new dict of d.
+ * "model.module"; a key may hold dots: every reading is tried, the whole rest as one key first,
+ * and a path two readings of which reach a module or state dict, root['a.b']['c'] and
+ * root['a']['b.c'] say, is refused as ambiguous, naming both; the search stops at the second
+ * and after 4096 lookups); "" is root itself. NULL chooses: root when it is a module; else the
+ * root dict's "model" when it is a module; else the first module among the root dict's values
+ * (str keys), in order; else the root dict itself when it is a state dict already (str keys,
+ * every value a tensor); else the first state dict among the root dict's values (a Lightning
+ * checkpoint's "state_dict", {"model_state": ...}). When nothing is found the message names a few
+ * entries to try with a path. A chosen state dict already is given back as it is (*out is that
+ * borrowed node, its _metadata kept) unless its attributes hold a symbolic value (no writer
+ * writes one): then *out is a copy in d without _metadata. A module gives a new dict of d.
  *
  * *out: the state dict; its nodes belong to d (until ptc_doc_free) and its tensors view storages
  * of root's checkpoint, which must stay open until d is saved. *chosen (may be NULL): the path
- * taken (the key's raw text, "" for the root: escape it before printing), in d's memory until
- * ptc_doc_free. budget (may be NULL: ptc_budget_init(NULL)'s default for this call) is charged
- * one node per module, entry and path lookup and each key's length as bytes written: a DAG of
- * modules sharing children cannot make the walk run for ever. Module nesting is capped at 256
- * levels, a path at 257 segments, keys at PTC_PATH_MAX.
+ * taken (the key's raw text, "" for the root: escape it before printing; a key holding a NUL byte
+ * is cut there: ptc_salvage_pick gives its length), in d's memory until ptc_doc_free. budget (may
+ * be NULL: ptc_budget_init(NULL)'s default for this call) is charged one node per module, entry
+ * and path lookup and each key's length as bytes written: a DAG of modules sharing children
+ * cannot make the walk run for ever. Module nesting is capped at 256 levels, a path at 257
+ * segments, a key at PTC_PATH_MAX, and the text of all keys together at 16 bytes per node of the
+ * budget's max_nodes + 16 MiB (a DAG of modules under long names multiplies key text far past
+ * the file's size; resnet18's 122 keys are 3 KB).
  *
- * Returns 0. PTC_EINVAL: d, root or out NULL, a path of more than 257 segments. PTC_ENOTFOUND:
- * path names nothing, or names something neither a module nor a state dict; with path NULL, no
- * module and no state dict where the defaults look. PTC_EUNSUPPORTED: a parameter or buffer that
- * is not a tensor, a child in _modules that is not a module (a payload object, say); the message
- * names its key. PTC_EFORMAT: a non-str key in _parameters, _buffers or _modules. PTC_ELIMIT: the
- * budget, the nesting or key cap. PTC_ENOMEM. err (may be NULL) says why; on failure *out and
- * *chosen are NULL and d may hold unreachable nodes. Reads root only; uses d and budget: one
- * thread per document and budget, several threads on one tree at once. */
+ * Returns 0. PTC_EINVAL: d, root or out NULL, a path of more than 257 segments, an ambiguous
+ * path. PTC_ENOTFOUND: path names nothing, or names something neither a module nor a state dict;
+ * with path NULL, no module and no state dict where the defaults look. PTC_EUNSUPPORTED: a
+ * parameter or buffer that is not a tensor, a child in _modules that is not a module (a payload
+ * object, say); the message names its key. PTC_EFORMAT: a non-str key in _parameters, _buffers
+ * or _modules. PTC_ELIMIT: the budget, the nesting, key, key text or path lookup cap. PTC_ENOMEM.
+ * err (may be NULL) says why; on failure *out and *chosen are NULL and d may hold unreachable
+ * nodes. Reads root only; uses d and budget: one thread per document and budget, several
+ * threads on one tree at once. */
 PTC_API int ptc_salvage_state_dict(ptc_doc *d, const ptc_value *root, const char *path,
                                    ptc_budget *budget, const ptc_value **out, const char **chosen,
                                    ptc_error *err);
+/* What ptc_salvage_state_dict takes for path (the same rules, the same errors but those of the
+ * walk), without building the state dict: *pick the module or state dict (borrowed from root),
+ * *name its path as a str of d (ptc_value_str gives its length: a root key may hold NUL bytes;
+ * "" for the root), until ptc_doc_free. The class of a module is ptc_value_global_name(*pick).
+ * budget may be NULL (no charge). Returns 0, or the codes above (PTC_EINVAL also for d, root,
+ * pick or name NULL); on failure *pick and *name are NULL. Threads as above. */
+PTC_API int ptc_salvage_pick(ptc_doc *d, const ptc_value *root, const char *path,
+                             ptc_budget *budget, const ptc_value **pick, const ptc_value **name,
+                             ptc_error *err);
 
 /* ---------------------------------------------------------------------------------------------
  * Saving. ptc_save writes any value tree ptc can read, in the container torch 2.6 writes (record

@@ -25,16 +25,14 @@ import zipfile
 
 # member -> (how the reference is computed, ptc convert's --state-dict PATH or None, what
 # `ptc inspect --salvage` answers: None for a state dict (exit 0), else the text of its exit 1).
-# A Lightning checkpoint keeps its weights under "state_dict" and holds no module object, which
-# issue 16's default choice (the root module, the root dict's "model", its first module, or the
-# root when it is a state dict) does not pick: inspect reports the symbols and says so, and
-# convert needs --state-dict state_dict.
-LIGHTNING_NO_DEFAULT = "nothing salvaged: salvage: no module in the checkpoint"
+# A Lightning checkpoint keeps its weights under "state_dict" and holds no module object: the
+# default choice's last rule (the first entry of the root dict that is a state dict) takes it, so
+# inspect and convert salvage it with no --state-dict.
 SALVAGE = {
     "BeatNet/models/model-1.pt": ("module", None, None),
     "BeatNet/models/model-2.pt": ("module", None, None),
     "BeatNet/models/model-3.pt": ("module", None, None),
-    "pesto/weights/mir-1k_g7.ckpt": ("inert", "state_dict", LIGHTNING_NO_DEFAULT),
+    "pesto/weights/mir-1k_g7.ckpt": ("inert", None, None),
 }
 
 

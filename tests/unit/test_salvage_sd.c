@@ -46,11 +46,15 @@ static void u32(pk *p, uint32_t v)
     uint8_t b[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
     raw(p, b, 4);
 }
-static void str(pk *p, const char *s) /* BINUNICODE */
+static void str_n(pk *p, const char *s, size_t n) /* BINUNICODE of n bytes (NUL allowed) */
 {
     op(p, 'X');
-    u32(p, (uint32_t)strlen(s));
-    raw(p, s, strlen(s));
+    u32(p, (uint32_t)n);
+    raw(p, s, n);
+}
+static void str(pk *p, const char *s)
+{
+    str_n(p, s, strlen(s));
 }
 static void global(pk *p, const char *mod, const char *name) /* GLOBAL */
 {
@@ -545,7 +549,7 @@ static void test_refusals(void)
 /* A DAG of modules: each level's _modules holds the level below twice (memo). state_dict()
  * visits it 2^levels times, and so does the walk: 10 levels give 1024 keys; 18 levels (what the
  * reader's expansion limit still lets in) are stopped by a budget of 100,000 nodes. */
-static ptc_ckpt *open_dag(int levels, uint8_t *buf, size_t cap)
+static ptc_ckpt *open_dag(int levels, uint8_t *buf, size_t cap, const char *left)
 {
     pk *p = calloc(1, sizeof *p);
     /* {"L0": leaf, "L1": level 1, ...}: a weights-only pickle has no POP, so the levels stay. */
@@ -560,7 +564,7 @@ static ptc_ckpt *open_dag(int levels, uint8_t *buf, size_t cap)
         empty_dict(p, "_parameters");
         empty_dict(p, "_buffers");
         begin_dict(p, "_modules");
-        str(p, "l");
+        str(p, left);
         get(p, prev);
         str(p, "r");
         get(p, prev);
@@ -582,7 +586,7 @@ static void test_dag(void)
     ptc_doc *d = NULL;
     const ptc_value *sd;
     CHECK_INT(ptc_doc_new(&d, &err), 0);
-    ptc_ckpt *c = open_dag(10, buf, sizeof buf);
+    ptc_ckpt *c = open_dag(10, buf, sizeof buf, "l");
     if (c) {
         CHECK_CODE(ptc_salvage_state_dict(d, ptc_ckpt_root(c), "L10", NULL, &sd, NULL, &err), 0,
                    &err);
@@ -591,7 +595,7 @@ static void test_dag(void)
         CHECK_STR(key_at(sd, 1023), "r.r.r.r.r.r.r.r.r.r.w");
         ptc_ckpt_close(c);
     }
-    c = open_dag(18, buf, sizeof buf);
+    c = open_dag(18, buf, sizeof buf, "l");
     if (c) {
         ptc_budget b;
         ptc_budget_init(&b, c, 0);
@@ -601,6 +605,225 @@ static void test_dag(void)
         CHECK(sd == NULL);
         ptc_ckpt_close(c);
     }
+    ptc_doc_free(d);
+}
+
+/* The outside check's amplifier: 17 levels whose _modules name the level below under 382 bytes
+ * and under "b" (16 KB of pickle). state_dict() would give 131,072 keys holding 440 MB of text;
+ * the default budget would let it through, the key text cap refuses it. */
+static void test_key_text_cap(void)
+{
+    static uint8_t buf[1 << 17];
+    char left[383];
+    memset(left, 'a', 382);
+    left[382] = '\0';
+    ptc_error err;
+    ptc_doc *d = NULL;
+    const ptc_value *sd;
+    CHECK_INT(ptc_doc_new(&d, &err), 0);
+    ptc_ckpt *c = open_dag(17, buf, sizeof buf, left);
+    if (c) {
+        ptc_budget b;
+        ptc_budget_init(&b, c, 0);
+        CHECK_CODE(ptc_salvage_state_dict(d, ptc_ckpt_root(c), "L17", &b, &sd, NULL, &err),
+                   PTC_ELIMIT, &err);
+        CHECK(strstr(err.message, "bytes of text (SALVAGE_KEY_TEXT") != NULL);
+        printf("amplifier: %s\n", err.message);
+        ptc_ckpt_close(c);
+    }
+    ptc_doc_free(d);
+}
+
+/* 2,000 buffers of which 1,500 are non-persistent (a list here; torch writes a set): the lookup
+ * is hashed, so the default budget (16 x ~9,000 opcodes + 1,000,000 nodes) holds it; a linear scan
+ * per buffer costs 3 million. All 2,000 share one tensor (memo), to stay within the test pickle. */
+static void test_many_nonpersistent(void)
+{
+    static uint8_t buf[1 << 17];
+    static const char *const k1[] = {"s0"};
+    ptc_error err;
+    ptc_doc *d = NULL;
+    const ptc_value *sd;
+    char name[16];
+    CHECK_INT(ptc_doc_new(&d, &err), 0);
+    pk *p = calloc(1, sizeof *p);
+    raw(p, "\x80\x02", 2);
+    begin_module(p, "Net");
+    empty_dict(p, "_parameters");
+    begin_dict(p, "_buffers");
+    uint32_t t = 0;
+    for (int i = 0; i < 2000; i++) {
+        snprintf(name, sizeof name, "b%d", i);
+        str(p, name);
+        if (i == 0) {
+            tensor(p, "s0", 2);
+            t = put(p);
+        } else {
+            get(p, t);
+        }
+    }
+    end_dict(p);
+    str(p, "_non_persistent_buffers_set");
+    raw(p, "](", 2);
+    for (int i = 0; i < 2000; i++) {
+        snprintf(name, sizeof name, "b%d", i);
+        if (i % 4)
+            str(p, name);
+    }
+    op(p, 'e'); /* APPENDS */
+    empty_dict(p, "_modules");
+    end_module(p);
+    op(p, '.');
+    ptc_ckpt *c = open_pk(p, k1, 1, buf, sizeof buf);
+    if (c) {
+        ptc_budget b;
+        ptc_budget_init(&b, c, 0);
+        CHECK_CODE(ptc_salvage_state_dict(d, ptc_ckpt_root(c), NULL, &b, &sd, NULL, &err), 0, &err);
+        CHECK_INT(ptc_value_len(sd), 500);
+        CHECK_STR(key_at(sd, 1), "b4");
+        CHECK(b.nodes < 20000);
+        printf("2,000 buffers, 1,500 non-persistent: %zu keys, %llu nodes charged\n",
+               ptc_value_len(sd), (unsigned long long)b.nodes);
+        ptc_ckpt_close(c);
+    }
+    free(p);
+    ptc_doc_free(d);
+}
+
+/* Paths and picks: an ambiguous path, a root key holding NUL, a dict keyed by globals, a state
+ * dict whose _metadata holds a symbolic object, the first state dict entry by default, the
+ * candidates named when nothing is found. */
+static void test_picks(void)
+{
+    static uint8_t buf[1 << 17];
+    static const char *const k1[] = {"s0"};
+    ptc_error err;
+    ptc_doc *d = NULL;
+    const ptc_value *sd, *pick, *name;
+    const char *chosen, *np;
+    size_t nn;
+    CHECK_INT(ptc_doc_new(&d, &err), 0);
+    pk *p = calloc(1, sizeof *p);
+
+    /* {"a.b": {"c": Lin}, "a": {"b.c": Lin}}: "a.b.c" reads two ways. */
+    raw(p, "\x80\x02}(", 4);
+    begin_dict(p, "a.b");
+    str(p, "c");
+    leaf(p, "Lin", "first", "s0");
+    end_dict(p);
+    begin_dict(p, "a");
+    str(p, "b.c");
+    leaf(p, "Lin", "second", "s0");
+    end_dict(p);
+    raw(p, "u.", 2);
+    ptc_ckpt *c = open_pk(p, k1, 1, buf, sizeof buf);
+    if (c) {
+        CHECK_CODE(ptc_salvage_state_dict(d, ptc_ckpt_root(c), "a.b.c", NULL, &sd, NULL, &err),
+                   PTC_EINVAL, &err);
+        CHECK(strstr(err.message, "ambiguous") && strstr(err.message, "root['a.b']['c']") &&
+              strstr(err.message, "root['a']['b.c']"));
+        ptc_ckpt_close(c);
+    }
+
+    /* {"a": 1, "mod\0el": Lin}: the pick keeps the key's 6 bytes and the module's class. */
+    memset(p, 0, sizeof *p);
+    raw(p, "\x80\x02}(", 4);
+    str(p, "a");
+    small_int(p, 1);
+    str_n(p, "mod\0el", 6);
+    leaf(p, "Lin", "w", "s0");
+    raw(p, "u.", 2);
+    c = open_pk(p, k1, 1, buf, sizeof buf);
+    if (c) {
+        CHECK_CODE(ptc_salvage_pick(d, ptc_ckpt_root(c), NULL, NULL, &pick, &name, &err), 0, &err);
+        CHECK_INT(ptc_value_str(name, &np, &nn), 0);
+        CHECK_INT(nn, 6);
+        CHECK(nn == 6 && memcmp(np, "mod\0el", 6) == 0);
+        CHECK_STR(ptc_value_global_name(pick), "test.m.Lin");
+        ptc_ckpt_close(c);
+    }
+
+    /* {"epoch": 5, "state_dict": {"w": T}} (Lightning): the state dict entry by default. */
+    memset(p, 0, sizeof *p);
+    raw(p, "\x80\x02}(", 4);
+    str(p, "epoch");
+    small_int(p, 5);
+    begin_dict(p, "state_dict");
+    str(p, "w");
+    tensor(p, "s0", 2);
+    end_dict(p);
+    raw(p, "u.", 2);
+    c = open_pk(p, k1, 1, buf, sizeof buf);
+    if (c) {
+        CHECK_CODE(ptc_salvage_state_dict(d, ptc_ckpt_root(c), NULL, NULL, &sd, &chosen, &err), 0,
+                   &err);
+        CHECK_STR(chosen, "state_dict");
+        CHECK_INT(ptc_value_len(sd), 1);
+        ptc_ckpt_close(c);
+    }
+
+    /* {"epoch": 5, "opt": {"lr": 1}}: nothing; the message names 'opt' and --state-dict. */
+    memset(p, 0, sizeof *p);
+    raw(p, "\x80\x02}(", 4);
+    str(p, "epoch");
+    small_int(p, 5);
+    begin_dict(p, "opt");
+    str(p, "lr");
+    small_int(p, 1);
+    end_dict(p);
+    raw(p, "u.", 2);
+    c = open_pk(p, NULL, 0, buf, sizeof buf);
+    if (c) {
+        CHECK_CODE(ptc_salvage_state_dict(d, ptc_ckpt_root(c), NULL, NULL, &sd, &chosen, &err),
+                   PTC_ENOTFOUND, &err);
+        CHECK(strstr(err.message, "'opt'") && strstr(err.message, "--state-dict PATH"));
+        ptc_ckpt_close(c);
+    }
+
+    /* {test.m.Junk: T}: keys that are globals make no state dict. */
+    memset(p, 0, sizeof *p);
+    raw(p, "\x80\x02}(", 4);
+    global(p, "test.m", "Junk");
+    tensor(p, "s0", 2);
+    raw(p, "u.", 2);
+    c = open_pk(p, k1, 1, buf, sizeof buf);
+    if (c) {
+        CHECK_CODE(ptc_salvage_state_dict(d, ptc_ckpt_root(c), NULL, NULL, &sd, &chosen, &err),
+                   PTC_ENOTFOUND, &err);
+        ptc_ckpt_close(c);
+    }
+
+    /* OrderedDict {"w": T} with _metadata {"": {"version": test.m.Junk()}}: read symbolically,
+     * given back as a copy without _metadata (no writer writes a symbolic object back). */
+    memset(p, 0, sizeof *p);
+    raw(p, "\x80\x02", 2);
+    global(p, "collections", "OrderedDict");
+    raw(p, ")R(", 3);
+    str(p, "w");
+    tensor(p, "s0", 2);
+    op(p, 'u');
+    op(p, '}');
+    str(p, "_metadata");
+    global(p, "collections", "OrderedDict");
+    raw(p, ")R(", 3);
+    str(p, "");
+    op(p, '}');
+    str(p, "version");
+    global(p, "test.m", "Junk");
+    raw(p, ")R", 2);
+    op(p, 's');
+    raw(p, "us", 2);
+    raw(p, "b.", 2);
+    c = open_pk(p, k1, 1, buf, sizeof buf);
+    if (c) {
+        CHECK_CODE(ptc_salvage_state_dict(d, ptc_ckpt_root(c), NULL, NULL, &sd, &chosen, &err), 0,
+                   &err);
+        CHECK_INT(ptc_value_len(sd), 1);
+        if (open_flags & PTC_OPEN_SALVAGE)
+            CHECK(sd != ptc_ckpt_root(c) && ptc_dict_attrs(sd) == NULL);
+        ptc_ckpt_close(c);
+    }
+    free(p);
     ptc_doc_free(d);
 }
 
@@ -820,6 +1043,9 @@ int main(void)
         test_defaults();
         test_refusals();
         test_dag();
+        test_key_text_cap();
+        test_many_nonpersistent();
+        test_picks();
     }
     test_legacy_module_pid();
     test_hostile_corpus();
