@@ -80,9 +80,12 @@ static const char *of_class(char *buf, const ptc_value *v)
     const char *cls = ptc_value_global_name(v);
     if (!cls)
         return "";
-    char name[SALVAGE_MSG_TEXT - 4];
+    char name[SALVAGE_MSG_TEXT / 2];
     ptc__escape(name, sizeof name, cls, strlen(cls), true);
-    snprintf(buf, SALVAGE_MSG_TEXT, " of %s", name);
+    /* An array the reader left symbolic says why (its note escapes what came from the file). */
+    const char *why = ptc_object_note(v);
+    snprintf(buf, SALVAGE_MSG_TEXT, " of %s%s%.*s%s", name, why ? " (left symbolic: " : "",
+             SALVAGE_MSG_TEXT / 2 - 32, why ? why : "", why ? ")" : "");
     return buf;
 }
 

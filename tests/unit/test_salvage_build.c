@@ -443,6 +443,16 @@ static void test_numpy_notes(void)
     const char *text = t.s;
     CHECK_STR(text, "<numpy._core.multiarray._reconstruct object> (numpy array left symbolic: its "
                     "dtype is not a numpy.dtype object)");
+    /* The state-dict extraction says why when it is pointed at such an array. */
+    ptc_doc *d = NULL;
+    CHECK_CODE(ptc_doc_new(&d, &err), 0, &err);
+    const ptc_value *sd = NULL;
+    const char *chosen = NULL;
+    CHECK_INT(ptc_salvage_state_dict(d, ptc_ckpt_root(c), "", NULL, &sd, &chosen, &err),
+              PTC_ENOTFOUND);
+    CHECK(strstr(err.message, "of numpy._core.multiarray._reconstruct (left symbolic: its dtype "
+                              "is not a numpy.dtype object), neither a module") != NULL);
+    ptc_doc_free(d);
     /* Any other object has no note; neither has NULL nor a non-object. */
     CHECK(ptc_object_note(ptc_object_args(ptc_ckpt_root(c))) == NULL);
     CHECK(ptc_object_note(NULL) == NULL);
