@@ -23,69 +23,15 @@
 
 #include "archive/archive.h"
 #include "check.h"
+#include "pickle_build.h"
 
 /* ---- building pickles (as test_salvage.c) ----------------------------------------------------- */
 
-typedef struct pk {
-    uint8_t *p;
-    size_t n, cap;
-} pk;
-
-static void put(pk *b, const void *s, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 256;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p)
-            abort();
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-}
-#define PUT(b, lit) put(b, lit, sizeof(lit) - 1)
-
-static void put_u32(pk *b, uint32_t v)
-{
-    uint8_t le[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
-    put(b, le, 4);
-}
-
-/* BINUNICODE s */
-static void put_str(pk *b, const char *s)
-{
-    PUT(b, "X");
-    put_u32(b, (uint32_t)strlen(s));
-    put(b, s, strlen(s));
-}
-
-/* bytes at protocol 2: _codecs.encode(text, 'latin1'), bytes below 0x80 only here. */
-static void put_bytes(pk *b, const uint8_t *raw, size_t n)
-{
-    PUT(b, "c_codecs\nencode\nX");
-    put_u32(b, (uint32_t)n);
-    put(b, raw, n);
-    PUT(b, "X\x06\x00\x00\x00latin1\x86R");
-}
-
-/* An array as numpy 2 pickles it: _reconstruct(numpy.ndarray, (0,), b'b'), BUILD (1, shape,
- * numpy.dtype(code) with BUILD (3, order, None, None, None, -1, -1, 0), False, data). */
+/* An ndarray as numpy 2 pickles it, C order. */
 static void put_array(pk *b, const int32_t *shape, int ndim, const char *code, const char *order,
                       const uint8_t *raw, size_t n)
 {
-    PUT(b, "cnumpy._core.multiarray\n_reconstruct\ncnumpy\nndarray\nK\x00\x85");
-    put_bytes(b, (const uint8_t *)"b", 1);
-    PUT(b, "\x87R(K\x01(");
-    for (int d = 0; d < ndim; d++) {
-        PUT(b, "J");
-        put_u32(b, (uint32_t)shape[d]);
-    }
-    PUT(b, "tcnumpy\ndtype\n");
-    put_str(b, code);
-    PUT(b, "\x89\x88\x87R(K\x03");
-    put_str(b, order);
-    PUT(b, "NNNJ\xff\xff\xff\xffJ\xff\xff\xff\xffK\x00tb\x89");
-    put_bytes(b, raw, n);
-    PUT(b, "tb");
+    put_array_as(b, false, "ndarray", 1, shape, ndim, code, order, false, raw, n);
 }
 
 /* A float32 tensor of two elements over storage "0" (torch.save's protocol-2 form). */

@@ -17,36 +17,9 @@
 
 #include "archive/archive.h"
 #include "check.h"
+#include "pickle_build.h"
 
 /* ---- building pickles and opening them (as test_salvage.c does) ------------------------------ */
-
-typedef struct pk {
-    uint8_t *p;
-    size_t n, cap;
-} pk;
-
-static void put(pk *b, const void *s, size_t n)
-{
-    if (b->n + n > b->cap) {
-        b->cap = (b->n + n) * 2 + 256;
-        b->p = realloc(b->p, b->cap);
-        if (!b->p)
-            abort();
-    }
-    memcpy(b->p + b->n, s, n);
-    b->n += n;
-}
-#define PUT(b, lit) put(b, lit, sizeof(lit) - 1)
-
-/* BINUNICODE s */
-static void put_str(pk *b, const char *s)
-{
-    uint32_t n = (uint32_t)strlen(s);
-    uint8_t le[4] = {(uint8_t)n, (uint8_t)(n >> 8), (uint8_t)(n >> 16), (uint8_t)(n >> 24)};
-    PUT(b, "X");
-    put(b, le, 4);
-    put(b, s, n);
-}
 
 static void begin(pk *b)
 {
