@@ -2,7 +2,7 @@
  * plugin.h - loadable modules: how libptc finds, checks and uses the parts that carry heavy
  * dependencies (DESIGN.md decision 11).
  *
- * libptc links libc, libm, zlib, minizip, jansson and libdeflate only (libcrypto is dlopen()ed by
+ * libptc links libc, libm, zlib, minizip, jansson and ISA-L only (libcrypto is dlopen()ed by
  * lib/base/digest.c for SHA-256). oneDNN, MPI, CUDA, cuDNN, cuBLAS and
  * NCCL are reached through modules that libptc dlopen()s when a caller asks for them by name:
  *
