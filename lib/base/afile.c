@@ -8,8 +8,14 @@
  *           file system cannot (EOPNOTSUPP, EISDIR, EINVAL: any failure) or /proc/self/fd is
  *           missing, mkostemp("<folder>/.<basename>.ptc-XXXXXX"), a named temporary file. Either
  *           stays inside the destination's file system, so that the final rename is atomic;
- *   write   bytes collect in a 1 MiB buffer; a write at least as large as the buffer goes to the
- *           file directly (after the buffered bytes), so big storages are not copied twice;
+ *   write   small writes collect in a 1 MiB buffer; a write of AFILE_DIRECT bytes or more goes to
+ *           the file from the caller's memory, in one writev(2) behind the buffered bytes, so
+ *           tensor data is never copied in user space (the kernel's copy into the page cache is
+ *           the only one) and headers travel in the same system call as the data after them;
+ *           every AFILE_WRITEBACK bytes handed to the file, sync_file_range(SYNC_FILE_RANGE_WRITE)
+ *           starts writing them to the disk while the next ones are copied, so the final fsync
+ *           waits for the tail only instead of for the whole file (where the system has no
+ *           sync_file_range, the fsync does it all, as before);
  *   commit  flush, fchmod to the mode a plain creation would give, fsync(file); an unnamed file
  *           is then linked: linkat("/proc/self/fd/N", destination) when no destination exists
  *           (done), else linkat to a fresh ".<basename>.ptc-XXXXXX" name; close,
@@ -49,9 +55,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define AFILE_BUF (1u << 20)
+/* A write at least this long bypasses the buffer (see the opening comment): below it, copying
+ * costs less than the system call it saves. */
+#define AFILE_DIRECT (64u << 10)
+/* Bytes handed to the file between two early writebacks (see the opening comment): large enough
+ * that the disk gets long requests, small enough that writing overlaps copying from the start. */
+#define AFILE_WRITEBACK ((uint64_t)8 << 20)
 /* One write(2) call at most; Linux transfers at most about 2 GiB per call anyway. */
 #define AFILE_MAX_IO ((size_t)1 << 30)
 /* Bytes of the basename kept in the temporary name, so that ".<name>.ptc-XXXXXX" stays within
@@ -127,6 +140,7 @@ struct ptc__afile {
     uint8_t *buf;    /* [AFILE_BUF] */
     size_t nbuf;
     uint64_t offset;
+    uint64_t wb_from; /* bytes before it were handed to writeback early */
 };
 
 static int io_err(ptc__afile *f, ptc_error *err, const char *what, int e)
@@ -150,6 +164,51 @@ static int write_all(int fd, const uint8_t *p, size_t n)
         n -= (size_t)r;
     }
     return 0;
+}
+
+/* Writes all of a[0, na) then all of b[0, nb) to fd in writev(2) calls, retrying on EINTR and
+ * short writes. Returns 0 or an errno. */
+static int writev_all(int fd, const uint8_t *a, size_t na, const uint8_t *b, size_t nb)
+{
+    while (na + nb > 0) {
+        struct iovec v[2];
+        int nv = 0;
+        if (na)
+            v[nv++] = (struct iovec){(void *)a, na};
+        size_t room = AFILE_MAX_IO - na; /* na < AFILE_BUF <= AFILE_MAX_IO */
+        if (nb)
+            v[nv++] = (struct iovec){(void *)b, nb < room ? nb : room};
+        ssize_t r = writev(fd, v, nv);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return errno;
+        }
+        if (r == 0)
+            return EIO; /* a regular file never accepts 0 bytes of a non-empty write */
+        size_t done = (size_t)r, from_a = done < na ? done : na;
+        a += from_a;
+        na -= from_a;
+        b += done - from_a;
+        nb -= done - from_a;
+    }
+    return 0;
+}
+
+/* Starts writing back what the file holds since the last call, every AFILE_WRITEBACK bytes. Only
+ * advice: a failure here is left for the fsync at commit to report. */
+static void early_writeback(ptc__afile *f)
+{
+#ifdef SYNC_FILE_RANGE_WRITE
+    uint64_t written = f->offset - f->nbuf;
+    if (written - f->wb_from < AFILE_WRITEBACK)
+        return;
+    (void)sync_file_range(f->fd, (off_t)f->wb_from, (off_t)(written - f->wb_from),
+                          SYNC_FILE_RANGE_WRITE);
+    f->wb_from = written;
+#else
+    (void)f;
+#endif
 }
 
 static int flush_buf(ptc__afile *f, ptc_error *err)
@@ -335,35 +394,27 @@ int ptc__afile_write(ptc__afile *f, const void *p, size_t n, ptc_error *err)
     if (!ptc__add_u64_ok(f->offset, n, &end))
         return ptc__err(err, PTC_EINVAL, "", -1, "%s: file offset overflows", f->shown);
     const uint8_t *src = p;
-    if (n < AFILE_BUF - f->nbuf) {
+    if (n < AFILE_DIRECT) {
+        if (n > AFILE_BUF - f->nbuf) {
+            int rc = flush_buf(f, err);
+            if (rc < 0)
+                return rc;
+            early_writeback(f);
+        }
         memcpy(f->buf + f->nbuf, src, n);
         f->nbuf += n;
         f->offset = end;
         return 0;
     }
-    /* Top up a partly filled buffer and send it, so that every write(2) but the last one is at
-     * least AFILE_BUF long; then the rest goes out directly when large, or starts the buffer. */
-    if (f->nbuf) {
-        size_t fill = AFILE_BUF - f->nbuf;
-        memcpy(f->buf + f->nbuf, src, fill);
-        f->nbuf = AFILE_BUF;
-        src += fill;
-        n -= fill;
-        int rc = flush_buf(f, err);
-        if (rc < 0)
-            return rc;
-    }
-    if (n >= AFILE_BUF) {
-        int e = write_all(f->fd, src, n);
-        if (e) {
-            f->failed = true;
-            return io_err(f, err, "write", e);
-        }
-    } else {
-        memcpy(f->buf, src, n);
-        f->nbuf = n;
+    /* The buffered bytes, then the caller's, in one system call and no copy. */
+    int e = writev_all(f->fd, f->buf, f->nbuf, src, n);
+    f->nbuf = 0;
+    if (e) {
+        f->failed = true;
+        return io_err(f, err, "write", e);
     }
     f->offset = end;
+    early_writeback(f);
     return 0;
 }
 

@@ -2,7 +2,8 @@
  * plugin.h - loadable modules: how libptc finds, checks and uses the parts that carry heavy
  * dependencies (DESIGN.md decision 11).
  *
- * libptc links libc, libm, zlib, minizip and jansson only. oneDNN, MPI, CUDA, cuDNN, cuBLAS and
+ * libptc links libc, libm, zlib, minizip, jansson and ISA-L only (libcrypto is dlopen()ed by
+ * lib/base/digest.c for SHA-256). oneDNN, MPI, CUDA, cuDNN, cuBLAS and
  * NCCL are reached through modules that libptc dlopen()s when a caller asks for them by name:
  *
  *   backend-dnnl.so   a backend table (lib/backend/dnnl.c)            -> libdnnl

@@ -299,12 +299,14 @@ int ptc_tensor_sha256(const ptc_tensor *t, uint8_t digest[32], ptc_error *err)
     if (!t || !digest)
         return ptc__err(err, PTC_EINVAL, "", -1, "ptc_tensor_sha256: missing argument");
     ptc__sha256 s;
-    ptc__sha256_init(&s);
-    int rc = readout(t, sha_sink, &s, err);
+    int rc = ptc__sha256_init(&s, err);
     if (rc < 0)
         return rc;
-    ptc__sha256_final(&s, digest);
-    return 0;
+    if ((rc = readout(t, sha_sink, &s, err)) < 0) {
+        ptc__sha256_discard(&s);
+        return rc;
+    }
+    return ptc__sha256_final(&s, digest, err);
 }
 
 /* The readout above for other modules (conversions, the safetensors writer), so that they stream

@@ -67,13 +67,20 @@ static void *worker(void *arg)
         if (k >= NCHUNKS)
             break;
         convert_chunk(k, bf, hf);
-        ptc__sha256 s;
-        ptc__sha256_init(&s);
-        ptc__sha256_update(&s, bf, 2 * (size_t)CHUNK);
-        ptc__sha256_final(&s, j->digest[k][0]);
-        ptc__sha256_init(&s);
-        ptc__sha256_update(&s, hf, 2 * (size_t)CHUNK);
-        ptc__sha256_final(&s, j->digest[k][1]);
+        const uint8_t *half[2] = {bf, hf};
+        for (int h = 0; h < 2; h++) {
+            ptc__sha256 s;
+            ptc_error err;
+            if (ptc__sha256_init(&s, &err) < 0) {
+                fprintf(stderr, "cast_dump: %s\n", err.message);
+                exit(1);
+            }
+            ptc__sha256_update(&s, half[h], 2 * (size_t)CHUNK);
+            if (ptc__sha256_final(&s, j->digest[k][h], &err) < 0) {
+                fprintf(stderr, "cast_dump: %s\n", err.message);
+                exit(1);
+            }
+        }
     }
     free(bf);
     free(hf);

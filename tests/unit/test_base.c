@@ -106,11 +106,13 @@ static void test_sha256(void)
         ptc__sha256 s;
         uint8_t d[32];
         char h[65];
-        ptc__sha256_init(&s);
-        /* Feed byte by byte to exercise the block buffering. */
+        ptc_error err;
+        CHECK_INT(ptc__sha256_init(&s, &err), 0);
+        /* Feed byte by byte: pieces shorter than a block. */
         for (size_t i = 0; i < strlen(v[k].msg); i++)
             ptc__sha256_update(&s, v[k].msg + i, 1);
-        ptc__sha256_final(&s, d);
+        CHECK_INT(ptc__sha256_final(&s, d, &err), 0);
+        CHECK(s.ctx == NULL); /* final released the digest */
         hex(d, h);
         CHECK_STR(h, v[k].digest);
     }
@@ -120,12 +122,20 @@ static void test_sha256(void)
     ptc__sha256 s;
     uint8_t d[32];
     char h[65];
-    ptc__sha256_init(&s);
+    ptc_error err;
+    CHECK_INT(ptc__sha256_init(&s, &err), 0);
     ptc__sha256_update(&s, a, 333);
     ptc__sha256_update(&s, a + 333, 1000000 - 333);
-    ptc__sha256_final(&s, d);
+    CHECK_INT(ptc__sha256_final(&s, d, &err), 0);
     hex(d, h);
     CHECK_STR(h, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+    /* An abandoned digest is released by discard; a second discard, and final after it, are
+     * safe (final says the digest was never started). */
+    CHECK_INT(ptc__sha256_init(&s, &err), 0);
+    ptc__sha256_update(&s, a, 1000);
+    ptc__sha256_discard(&s);
+    ptc__sha256_discard(&s);
+    CHECK_INT(ptc__sha256_final(&s, d, &err), PTC_EINVAL);
     free(a);
 }
 
