@@ -33,6 +33,10 @@ struct ptc__be {
     int xent_done;
     double xent_loss;
     int64_t xent_correct;
+    /* conv_fwd's scratch, kept and grown: a forward of one image would otherwise map and fault
+     * in fresh pages for each of its twenty convolutions (the instance is one thread's) */
+    double *conv_scratch;
+    int64_t conv_scratch_n;
 };
 
 struct ptc__bt {
@@ -197,6 +201,8 @@ static int ref_open(ptc__be **out, const ptc__be_params *p, ptc_error *err)
 
 static void ref_close(ptc__be *be)
 {
+    if (be)
+        ptc__free(be->conv_scratch);
     ptc__free(be);
 }
 
@@ -391,11 +397,15 @@ static int ref_conv_fwd(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__b
     const int64_t nb = conv_block(s);
     int nt = min_nt(be, s->k);
     int64_t count = 0;
-    bool ok = madd_ok(&count, Q + nt, nb * P);
-    double *scratch;
-    TRY(scratch_new(err, "conv_fwd", ok, count, &scratch));
-    KERNEL(be, conv_fwd, s, x->data, w->data, y->data, nb, scratch, nt);
-    ptc__free(scratch);
+    bool ok = madd_ok(&count, Q, nb * P + CONV_JT); /* the unfolding, in panels (ref_kernels.h) */
+    if (!ok || count > be->conv_scratch_n) {
+        double *scratch;
+        TRY(scratch_new(err, "conv_fwd", ok, count, &scratch));
+        ptc__free(be->conv_scratch);
+        be->conv_scratch = scratch;
+        be->conv_scratch_n = count;
+    }
+    KERNEL(be, conv_fwd, s, x->data, w->data, y->data, nb, be->conv_scratch, nt);
     return 0;
 }
 

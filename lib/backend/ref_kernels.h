@@ -76,6 +76,25 @@ static void FN(relu_bwd)(const REAL *y, const REAL *dy, REAL *dx, int64_t n)
  * dependency (an axpy), so that it is reasonably fast without being clever; working on a block
  * of images keeps those loops long where the images are small (the deep layers of ResNet). */
 
+/* The forward's register tiles (shared by both instances, hence the guard): CONV_KT output
+ * channels by CONV_JT columns of the unfolding, each sum in a lane of its own and run over q in
+ * order, so that every output gets exactly the operations of a plain sum over q (a product of
+ * doubles, then an addition, never fused: -std=c11 keeps contraction off) and the same bits; the
+ * tile only lets independent sums run side by side instead of one after another. The unfolding is
+ * packed in panels of CONV_JT columns ([panel][q][CONV_JT], zero past the last column), so that a
+ * tile reads contiguous memory. Built for AVX2 too where the compiler can pick at run time. */
+#ifndef PTC_REF_CONV_TILE
+#define PTC_REF_CONV_TILE
+#define CONV_KT 8
+#define CONV_JT 4
+typedef double ptc__ref_v4d __attribute__((vector_size(CONV_JT * sizeof(double))));
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && defined(__linux__)
+#define REF_TILE_CLONES __attribute__((target_clones("avx2", "default")))
+#else
+#define REF_TILE_CLONES
+#endif
+#endif
+
 /* Writes element (q, j) of the unfolding of images n0 .. n0+nb-1 at col[q * ldq + j * ldj]. */
 static void FN(im2col)(const ptc__conv_shape *s, const REAL *x, int64_t n0, int64_t nb, double *col,
                        int64_t ldq, int64_t ldj)
@@ -102,6 +121,30 @@ static void FN(im2col)(const ptc__conv_shape *s, const REAL *x, int64_t n0, int6
     }
 }
 
+/* Columns j0 .. j0+jn-1 of the unfolding of the block that starts at image n0 (column j is image
+ * n0 + j / P, output pixel j % P), into panel[q * CONV_JT + (j - j0)]. */
+static void FN(im2col_cols)(const ptc__conv_shape *s, const REAL *x, int64_t n0, int64_t j0,
+                            int64_t jn, double *panel)
+{
+    const int64_t P = (int64_t)s->oh * s->ow;
+    for (int64_t jj = 0; jj < jn; jj++) {
+        const int64_t b = (j0 + jj) / P, p = (j0 + jj) % P, oh = p / s->ow, ow = p % s->ow;
+        const REAL *xn = x + (n0 + b) * s->c * s->h * s->w;
+        for (int64_t c = 0; c < s->c; c++)
+            for (int64_t r = 0; r < s->r; r++) {
+                const int64_t ih = oh * s->stride - s->pad + r;
+                const int row_in = ih >= 0 && ih < s->h;
+                for (int64_t sx = 0; sx < s->s; sx++) {
+                    const int64_t q = (c * s->r + r) * s->s + sx, iw = ow * s->stride - s->pad + sx;
+                    double v = 0.0;
+                    if (row_in && iw >= 0 && iw < s->w)
+                        v = xn[(c * s->h + ih) * s->w + iw];
+                    panel[q * CONV_JT + jj] = v;
+                }
+            }
+    }
+}
+
 /* dyt[k][j] = dy[n0 + j / P][k][j % P] for the nb images of a block. */
 static void FN(gather_dy)(const ptc__conv_shape *s, const REAL *dy, int64_t n0, int64_t nb,
                           double *dyt)
@@ -115,30 +158,100 @@ static void FN(gather_dy)(const ptc__conv_shape *s, const REAL *dy, int64_t n0, 
         }
 }
 
-/* scratch: (Q + nt) * nb * P doubles: the columns, and one row of sums per thread. */
+/* acc[i] = the sums over q of w[i][q] * panel[q][0 .. CONV_JT) (w[i] a row of Q weights). */
+REF_TILE_CLONES
+static void FN(conv_tile)(const REAL *const w[CONV_KT], int64_t Q, const double *panel,
+                          ptc__ref_v4d acc[CONV_KT])
+{
+    ptc__ref_v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, a4 = {0}, a5 = {0}, a6 = {0}, a7 = {0};
+    const REAL *w0 = w[0], *w1 = w[1], *w2 = w[2], *w3 = w[3], *w4 = w[4], *w5 = w[5], *w6 = w[6],
+               *w7 = w[7];
+    for (int64_t q = 0; q < Q; q++) {
+        ptc__ref_v4d c;
+        memcpy(&c, panel + q * CONV_JT, sizeof c);
+        a0 += (double)w0[q] * c;
+        a1 += (double)w1[q] * c;
+        a2 += (double)w2[q] * c;
+        a3 += (double)w3[q] * c;
+        a4 += (double)w4[q] * c;
+        a5 += (double)w5[q] * c;
+        a6 += (double)w6[q] * c;
+        a7 += (double)w7[q] * c;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+    acc[4] = a4;
+    acc[5] = a5;
+    acc[6] = a6;
+    acc[7] = a7;
+}
+
+/* The tile of a block narrower than a panel (the deepest layers of one image: one column): lanes
+ * are CONV_JT output channels instead, acc[v][l] = the sum over q of w[v JT + l][q] * col[q], so
+ * that no lane is wasted on padding columns. Same operations in the same order per output. */
+REF_TILE_CLONES
+static void FN(conv_tile_k)(const REAL *w, int64_t Q, const double *col, ptc__ref_v4d acc[4])
+{
+    ptc__ref_v4d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    for (int64_t q = 0; q < Q; q++) {
+        const REAL *p = w + q;
+        const double c = col[q * CONV_JT];
+        a0 += (ptc__ref_v4d){p[0], p[Q], p[2 * Q], p[3 * Q]} * c;
+        a1 += (ptc__ref_v4d){p[4 * Q], p[5 * Q], p[6 * Q], p[7 * Q]} * c;
+        a2 += (ptc__ref_v4d){p[8 * Q], p[9 * Q], p[10 * Q], p[11 * Q]} * c;
+        a3 += (ptc__ref_v4d){p[12 * Q], p[13 * Q], p[14 * Q], p[15 * Q]} * c;
+    }
+    acc[0] = a0;
+    acc[1] = a1;
+    acc[2] = a2;
+    acc[3] = a3;
+}
+
+/* scratch: Q * (nb * P + CONV_JT) doubles: the unfolding of a block, in panels. */
 static void FN(conv_fwd)(const ptc__conv_shape *s, const REAL *x, const REAL *w, REAL *y,
                          int64_t nb, double *scratch, int nt)
 {
-    const int64_t Q = (int64_t)s->c * s->r * s->s, P = (int64_t)s->oh * s->ow;
-    double *col = scratch, *sums = scratch + Q * nb * P;
+    const int64_t Q = (int64_t)s->c * s->r * s->s, P = (int64_t)s->oh * s->ow, K = s->k;
+    double *col = scratch;
     for (int64_t n0 = 0; n0 < s->n; n0 += nb) {
         const int64_t m = s->n - n0 < nb ? s->n - n0 : nb, J = m * P;
-        FN(im2col)(s, x, n0, m, col, J, 1);
+        const int64_t panels = (J + CONV_JT - 1) / CONV_JT;
+        /* column j at col[(j / JT) Q JT + q JT + j % JT]; the last panel's spare columns zero */
+        for (int64_t j = J; j < panels * CONV_JT; j++)
+            for (int64_t q = 0; q < Q; q++)
+                col[(j / CONV_JT) * Q * CONV_JT + q * CONV_JT + j % CONV_JT] = 0.0;
+        for (int64_t j0 = 0; j0 < J; j0 += CONV_JT) {
+            const int64_t jn = J - j0 < CONV_JT ? J - j0 : CONV_JT;
+            FN(im2col_cols)(s, x, n0, j0, jn, col + (j0 / CONV_JT) * Q * CONV_JT);
+        }
+        if (J < CONV_JT && K % (4 * CONV_JT) == 0) { /* channels in the lanes */
+            PAR_FOR(nt)
+            for (int64_t k0 = 0; k0 < K; k0 += 4 * CONV_JT)
+                for (int64_t j = 0; j < J; j++) {
+                    ptc__ref_v4d acc[4];
+                    FN(conv_tile_k)(w + k0 * Q, Q, col + j, acc);
+                    const int64_t b = j / P, p = j % P;
+                    for (int i = 0; i < 4 * CONV_JT; i++)
+                        y[((n0 + b) * K + k0 + i) * P + p] = (REAL)acc[i / CONV_JT][i % CONV_JT];
+                }
+            continue;
+        }
         PAR_FOR(nt)
-        for (int64_t k = 0; k < s->k; k++) {
-            double *acc = sums + (int64_t)THREAD_ID() * nb * P;
-            for (int64_t j = 0; j < J; j++)
-                acc[j] = 0.0;
-            for (int64_t q = 0; q < Q; q++) {
-                const double wv = w[k * Q + q], *cq = col + q * J;
-                SIMD()
-                for (int64_t j = 0; j < J; j++)
-                    acc[j] += wv * cq[j];
-            }
-            for (int64_t b = 0; b < m; b++) {
-                REAL *yk = y + ((n0 + b) * s->k + k) * P;
-                for (int64_t p = 0; p < P; p++)
-                    yk[p] = (REAL)acc[b * P + p];
+        for (int64_t k0 = 0; k0 < K; k0 += CONV_KT) {
+            const int kn = K - k0 < CONV_KT ? (int)(K - k0) : CONV_KT;
+            const REAL *wr[CONV_KT];
+            for (int i = 0; i < CONV_KT; i++) /* rows past K repeat the last; never stored */
+                wr[i] = w + (k0 + (i < kn ? i : kn - 1)) * Q;
+            for (int64_t pn = 0; pn < panels; pn++) {
+                ptc__ref_v4d acc[CONV_KT];
+                FN(conv_tile)(wr, Q, col + pn * Q * CONV_JT, acc);
+                for (int64_t jj = 0; jj < CONV_JT && pn * CONV_JT + jj < J; jj++) {
+                    const int64_t j = pn * CONV_JT + jj, b = j / P, p = j % P;
+                    for (int i = 0; i < kn; i++)
+                        y[((n0 + b) * K + k0 + i) * P + p] = (REAL)acc[i][jj];
+                }
             }
         }
     }

@@ -88,16 +88,21 @@ int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, int w, in
         return rc;
     const size_t HW = (size_t)H * (size_t)W;
     const int resize = h != H || w != W;
-    float *x = ptc__malloc((size_t)nb * 3 * HW * sizeof *x);
-    float *logits = ptc__malloc((size_t)nb * (size_t)C * sizeof *logits);
+    /* The images' floats and the logits in the model's scratch (kept between calls: one image
+     * costs no allocation); its size cannot overflow, check_input bounded nb * 3 * HW. */
+    float *x = ptc__model_scratch(m, (size_t)nb * 3 * HW + (size_t)nb * (size_t)C, NULL);
+    float *logits = x ? x + (size_t)nb * 3 * HW : NULL;
     uint8_t *sized = resize ? ptc__malloc(HW * 3) : NULL;
-    if (!x || !logits || (resize && !sized)) {
+    if (!x || (resize && !sized)) {
         rc = ptc__err(err, PTC_ENOMEM, "", -1,
                       "ptc_model_classify: out of memory for %d images of %dx%d", nb, H, W);
         goto done;
     }
-    float lut[3][256];
-    normaliser(lut, m->params.mean, m->params.std);
+    if (!m->lut_ready) {
+        normaliser(m->lut, m->params.mean, m->params.std);
+        m->lut_ready = 1;
+    }
+    const float(*lut)[256] = m->lut;
     for (int i0 = 0; i0 < n; i0 += nb) {
         int cnt = n - i0 < nb ? n - i0 : nb;
         for (int i = 0; i < cnt; i++) {
@@ -119,8 +124,6 @@ int ptc_model_classify(ptc_model *m, const uint8_t *rgb, int n, int h, int w, in
                   probs ? probs + (size_t)(i0 + i) * k : NULL);
     }
 done:
-    ptc__free(x);
-    ptc__free(logits);
     ptc__free(sized);
     return rc;
 }

@@ -24,6 +24,11 @@ struct ptc_model {
     float *scratch;        /* host buffer for inputs or logits made by the library, grown on need */
     size_t scratch_n;      /* floats in scratch */
     ptc__load_report load; /* the latest ptc_model_load's keys (ptc_load_keys order) and text */
+    /* classify.c: lut[c][v], the normalised float of byte v in channel c, made on first use from
+     * params.mean and params.std (fixed for the life of the handle), so that a call on one image
+     * does not recompute it. */
+    float lut[3][256];
+    int lut_ready;
 };
 
 /* The checks every entry point makes of a caller's input size (h, w >= 32, n >= 1, sizes whose

@@ -1205,7 +1205,17 @@ static void test_errors(void)
     CHECK_CODE(B->sgd_step(be, w, w, NULL, &h, &err), 0, &err);
     CHECK_CODE(B->sgd_step(be, w, x, NULL, &h, &err), PTC_EINVAL, &err);
 
-    /* Allocation failure: clean PTC_ENOMEM, nothing half made. */
+    /* Allocation failure: clean PTC_ENOMEM, nothing half made. conv_fwd keeps its scratch in the
+     * instance, so the failure is met by a fresh instance's first forward (be's own scratch is
+     * already large enough: its forward needs no allocation and succeeds). */
+    ptc__be *fresh = NULL;
+    ptc__op *fresh_op = NULL;
+    CHECK_CODE(B->open(&fresh, &(ptc__be_params){.dtype = PTC__BE_F64, .threads = 0}, &err), 0,
+               &err);
+    CHECK_CODE(B->conv_plan(fresh, &fresh_op, &cs, &err), 0, &err);
+    ptc__bt *fx = mk(fresh, PTC__ROLE_ACT, 2, 3, 8, 8),
+            *fw = mk(fresh, PTC__ROLE_CONV_W, 4, 3, 3, 3);
+    ptc__bt *fy = mk(fresh, PTC__ROLE_ACT, 2, 4, 8, 8);
     ptc_set_allocator(failing_realloc, NULL);
     for (int k = 0; k < 2; k++) {
         fail_after = k;
@@ -1215,12 +1225,19 @@ static void test_errors(void)
         CHECK(t == NULL);
     }
     fail_after = 0;
-    CHECK_CODE(B->conv_fwd(be, op, x, w, y, &err), PTC_ENOMEM, &err);
+    CHECK_CODE(B->conv_fwd(fresh, fresh_op, fx, fw, fy, &err), PTC_ENOMEM, &err);
     check_msg("conv_fwd: cannot allocate");
+    CHECK_CODE(B->conv_fwd(be, op, x, w, y, &err), 0, &err);
     CHECK_CODE(B->conv_bwd_data(be, op, y, w, x, &err), PTC_ENOMEM, &err);
     CHECK_CODE(B->conv_bwd_weight(be, op, x, y, w, &err), PTC_ENOMEM, &err);
     fail_after = -1;
     ptc_set_allocator(NULL, NULL);
+    CHECK_CODE(B->conv_fwd(fresh, fresh_op, fx, fw, fy, &err), 0, &err); /* and it recovers */
+    B->tensor_free(fresh, fx);
+    B->tensor_free(fresh, fw);
+    B->tensor_free(fresh, fy);
+    B->plan_free(fresh, fresh_op);
+    B->close(fresh);
 
     ptc__bt *all[] = {x, w, y, y7, wact, v3, v4, xb, x1, m23, m43, m24, m23x};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
