@@ -9,7 +9,8 @@
 # Areas, in the order they are run: train (fp32 and bf16 training and inference against PyTorch,
 # with the fraction of the GEMM ceiling), infer (one-image latency), ddp (2 ranks against one
 # process and PyTorch DDP), load (open and `ptc inspect --json`), verify (against picklescan),
-# save (against a plain write + fsync and torch.save, and hashing against sha256sum).
+# save (against a plain write + fsync and torch.save), hash (`ptc inspect --hash` against sha256sum,
+# CRC-32 libraries against each other).
 #
 # Environment: BENCH_REPEAT (each area's default when unset) rounds per measurement, medians
 # reported; PERF_DOC (default docs/performance.md of the source tree) the file written;
@@ -28,7 +29,7 @@ if [ -z "${top_builddir:-}" ] && [ -e "./tools/ptc" ]; then top_builddir=$(pwd);
 top_builddir=$(cd "$top_builddir" && pwd)
 export top_builddir
 
-all_areas="train infer ddp load verify save"
+all_areas="train infer ddp load verify save hash"
 areas=${*:-$all_areas}
 for a in $areas; do
     case " $all_areas " in
@@ -55,6 +56,7 @@ area_command() {
     load) echo "tests/bench/load/run.sh" ;;
     verify) echo "tests/bench/verify/run.sh" ;;
     save) echo "tests/bench/save/run.sh" ;;
+    hash) echo "tests/bench/hash/run.sh" ;;
     esac
 }
 
@@ -97,12 +99,14 @@ titles = {
     "ddp": "Data-parallel training: 2 ranks against 1 process and PyTorch DDP",
     "load": "Opening a checkpoint and `ptc inspect --json` against torch.load",
     "verify": "`ptc verify` against picklescan",
-    "save": "Saving against a plain write + fsync and torch.save; hashing against sha256sum",
+    "save": "Saving against a plain write + fsync and torch.save",
+    "hash": "`ptc inspect --hash` against sha256sum; CRC-32 implementations",
 }
 commands = {
     "train": "tests/bench/train/run.sh", "infer": "tests/bench/infer/run.sh",
     "ddp": "tests/bench/ddp/run.sh", "load": "tests/bench/load/run.sh",
     "verify": "tests/bench/verify/run.sh", "save": "tests/bench/save/run.sh",
+    "hash": "tests/bench/hash/run.sh",
 }
 
 
