@@ -43,6 +43,11 @@
 /* The most regions full scans may cover (cover()): PTC_ELIMIT beyond. */
 #define COVER_CAP        ((size_t)1 << 21)
 #define SCAN_INFLATE_CAP (64u << 20)
+/* Findings looked through one by one for a duplicate; past that, a hash of (verdict, offset,
+ * member) finds it (a pickle of thousands of opcodes outside the subset has one finding each,
+ * and a linear search made the report quadratic: 4096 findings cost 8 million comparisons). */
+#define FINDING_LINEAR 32
+#define FINDING_SLOTS  (2 * REPORT_CAP) /* a power of two, at most half full */
 
 struct ptc_report {
     ptc_verdict verdict;
@@ -52,6 +57,8 @@ struct ptc_report {
     ptc__arena *arena; /* the strings of findings and references */
     ptc_finding *f;
     size_t nf, capf;
+    uint32_t *fslot; /* FINDING_SLOTS slots, 1 + an index into f, 0 empty; NULL below
+                      * FINDING_LINEAR findings, or when it could not be allocated (linear then) */
     ptc_global_ref *g;
     size_t ng, capg;
     uint64_t dropped;
@@ -80,6 +87,50 @@ static char *rstr(ptc_report *r, const char *s)
     return ptc__arena_strndup(r->arena, s, strlen(s));
 }
 
+static size_t finding_hash(ptc_verdict v, int64_t offset, const char *member)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)v;
+    h = (h ^ (uint64_t)offset) * 1099511628211ull;
+    for (const unsigned char *p = (const unsigned char *)member; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return (size_t)(h ^ (h >> 29)) & (FINDING_SLOTS - 1);
+}
+
+/* The slot of the finding (v, offset, member), or of the empty slot where it would go. */
+static uint32_t *finding_slot(ptc_report *r, ptc_verdict v, int64_t offset, const char *member)
+{
+    size_t i = finding_hash(v, offset, member);
+    for (;;) {
+        uint32_t k = r->fslot[i];
+        if (!k)
+            return &r->fslot[i];
+        const ptc_finding *f = &r->f[k - 1];
+        if (f->verdict == v && f->offset == offset && strcmp(f->member, member) == 0)
+            return &r->fslot[i];
+        i = (i + 1) & (FINDING_SLOTS - 1);
+    }
+}
+
+/* The index of the finding with this member, offset and verdict, or -1. */
+static ptrdiff_t find_finding(ptc_report *r, ptc_verdict v, int64_t offset, const char *member)
+{
+    if (!r->fslot && r->nf >= FINDING_LINEAR &&
+        (r->fslot = ptc__calloc(FINDING_SLOTS, sizeof *r->fslot)) != NULL) {
+        for (size_t i = 0; i < r->nf; i++)
+            *finding_slot(r, r->f[i].verdict, r->f[i].offset, r->f[i].member) = (uint32_t)i + 1;
+    }
+    if (r->fslot) {
+        uint32_t k = *finding_slot(r, v, offset, member);
+        return k ? (ptrdiff_t)k - 1 : -1;
+    }
+    for (size_t i = 0; i < r->nf; i++) {
+        const ptc_finding *f = &r->f[i];
+        if (f->verdict == v && f->offset == offset && strcmp(f->member, member) == 0)
+            return (ptrdiff_t)i;
+    }
+    return -1;
+}
+
 /* Adds a finding unless one with the same member, offset and verdict is there already (the load
  * and the scan often see the same thing). Its file offset is the offset itself for the file ("")
  * and r->base + offset in a member. */
@@ -94,14 +145,12 @@ static int add_finding(ptc_report *r, ptc_verdict v, int code, const char *kind,
                           : !member[0]   ? offset
                           : r->base >= 0 ? r->base + offset
                                          : -1;
-    for (size_t i = 0; i < r->nf; i++) {
-        const ptc_finding *f = &r->f[i];
-        if (f->verdict == v && f->offset == offset && strcmp(f->member, member) == 0) {
-            r->f[i].torch_refuses |= torch_refuses;
-            if (r->f[i].file_offset < 0)
-                r->f[i].file_offset = file_offset;
-            return 0;
-        }
+    ptrdiff_t same = find_finding(r, v, offset, member);
+    if (same >= 0) {
+        r->f[same].torch_refuses |= torch_refuses;
+        if (r->f[same].file_offset < 0)
+            r->f[same].file_offset = file_offset;
+        return 0;
     }
     if (r->nf == REPORT_CAP) {
         r->dropped++;
@@ -119,6 +168,8 @@ static int add_finding(ptc_report *r, ptc_verdict v, int code, const char *kind,
         v, code, kind, rstr(r, member), offset, rstr(r, detail), torch_refuses, file_offset};
     if (!f.member || !f.detail)
         return PTC_ENOMEM;
+    if (r->fslot)
+        *finding_slot(r, v, offset, f.member) = (uint32_t)r->nf + 1;
     r->f[r->nf++] = f;
     return 0;
 }
@@ -151,6 +202,7 @@ void ptc_report_free(ptc_report *r)
     if (!r)
         return;
     ptc__arena_free(r->arena);
+    ptc__free(r->fslot);
     ptc__free(r->f);
     ptc__free(r->g);
     ptc__free(r);
