@@ -613,17 +613,21 @@ static int sweep_zip_headers(scan_ctx *c, ptc__zip *z)
                           en->central_offset + 46u + en->name_len,
                           en->central_offset + 46u + en->name_len + en->central_extra_len};
         uint64_t len[3] = {en->local_extra_len, en->central_extra_len, en->comment_len};
+        char rec[300];
+        rec[0] = '\0'; /* escaped once per entry, where it has an area to sweep */
         for (int k = 0; k < 3; k++) {
             if (len[k] == 0 || at[k] > c->size || len[k] > c->size - at[k])
                 continue;
-            char rec[300];
-            ptc__escape(rec, sizeof rec, en->record, strlen(en->record), true);
+            if (!rec[0])
+                ptc__escape(rec, sizeof rec, en->record, strlen(en->record), true);
             snprintf(label, sizeof label, "%s [%s]", rec, what[k]);
             c->member = label;
             c->refs = c->bad = 0;
             c->r->base = (int64_t)at[k];
             if ((rc = sweep_region(c, c->map + at[k], (size_t)len[k], 0, 0)))
                 return rc;
+            if (!c->bad)
+                continue; /* swept_finding would add nothing: no text to format */
             char where[400];
             snprintf(where, sizeof where, "the %s of %s (file offset 0x%llx, %llu bytes)", what[k],
                      rec, (unsigned long long)at[k], (unsigned long long)len[k]);
