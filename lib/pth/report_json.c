@@ -148,14 +148,31 @@ static void jw_text(jw *w, const char *s)
     ptc__free(t);
 }
 
-/* "key": at depth, after a comma unless it is the first of its object. */
+/* "key": at depth, after a comma unless it is the first of its object: one append. The keys are
+ * the schema's, plain ASCII that needs no escape. */
 static void jw_key(jw *w, unsigned depth, bool first, const char *key)
 {
+    char t[128];
+    size_t kl = strlen(key), sp = w->indent + 2 * depth, n = 0;
+    if (sp + kl + 8 > sizeof t) { /* a deep indent: piece by piece */
+        if (!first)
+            jw_raw(w, ",", 1);
+        jw_nl(w, depth);
+        jw_utf8(w, key, kl);
+        jw_raw(w, ": ", 2);
+        return;
+    }
     if (!first)
-        jw_raw(w, ",", 1);
-    jw_nl(w, depth);
-    jw_utf8(w, key, strlen(key));
-    jw_raw(w, ": ", 2);
+        t[n++] = ',';
+    t[n++] = '\n';
+    memset(t + n, ' ', sp);
+    n += sp;
+    t[n++] = '"';
+    memcpy(t + n, key, kl);
+    n += kl;
+    memcpy(t + n, "\": ", 3);
+    n += 3;
+    jw_raw(w, t, n);
 }
 
 static void jw_int(jw *w, long long v)

@@ -309,17 +309,21 @@ static int scan_item(void *ud, const ptc__scan_item *it)
         /* Out of the subset but neither importing nor calling by itself, except OBJ and
          * NEWOBJ_EX, which call a class. */
         bool calls = it->opcode == 'o' || it->opcode == 0x92;
+        if (c->torch_runs)
+            c->torch_hit = true;
+        if (calls)
+            c->bad++;
+        if (r->nf == REPORT_CAP) { /* what add_finding does when full, without the message */
+            r->dropped++;
+            return 0;
+        }
         snprintf(detail, sizeof detail,
                  calls ? "opcode %s calls a class and is outside the weights-only subset"
                        : "opcode %s is outside the weights-only subset",
                  opname);
-        if (c->torch_runs)
-            c->torch_hit = true;
         rc = add_finding(r, calls ? PTC_VERDICT_UNSAFE : PTC_VERDICT_MALFORMED,
                          calls ? PTC_EUNSAFE : PTC_EFORMAT, "opcode", c->member,
                          (int64_t)it->offset, detail, c->torch_runs);
-        if (calls)
-            c->bad++;
         return rc ? (c->fatal = rc) : 0;
     }
     c->refs++;
