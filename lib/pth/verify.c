@@ -47,7 +47,10 @@
  * member) finds it (a pickle of thousands of opcodes outside the subset has one finding each,
  * and a linear search made the report quadratic: 4096 findings cost 8 million comparisons). */
 #define FINDING_LINEAR 32
-#define FINDING_SLOTS  (2 * REPORT_CAP) /* a power of two, at most half full */
+/* PROTO opcodes of one full scan remembered for sweep_adds_nothing (a pickle has one; a region
+ * of several pickles one each): past it, the region is swept. */
+#define PROTO_KEEP    16
+#define FINDING_SLOTS (2 * REPORT_CAP) /* a power of two, at most half full */
 
 struct ptc_report {
     ptc_verdict verdict;
@@ -264,6 +267,11 @@ typedef struct scan_ctx {
     ptc__span *cov; /* file bytes full scans read (sweep_file replays them quietly) */
     size_t ncov, capcov;
     int fatal; /* PTC_ENOMEM from the report, PTC_ELIMIT past COVER_CAP */
+    /* The PROTO opcodes of the full scan under way while record_protos (offsets in its region),
+     * for sweep_adds_nothing; protos_over when there were more than PROTO_KEEP. */
+    bool record_protos, protos_over;
+    unsigned nprotos;
+    uint64_t protos[PROTO_KEEP];
 } scan_ctx;
 
 static bool name_ok(const char *s, size_t n)
@@ -286,8 +294,15 @@ static int scan_item(void *ud, const ptc__scan_item *it)
     const char *opname = ptc__pickle_opname(it->opcode);
     char detail[640], full[520], em[240], en[240];
     int rc = 0;
-    if (it->kind == PTC__SCAN_PROTO)
+    if (it->kind == PTC__SCAN_PROTO) {
+        if (c->record_protos && !c->sweep) {
+            if (c->nprotos < PROTO_KEEP)
+                c->protos[c->nprotos++] = it->offset;
+            else
+                c->protos_over = true;
+        }
         return 0;
+    }
     /* A sweep decodes bytes that are mostly not pickles (tensor data, headers, text): random
      * bytes hold PROTO, REDUCE or a STACK_GLOBAL over nothing often enough, a GLOBAL of two
      * Python names almost never. Only references by name count there: the sweep reports only
@@ -492,6 +507,44 @@ static int sweep_region(scan_ctx *c, const uint8_t *data, size_t len, uint64_t b
 {
     ptc__span q = {0, reach};
     return sweep_spans(c, data, len, base, reach == 0, &q, reach ? 1 : 0);
+}
+
+/* Starts recording the PROTO opcodes of the full scan that follows (sweep_adds_nothing). */
+static void record_protos(scan_ctx *c)
+{
+    c->record_protos = true;
+    c->protos_over = false;
+    c->nprotos = 0;
+}
+
+/* Whether the sweep of data[0..len) after a full scan from its first byte could find anything:
+ * not when that scan read the region to its end in pickles that all ended in STOP (end == reach
+ * == len) and every PROTO in the region (0x80 then 2 to 5, where the sweep starts decodes) is one
+ * of that scan's own PROTO opcodes. The sweep would then only replay the scan quietly (its
+ * quiet span is the whole region), start no other decode, and report nothing; skipping it is
+ * the one scan per pickle of a well-formed member. Stops recording. */
+static bool sweep_adds_nothing(scan_ctx *c, const uint8_t *data, size_t len, size_t end,
+                               size_t reach)
+{
+    bool recorded = c->record_protos && !c->protos_over;
+    c->record_protos = false;
+    if (!recorded || len < 2 || end != len || reach != len)
+        return false;
+    for (size_t from = 0; from < len - 1;) {
+        const uint8_t *p = memchr(data + from, PTC__OP_PROTO, len - 1 - from);
+        if (!p)
+            break;
+        size_t at = (size_t)(p - data);
+        if (data[at + 1] >= 2 && data[at + 1] <= 5) {
+            bool own = false;
+            for (unsigned i = 0; i < c->nprotos && !own; i++)
+                own = c->protos[i] == at;
+            if (!own)
+                return false;
+        }
+        from = at + 1;
+    }
+    return true;
 }
 
 /* The whole file, raw, as one region (labelled "", offsets in the file), less the bytes full
@@ -713,15 +766,19 @@ static int scan_zip_entries(scan_ctx *c, ptc__zip *z, bool check_crc, bool *cons
         bool full =
             is_data_pkl || (!plain_record(en->record) && looks_like_pickle(data, (size_t)en->size));
         int n = 0;
-        size_t reach = 0;
-        if (full)
-            n = scan_pickles(c, data, (size_t)en->size, 0, is_data_pkl ? 1 : 0, UINT32_MAX, false,
-                             &reach);
+        size_t reach = 0, end = 0;
+        bool quiet_only = false;
+        if (full) {
+            record_protos(c);
+            n = scan_pickles_at(c, data, (size_t)en->size, 0, is_data_pkl ? 1 : 0, UINT32_MAX,
+                                false, &end, &reach);
+            quiet_only = n > 0 && sweep_adds_nothing(c, data, (size_t)en->size, end, reach);
+        }
         if (n >= 0 && !is_data_pkl)
             rc = hidden_pickle(c, n, c->bad, torchscript_record(en->record));
         if (n >= 0 && rc == 0) {
             c->refs = c->bad = 0;
-            n = sweep_region(c, data, (size_t)en->size, 0, full ? reach : 0);
+            n = quiet_only ? 0 : sweep_region(c, data, (size_t)en->size, 0, full ? reach : 0);
             if (n == 0)
                 rc = swept_finding(c, label);
         }
@@ -1027,7 +1084,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     /* 2. The static pass. */
     c = (scan_ctx){
         .r = r, .policy = policy, .torch_policy = torch_policy, .map = map, .size = size};
-    bool constants = false, any_local = false;
+    bool constants = false, any_local = false, whole_pickle = false;
     r->format = "unknown";
     if (size >= 4 && memcmp(map, "PK\x03\x04", 4) == 0) {
         r->format = "zip";
@@ -1070,21 +1127,30 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
         else if (size && map[0] == PTC__OP_PROTO)
             r->format = "pickle";
         c.member = "";
-        size_t first_reach = 0;
+        size_t first_reach = 0, first_end = 0;
         /* A pickle stream that is not a torch.save one: torch's legacy loader runs its first
          * pickle (to read the magic number) before refusing it; a legacy-like layout has five. */
+        record_protos(&c);
         if (looks_like_pickle(map, (size_t)size) &&
-            (rc = scan_pickles(&c, map, (size_t)size, 0, 1, 5, false, &first_reach)) < 0)
+            (rc = scan_pickles_at(&c, map, (size_t)size, 0, 1, 5, false, &first_end,
+                                  &first_reach)) < 0)
             goto fail;
+        whole_pickle = rc > 0 && sweep_adds_nothing(&c, map, (size_t)size, first_end, first_reach);
+        c.record_protos = false;
         cover(&c, 0, first_reach);
         /* A zip inside anything else (a 7z with the Copy coder, a polyglot). */
         if ((rc = scan_local_headers(&c, map, size, &constants, &any_local)) < 0)
             goto fail;
         rc = 0;
     }
-    /* Every format but an accepted zip (swept member by member above): the raw file. */
-    if (strcmp(r->format, "zip") != 0 && (rc = sweep_file(&c)) < 0)
+    /* Every format but an accepted zip (swept member by member above): the raw file. A file
+     * that is one run of pickles, read to its end by the scan above and by nothing else (no
+     * local header found in it), would only be replayed quietly (sweep_adds_nothing). */
+    if (whole_pickle && c.ncov == 1 && c.cov[0].a == 0 && c.cov[0].b == size) {
+        c.member = ""; /* as sweep_file leaves it */
+    } else if (strcmp(r->format, "zip") != 0 && (rc = sweep_file(&c)) < 0) {
         goto fail;
+    }
     rc = 0;
     if (constants)
         r->format = "torchscript";
