@@ -196,10 +196,11 @@ case " $parts " in
     elif ! "$py" -c "import picklescan" 2>/dev/null; then
         echo "run.sh: $py cannot import picklescan: no throughput against the targets" >&2
     else
+        peer_path=${PYTHONPATH:-}
         PYTHONPATH=$orig_pythonpath "$py" "$here/speed.py" run --srcdir "$top_srcdir" \
             --builddir "$top_builddir" --work "$tmp" --ptc "$ptc_exe" --ptc-libpath "$ptc_libpath" \
             --repeat "$repeat" --timeout "$timeout" --mem-mb "$mem_mb" --out "${BENCH_OUT:-}" \
-            --peer-path "${PYTHONPATH:-}"
+            --peer-path "$peer_path"
     fi
     ;;
 esac
