@@ -1041,7 +1041,9 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     ptc_open_params_default(&op);
     op.policy = policy;
     op.limits = &lim;
-    op.flags = PTC_OPEN_VERIFY_CRC;
+    /* data.pkl inflated (and its CRC checked) once, by the load, for the load and the static
+     * pass: the archive keeps its bytes while ck is open. */
+    op.flags = PTC_OPEN_VERIFY_CRC | PTC__ZIP_KEEP_PICKLE;
     ptc_error le;
     const uint8_t *map = ptc__source_map(src);
     uint64_t size = ptc__source_size(src);
