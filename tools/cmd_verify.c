@@ -29,8 +29,18 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #define MAX_DEPTH 64 /* folder nesting followed */
+/* What the C library keeps of the memory one file's verification freed, for the next file: the
+ * load builds every file's pickle in fresh allocations (tens of MB for a large state dict) and
+ * frees them all at the end, and with glibc's defaults that memory goes back to the kernel and
+ * comes back as page faults and zeroed pages for the next file (a fifth of the CPU time over a
+ * folder of state dicts, measured with perf). Allocations up to REUSE_BYTES come from the heap,
+ * which keeps up to REUSE_BYTES free at its top. */
+#define REUSE_BYTES ((int)(256 << 20))
 
 struct verify {
     int json;
@@ -277,6 +287,11 @@ int cmd_verify(int argc, char **argv)
     size_t nallow = 0;
     int c, status = CLI_EXIT_OK, sarif = 0;
     cli_getopt_reset();
+#if defined(__GLIBC__) && defined(M_MMAP_THRESHOLD) && defined(M_TRIM_THRESHOLD)
+    /* Once per process, for every file after the first (see REUSE_BYTES). */
+    mallopt(M_MMAP_THRESHOLD, REUSE_BYTES);
+    mallopt(M_TRIM_THRESHOLD, REUSE_BYTES);
+#endif
     while ((c = getopt_long(argc, argv, "vh", longopts, NULL)) != -1) {
         switch (c) {
         case 'j':

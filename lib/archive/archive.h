@@ -76,6 +76,13 @@ typedef struct ptc__zip_entry {
 
 typedef struct ptc__zip ptc__zip;
 
+/* An internal open flag (no public PTC_OPEN_* uses this bit), passed through ptc_open_params.flags
+ * by ptc_verify: the archive keeps data.pkl's bytes, once read into a buffer of its own (inflated,
+ * with its size and CRC-32 checked), until ptc__zip_close, and every later ptc__zip_read of it
+ * returns those bytes instead of inflating again. The budget is charged while a reader holds
+ * them, exactly as for a fresh buffer, so limits act as without the flag. */
+#define PTC__ZIP_KEEP_PICKLE (1u << 31)
+
 /* Parses and validates the container. Reads headers only (and all data with PTC_OPEN_VERIFY_CRC).
  * budget (may be NULL) is charged for the entry table. The source must outlive the zip. */
 int ptc__zip_open(ptc__zip **out, ptc__source *src, const ptc_limits *limits, ptc__budget *budget,

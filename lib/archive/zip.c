@@ -1059,6 +1059,7 @@ int ptc__zip_open(ptc__zip **out, ptc__source *src, const ptc_limits *limits, pt
     z->size = ptc__source_size(src);
     z->budget = budget;
     z->limits = *limits;
+    z->keep_pickle = (flags & PTC__ZIP_KEEP_PICKLE) != 0;
 
     uint8_t *cd_owned = NULL;
     central_aux *aux = NULL;
@@ -1114,6 +1115,7 @@ void ptc__zip_close(ptc__zip *z)
     ptc__zip_give(z, z->names, z->names_len);
     ptc__zip_give(z, (void *)z->by_name, (uint64_t)z->n * sizeof *z->by_name);
     ptc__zip_give(z, z->prefix, (uint64_t)z->prefix_len + 1);
+    ptc__free(z->kept); /* charged only while a reader held it (ptc__zip_read) */
     ptc__free(z);
 }
 

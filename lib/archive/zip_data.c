@@ -189,6 +189,12 @@ int ptc__zip_read(ptc__zip *z, const ptc__zip_entry *e, const uint8_t **data, vo
             err, true, PTC_ELIMIT, e,
             "reading its %llu bytes would exceed the heap limit of %llu bytes",
             (unsigned long long)e->size, (unsigned long long)z->budget->limit);
+    if (z->kept && z->kept_entry == e) {
+        /* Read before, in full and checked (PTC__ZIP_KEEP_PICKLE): the same bytes again. */
+        *data = z->kept;
+        *owned = z->kept;
+        return 0;
+    }
     /* ptc__malloc never allocates 0 bytes on purpose; an empty record still gets a buffer. */
     if (e->size > SIZE_MAX - 1 || !(buf = ptc__malloc((size_t)e->size + 1))) {
         ptc__budget_give(z->budget, e->size);
@@ -206,6 +212,10 @@ int ptc__zip_read(ptc__zip *z, const ptc__zip_entry *e, const uint8_t **data, vo
     }
     *data = buf;
     *owned = buf;
+    if (z->keep_pickle && !z->kept && strcmp(e->record, "data.pkl") == 0) {
+        z->kept = buf;
+        z->kept_entry = e;
+    }
     return 0;
 }
 
@@ -213,7 +223,8 @@ void ptc__zip_release(ptc__zip *z, const ptc__zip_entry *e, void *owned)
 {
     if (!z || !e || !owned)
         return;
-    ptc__free(owned);
+    if (owned != z->kept) /* the kept bytes are freed by ptc__zip_close */
+        ptc__free(owned);
     ptc__budget_give(z->budget, e->size);
 }
 

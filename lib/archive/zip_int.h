@@ -68,6 +68,11 @@ struct ptc__zip {
     char *prefix; /* without the trailing '/' */
     size_t prefix_len;
     const ptc__zip_entry **by_name; /* [n], sorted by case-folded record name */
+    /* PTC__ZIP_KEEP_PICKLE: data.pkl as the first read inflated (or copied) it, kept until close
+     * so that a later read (verify's static pass after the load) need not inflate it again. */
+    bool keep_pickle;
+    const ptc__zip_entry *kept_entry;
+    uint8_t *kept;
 };
 
 /* What the open needs to remember about each central entry beyond ptc__zip_entry, only while it

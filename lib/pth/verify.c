@@ -12,7 +12,8 @@
  *      any loader: every member of a zip (not only data.pkl), pickles after STOP, all legacy
  *      pickles, tar members, and, when the zip is broken or ambiguous so that readers could
  *      disagree, every local header found in the file, whatever the central directory says.
- *      Then every byte a reader could take for a pickle is swept (sweep_region): every zip member
+ *      Then every byte a reader could take for a pickle is swept (ptc__verify_sweep_region):
+ *      every zip member
  *      (the dot-records and the tensor records data/N included), the extra fields of both headers
  *      and the comment of every entry, the archive comment, and for any other format or a zip the
  *      strict reader refuses, the whole file; each is decoded from its first byte and from every
@@ -31,37 +32,23 @@
  * inflated members are capped (limits, and 64 MiB per member for the scan: a larger deflated
  * member is not swept); the report keeps at most REPORT_CAP findings and references, and once
  * it is full what the sweep finds is only counted.
+ *
+ * The containers (zip members and headers, local headers found anywhere, tar members) are read
+ * in verify_zip.c; this file holds the report, the pickle pass and the verdict.
  */
-#include "pth/pth.h"
+#include "pth/verify_int.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <zlib.h>
 
-#define REPORT_CAP 4096
-/* The most regions full scans may cover (cover()): PTC_ELIMIT beyond. */
-#define COVER_CAP        ((size_t)1 << 21)
-#define SCAN_INFLATE_CAP (64u << 20)
-
-struct ptc_report {
-    ptc_verdict verdict;
-    const char *format;
-    ptc_torch_answer torch;
-    ptc__budget budget;
-    ptc__arena *arena; /* the strings of findings and references */
-    ptc_finding *f;
-    size_t nf, capf;
-    ptc_global_ref *g;
-    size_t ng, capg;
-    uint64_t dropped;
-    /* The file position of byte 0 of the member being scanned, -1 where its bytes are not the
-     * file's (inflated) or unknown: a finding's file_offset is base + offset. */
-    int64_t base;
-    uint64_t size; /* of the file: a file_offset equal to it is "where the file ends" */
-    size_t load;   /* 1 + the index of the load's finding (0: none), placed when the scan reads
-                  * its record; an index, as r->f moves when it grows */
-};
+/* The most regions full scans may cover (ptc__verify_cover()): PTC_ELIMIT beyond. */
+#define COVER_CAP ((size_t)1 << 21)
+/* Findings looked through one by one for a duplicate; past that, a hash of (verdict, offset,
+ * member) finds it (a pickle of thousands of opcodes outside the subset has one finding each,
+ * and a linear search made the report quadratic: 4096 findings cost 8 million comparisons). */
+#define FINDING_LINEAR 32
+#define FINDING_SLOTS  (2 * REPORT_CAP) /* a power of two, at most half full */
 
 const char *ptc_verdict_name(ptc_verdict v)
 {
@@ -80,11 +67,56 @@ static char *rstr(ptc_report *r, const char *s)
     return ptc__arena_strndup(r->arena, s, strlen(s));
 }
 
+static size_t finding_hash(ptc_verdict v, int64_t offset, const char *member)
+{
+    uint64_t h = 1469598103934665603ull ^ (uint64_t)v;
+    h = (h ^ (uint64_t)offset) * 1099511628211ull;
+    for (const unsigned char *p = (const unsigned char *)member; *p; p++)
+        h = (h ^ *p) * 1099511628211ull;
+    return (size_t)(h ^ (h >> 29)) & (FINDING_SLOTS - 1);
+}
+
+/* The slot of the finding (v, offset, member), or of the empty slot where it would go. */
+static uint32_t *finding_slot(ptc_report *r, ptc_verdict v, int64_t offset, const char *member)
+{
+    size_t i = finding_hash(v, offset, member);
+    for (;;) {
+        uint32_t k = r->fslot[i];
+        if (!k)
+            return &r->fslot[i];
+        const ptc_finding *f = &r->f[k - 1];
+        if (f->verdict == v && f->offset == offset && strcmp(f->member, member) == 0)
+            return &r->fslot[i];
+        i = (i + 1) & (FINDING_SLOTS - 1);
+    }
+}
+
+/* The index of the finding with this member, offset and verdict, or -1. */
+static ptrdiff_t find_finding(ptc_report *r, ptc_verdict v, int64_t offset, const char *member)
+{
+    if (!r->fslot && r->nf >= FINDING_LINEAR &&
+        (r->fslot = ptc__calloc(FINDING_SLOTS, sizeof *r->fslot)) != NULL) {
+        for (size_t i = 0; i < r->nf; i++)
+            *finding_slot(r, r->f[i].verdict, r->f[i].offset, r->f[i].member) = (uint32_t)i + 1;
+    }
+    if (r->fslot) {
+        uint32_t k = *finding_slot(r, v, offset, member);
+        return k ? (ptrdiff_t)k - 1 : -1;
+    }
+    for (size_t i = 0; i < r->nf; i++) {
+        const ptc_finding *f = &r->f[i];
+        if (f->verdict == v && f->offset == offset && strcmp(f->member, member) == 0)
+            return (ptrdiff_t)i;
+    }
+    return -1;
+}
+
 /* Adds a finding unless one with the same member, offset and verdict is there already (the load
  * and the scan often see the same thing). Its file offset is the offset itself for the file ("")
  * and r->base + offset in a member. */
-static int add_finding(ptc_report *r, ptc_verdict v, int code, const char *kind, const char *member,
-                       int64_t offset, const char *detail, bool torch_refuses)
+int ptc__verify_add_finding(ptc_report *r, ptc_verdict v, int code, const char *kind,
+                            const char *member, int64_t offset, const char *detail,
+                            bool torch_refuses)
 {
     if (r->nf == REPORT_CAP) { /* full: no search for a duplicate, which would cost as much */
         r->dropped++;
@@ -94,14 +126,12 @@ static int add_finding(ptc_report *r, ptc_verdict v, int code, const char *kind,
                           : !member[0]   ? offset
                           : r->base >= 0 ? r->base + offset
                                          : -1;
-    for (size_t i = 0; i < r->nf; i++) {
-        const ptc_finding *f = &r->f[i];
-        if (f->verdict == v && f->offset == offset && strcmp(f->member, member) == 0) {
-            r->f[i].torch_refuses |= torch_refuses;
-            if (r->f[i].file_offset < 0)
-                r->f[i].file_offset = file_offset;
-            return 0;
-        }
+    ptrdiff_t same = find_finding(r, v, offset, member);
+    if (same >= 0) {
+        r->f[same].torch_refuses |= torch_refuses;
+        if (r->f[same].file_offset < 0)
+            r->f[same].file_offset = file_offset;
+        return 0;
     }
     if (r->nf == REPORT_CAP) {
         r->dropped++;
@@ -119,6 +149,8 @@ static int add_finding(ptc_report *r, ptc_verdict v, int code, const char *kind,
         v, code, kind, rstr(r, member), offset, rstr(r, detail), torch_refuses, file_offset};
     if (!f.member || !f.detail)
         return PTC_ENOMEM;
+    if (r->fslot)
+        *finding_slot(r, v, offset, f.member) = (uint32_t)r->nf + 1;
     r->f[r->nf++] = f;
     return 0;
 }
@@ -151,6 +183,7 @@ void ptc_report_free(ptc_report *r)
     if (!r)
         return;
     ptc__arena_free(r->arena);
+    ptc__free(r->fslot);
     ptc__free(r->f);
     ptc__free(r->g);
     ptc__free(r);
@@ -195,25 +228,6 @@ uint64_t ptc__report_size(const ptc_report *r)
 
 /* ---- the static pass ------------------------------------------------------------------------ */
 
-typedef struct scan_ctx {
-    ptc_report *r;
-    const ptc_policy *policy;
-    const ptc_policy *torch_policy; /* torch 2.6's default allowlist */
-    const char *member;             /* escaped label of the member being scanned */
-    bool torch_runs;                /* this pickle is one torch 2.6 would run */
-    bool suspect;       /* this pickle could be the one torch runs (ambiguous container) */
-    bool torch_hit;     /* a pickle torch runs references something torch refuses */
-    bool suspect_hit;   /* a suspect pickle does */
-    unsigned refs;      /* references found in the member being scanned */
-    unsigned bad;       /* ... of which outside the policy */
-    bool sweep;         /* decoding from a PROTO found anywhere (see sweep_region) */
-    const uint8_t *map; /* the whole file */
-    uint64_t size;
-    ptc__span *cov; /* file bytes full scans read (sweep_file replays them quietly) */
-    size_t ncov, capcov;
-    int fatal; /* PTC_ENOMEM from the report, PTC_ELIMIT past COVER_CAP */
-} scan_ctx;
-
 static bool name_ok(const char *s, size_t n)
 {
     return strlen(s) == n && ptc__utf8_valid((const uint8_t *)s, n);
@@ -234,8 +248,15 @@ static int scan_item(void *ud, const ptc__scan_item *it)
     const char *opname = ptc__pickle_opname(it->opcode);
     char detail[640], full[520], em[240], en[240];
     int rc = 0;
-    if (it->kind == PTC__SCAN_PROTO)
+    if (it->kind == PTC__SCAN_PROTO) {
+        if (c->record_protos && !c->sweep) {
+            if (c->nprotos < PROTO_KEEP)
+                c->protos[c->nprotos++] = it->offset;
+            else
+                c->protos_over = true;
+        }
         return 0;
+    }
     /* A sweep decodes bytes that are mostly not pickles (tensor data, headers, text): random
      * bytes hold PROTO, REDUCE or a STACK_GLOBAL over nothing often enough, a GLOBAL of two
      * Python names almost never. Only references by name count there: the sweep reports only
@@ -257,17 +278,22 @@ static int scan_item(void *ud, const ptc__scan_item *it)
         /* Out of the subset but neither importing nor calling by itself, except OBJ and
          * NEWOBJ_EX, which call a class. */
         bool calls = it->opcode == 'o' || it->opcode == 0x92;
+        if (c->torch_runs)
+            c->torch_hit = true;
+        if (calls)
+            c->bad++;
+        if (r->nf ==
+            REPORT_CAP) { /* what ptc__verify_add_finding does when full, without the message */
+            r->dropped++;
+            return 0;
+        }
         snprintf(detail, sizeof detail,
                  calls ? "opcode %s calls a class and is outside the weights-only subset"
                        : "opcode %s is outside the weights-only subset",
                  opname);
-        if (c->torch_runs)
-            c->torch_hit = true;
-        rc = add_finding(r, calls ? PTC_VERDICT_UNSAFE : PTC_VERDICT_MALFORMED,
-                         calls ? PTC_EUNSAFE : PTC_EFORMAT, "opcode", c->member,
-                         (int64_t)it->offset, detail, c->torch_runs);
-        if (calls)
-            c->bad++;
+        rc = ptc__verify_add_finding(r, calls ? PTC_VERDICT_UNSAFE : PTC_VERDICT_MALFORMED,
+                                     calls ? PTC_EUNSAFE : PTC_EFORMAT, "opcode", c->member,
+                                     (int64_t)it->offset, detail, c->torch_runs);
         return rc ? (c->fatal = rc) : 0;
     }
     c->refs++;
@@ -278,8 +304,8 @@ static int scan_item(void *ud, const ptc__scan_item *it)
         c->torch_hit |= c->torch_runs;
         c->suspect_hit |= c->suspect;
         if ((rc = add_global(r, c->member, (int64_t)it->offset, opname, NULL, false, false)) ||
-            (rc = add_finding(r, PTC_VERDICT_UNSAFE, PTC_EUNSAFE, "global", c->member,
-                              (int64_t)it->offset, detail, c->torch_runs)))
+            (rc = ptc__verify_add_finding(r, PTC_VERDICT_UNSAFE, PTC_EUNSAFE, "global", c->member,
+                                          (int64_t)it->offset, detail, c->torch_runs)))
             return c->fatal = rc;
         return 0;
     }
@@ -318,8 +344,8 @@ static int scan_item(void *ud, const ptc__scan_item *it)
     else
         snprintf(detail, sizeof detail, "GLOBAL %s is not allowed%s", full,
                  torch_allows ? " by this policy (torch 2.6 allows it)" : "");
-    rc = add_finding(r, PTC_VERDICT_UNSAFE, PTC_EUNSAFE, "global", c->member, (int64_t)it->offset,
-                     detail, c->torch_runs && !torch_allows);
+    rc = ptc__verify_add_finding(r, PTC_VERDICT_UNSAFE, PTC_EUNSAFE, "global", c->member,
+                                 (int64_t)it->offset, detail, c->torch_runs && !torch_allows);
     return rc ? (c->fatal = rc) : 0;
 }
 
@@ -328,9 +354,9 @@ static int scan_item(void *ud, const ptc__scan_item *it)
  * bytes as opcodes). The first torch_first of them are pickles torch runs. Returns the number of
  * pickles that ended in STOP, or PTC_ENOMEM; *end (may be NULL) receives the end of the last of
  * them, *reach (may be NULL) one past the last byte any decode read (a sweep starts there). */
-static int scan_pickles_at(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base,
-                           unsigned torch_first, unsigned max, bool suspect, size_t *end,
-                           size_t *reach)
+int ptc__verify_scan_pickles_at(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base,
+                                unsigned torch_first, unsigned max, bool suspect, size_t *end,
+                                size_t *reach)
 {
     size_t pos = 0, far = 0;
     int n = 0;
@@ -358,16 +384,14 @@ static int scan_pickles_at(scan_ctx *c, const uint8_t *data, size_t len, uint64_
     return n;
 }
 
-static int scan_pickles(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base,
-                        unsigned torch_first, unsigned max, bool suspect, size_t *reach)
+int ptc__verify_scan_pickles(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base,
+                             unsigned torch_first, unsigned max, bool suspect, size_t *reach)
 {
-    return scan_pickles_at(c, data, len, base, torch_first, max, suspect, NULL, reach);
+    return ptc__verify_scan_pickles_at(c, data, len, base, torch_first, max, suspect, NULL, reach);
 }
 
-static int swept_finding(scan_ctx *c, const char *what);
-
 /* Notes that a full scan read the file bytes [a, b): the sweep of the whole file skips them. */
-static void cover(scan_ctx *c, uint64_t a, uint64_t b)
+void ptc__verify_cover(scan_ctx *c, uint64_t a, uint64_t b)
 {
     if (b <= a || c->fatal)
         return;
@@ -425,17 +449,57 @@ static int sweep_spans(scan_ctx *c, const uint8_t *data, size_t len, uint64_t ba
         char detail[640];
         snprintf(detail, sizeof detail, "the sweep for hidden pickles stopped: %s",
                  msg ? msg + 2 : e.message);
-        rc = add_finding(c->r, PTC_VERDICT_UNSAFE, PTC_ELIMIT, "hidden-pickle", c->member,
-                         (int64_t)e.offset, detail, false);
+        rc = ptc__verify_add_finding(c->r, PTC_VERDICT_UNSAFE, PTC_ELIMIT, "hidden-pickle",
+                                     c->member, (int64_t)e.offset, detail, false);
     }
     return rc;
 }
 
 /* A region a full scan read from its first byte to reach (0: no full scan). */
-static int sweep_region(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base, size_t reach)
+int ptc__verify_sweep_region(scan_ctx *c, const uint8_t *data, size_t len, uint64_t base,
+                             size_t reach)
 {
     ptc__span q = {0, reach};
     return sweep_spans(c, data, len, base, reach == 0, &q, reach ? 1 : 0);
+}
+
+/* Starts recording the PROTO opcodes of the full scan that follows
+ * (ptc__verify_sweep_adds_nothing). */
+void ptc__verify_record_protos(scan_ctx *c)
+{
+    c->record_protos = true;
+    c->protos_over = false;
+    c->nprotos = 0;
+}
+
+/* Whether the sweep of data[0..len) after a full scan from its first byte could find anything:
+ * not when that scan read the region to its end in pickles that all ended in STOP (end == reach
+ * == len) and every PROTO in the region (0x80 then 2 to 5, where the sweep starts decodes) is one
+ * of that scan's own PROTO opcodes. The sweep would then only replay the scan quietly (its
+ * quiet span is the whole region), start no other decode, and report nothing; skipping it is
+ * the one scan per pickle of a well-formed member. Stops recording. */
+bool ptc__verify_sweep_adds_nothing(scan_ctx *c, const uint8_t *data, size_t len, size_t end,
+                                    size_t reach)
+{
+    bool recorded = c->record_protos && !c->protos_over;
+    c->record_protos = false;
+    if (!recorded || len < 2 || end != len || reach != len)
+        return false;
+    for (size_t from = 0; from < len - 1;) {
+        const uint8_t *p = memchr(data + from, PTC__OP_PROTO, len - 1 - from);
+        if (!p)
+            break;
+        size_t at = (size_t)(p - data);
+        if (data[at + 1] >= 2 && data[at + 1] <= 5) {
+            bool own = false;
+            for (unsigned i = 0; i < c->nprotos && !own; i++)
+                own = c->protos[i] == at;
+            if (!own)
+                return false;
+        }
+        from = at + 1;
+    }
+    return true;
 }
 
 /* The whole file, raw, as one region (labelled "", offsets in the file), less the bytes full
@@ -450,11 +514,11 @@ static int sweep_file(scan_ctx *c)
     c->member = "";
     c->refs = c->bad = 0;
     int rc = sweep_spans(c, c->map, (size_t)c->size, 0, true, c->cov, c->ncov);
-    return rc ? rc : swept_finding(c, "the file");
+    return rc ? rc : ptc__verify_swept_finding(c, "the file");
 }
 
 /* A sweep found references outside the policy in a region: one finding for the region. */
-static int swept_finding(scan_ctx *c, const char *what)
+int ptc__verify_swept_finding(scan_ctx *c, const char *what)
 {
     if (!c->bad)
         return 0;
@@ -463,418 +527,8 @@ static int swept_finding(scan_ctx *c, const char *what)
              "%s holds a pickle that references globals outside the policy (found by decoding "
              "from a PROTO opcode or the first byte; no loader is known to run it)",
              what);
-    return add_finding(c->r, PTC_VERDICT_UNSAFE, PTC_EUNSAFE, "hidden-pickle", c->member, -1,
-                       detail, false);
-}
-
-static int ignore_item(void *ud, const ptc__scan_item *it)
-{
-    (void)ud;
-    (void)it;
-    return 0;
-}
-
-/* Bytes that no loader is known to unpickle (a zip member other than data.pkl, a tar member, a
- * file of no known format) are scanned only when they look like a pickle: they start with PROTO,
- * or they decode up to a STOP. Without this, arbitrary bytes (a .npy header starts with the
- * STACK_GLOBAL opcode) would be read as references. */
-static bool looks_like_pickle(const uint8_t *data, size_t len)
-{
-    if (len == 0)
-        return false;
-    if (data[0] == PTC__OP_PROTO)
-        return true;
-    size_t used = 0;
-    ptc_error e;
-    return ptc__pickle_scan(data, len, "", 0, true, ignore_item, NULL, &used, &e) == 0 && used > 0;
-}
-
-/* Records that are never pickles: tensor bytes. They are swept all the same (sweep_region). */
-static bool plain_record(const char *rec)
-{
-    return strncmp(rec, "data/", 5) == 0;
-}
-
-/* The small text records torch writes. A local header alone may not say where they end (flag bit
- * 3): read to the end of the file, "little" would decode as LIST and INST over whatever follows.
- * The scan of local headers leaves them to the sweep of the whole file. */
-static bool text_record(const char *rec)
-{
-    static const char *const text[] = {"byteorder",
-                                       "version",
-                                       ".data/version",
-                                       ".data/serialization_id",
-                                       ".format_version",
-                                       ".storage_alignment",
-                                       ""};
-    for (size_t i = 0; i < sizeof text / sizeof *text; i++)
-        if (strcmp(rec, text[i]) == 0)
-            return true;
-    return false;
-}
-
-static bool torchscript_record(const char *rec)
-{
-    return strcmp(rec, "constants.pkl") == 0 || strncmp(rec, "code/", 5) == 0;
-}
-
-/* A member other than data.pkl was scanned: if it held a pickle, say so. */
-static int hidden_pickle(scan_ctx *c, int npickles, unsigned bad, bool torch_reads)
-{
-    if (npickles <= 0 && c->refs == 0)
-        return 0;
-    char detail[320];
-    snprintf(detail, sizeof detail,
-             bad ? "member %s holds a pickle that references globals outside the policy"
-                 : "member %s holds a pickle%s",
-             c->member, torch_reads ? "" : " that a checkpoint loader never reads");
-    return add_finding(c->r, bad ? PTC_VERDICT_UNSAFE : PTC_VERDICT_MALFORMED,
-                       bad ? PTC_EUNSAFE : PTC_EFORMAT, "hidden-pickle", c->member, -1, detail,
-                       false);
-}
-
-static int torchscript_finding(scan_ctx *c, const char *rec, bool *constants)
-{
-    char detail[320];
-    bool k = strcmp(rec, "constants.pkl") == 0;
-    *constants |= k;
-    snprintf(detail, sizeof detail,
-             "TorchScript member %s: a TorchScript archive carries code and is never loaded",
-             c->member);
-    return add_finding(c->r, PTC_VERDICT_UNSAFE, PTC_EUNSAFE, "torchscript", c->member, -1, detail,
-                       k);
-}
-
-/* Sweeps the zip's bytes that are no record's data: the local and central extra areas and the
- * comment of each entry, and the archive comment. Each is labelled "<record> [local extra field]"
- * and so on, with offsets in that area. */
-static int sweep_zip_headers(scan_ctx *c, ptc__zip *z)
-{
-    static const char *const what[3] = {"local extra field", "central extra field", "comment"};
-    char label[360];
-    int rc;
-    if (!c->map)
-        return 0;
-    for (size_t i = 0; i < ptc__zip_count(z); i++) {
-        const ptc__zip_entry *en = ptc__zip_entry_at(z, i);
-        uint64_t at[3] = {en->header_offset + 30u + en->name_len,
-                          en->central_offset + 46u + en->name_len,
-                          en->central_offset + 46u + en->name_len + en->central_extra_len};
-        uint64_t len[3] = {en->local_extra_len, en->central_extra_len, en->comment_len};
-        for (int k = 0; k < 3; k++) {
-            if (len[k] == 0 || at[k] > c->size || len[k] > c->size - at[k])
-                continue;
-            char rec[300];
-            ptc__escape(rec, sizeof rec, en->record, strlen(en->record), true);
-            snprintf(label, sizeof label, "%s [%s]", rec, what[k]);
-            c->member = label;
-            c->refs = c->bad = 0;
-            c->r->base = (int64_t)at[k];
-            if ((rc = sweep_region(c, c->map + at[k], (size_t)len[k], 0, 0)))
-                return rc;
-            char where[400];
-            snprintf(where, sizeof where, "the %s of %s (file offset 0x%llx, %llu bytes)", what[k],
-                     rec, (unsigned long long)at[k], (unsigned long long)len[k]);
-            if ((rc = swept_finding(c, where)))
-                return rc;
-        }
-    }
-    uint64_t off, n;
-    ptc__zip_comment(z, &off, &n);
-    if (n && off <= c->size && n <= c->size - off) {
-        c->member = "archive comment";
-        c->refs = c->bad = 0;
-        c->r->base = (int64_t)off;
-        if ((rc = sweep_region(c, c->map + off, (size_t)n, 0, 0)))
-            return rc;
-        char where[120];
-        snprintf(where, sizeof where, "the archive comment (file offset 0x%llx, %llu bytes)",
-                 (unsigned long long)off, (unsigned long long)n);
-        if ((rc = swept_finding(c, where)))
-            return rc;
-    }
-    return 0;
-}
-
-/* The zip as ptc's strict reader sees it: every member is read; members that are not tensor
- * bytes are scanned as pickles when they look like one, and every member is then swept from its
- * first byte (or where that scan stopped) and from every PROTO in it. With check_crc (the load
- * failed, perhaps at the first bad CRC) every record's CRC is checked too (those inflated here
- * are checked by the read itself). Then the headers' extra fields and comments are swept. */
-static int scan_zip_entries(scan_ctx *c, ptc__zip *z, bool check_crc, bool *constants)
-{
-    ptc_error e;
-    int rc = 0;
-    char label[300];
-    for (size_t i = 0; i < ptc__zip_count(z) && rc == 0; i++) {
-        const ptc__zip_entry *en = ptc__zip_entry_at(z, i);
-        ptc__escape(label, sizeof label, en->record, strlen(en->record), true);
-        c->member = label;
-        c->refs = c->bad = 0;
-        c->r->base = -1;
-        bool will_inflate = en->method != 0 && en->size <= SCAN_INFLATE_CAP;
-        if (check_crc && !will_inflate && ptc__zip_check_crc(z, en, &e) < 0) {
-            if (e.code == PTC_ENOMEM) {
-                rc = PTC_ENOMEM;
-                break;
-            }
-            const char *msg = strstr(e.message, ": ");
-            rc = add_finding(c->r, PTC_VERDICT_MALFORMED, e.code,
-                             e.code == PTC_ECRC ? "crc" : "load", label, -1,
-                             msg ? msg + 2 : e.message, !(e.flags & PTC_ERR_STRICTER));
-            continue;
-        }
-        if (torchscript_record(en->record) && (rc = torchscript_finding(c, en->record, constants)))
-            break;
-        const uint8_t *data;
-        void *owned = NULL;
-        if (en->size > SCAN_INFLATE_CAP && en->method != 0)
-            continue; /* the load reports the limit; nothing this large is a pickle torch reads */
-        if (ptc__zip_read(z, en, &data, &owned, &e) < 0) {
-            if (e.code == PTC_ENOMEM)
-                rc = PTC_ENOMEM;
-            else if (e.code == PTC_ECRC && check_crc)
-                rc = add_finding(c->r, PTC_VERDICT_MALFORMED, e.code, "crc", label, -1,
-                                 strstr(e.message, ": ") ? strstr(e.message, ": ") + 2 : e.message,
-                                 !(e.flags & PTC_ERR_STRICTER));
-            continue;
-        }
-        /* A stored record of a mapped file is returned in place: its offsets map to the file's. */
-        c->r->base = !owned && c->map && data >= c->map && data < c->map + c->size
-                         ? (int64_t)(data - c->map)
-                         : -1;
-        /* The failed load named this record and an offset in it; the strict reader that
-         * accepted the zip here reads the same record (names are unique in such a zip). */
-        ptc_finding *lf = c->r->load ? &c->r->f[c->r->load - 1] : NULL;
-        if (lf && lf->file_offset < 0 && lf->offset >= 0 && c->r->base >= 0 &&
-            (uint64_t)lf->offset < en->size && strcmp(lf->member, label) == 0)
-            lf->file_offset = c->r->base + lf->offset;
-        bool is_data_pkl = strcmp(en->record, "data.pkl") == 0;
-        bool full =
-            is_data_pkl || (!plain_record(en->record) && looks_like_pickle(data, (size_t)en->size));
-        int n = 0;
-        size_t reach = 0;
-        if (full)
-            n = scan_pickles(c, data, (size_t)en->size, 0, is_data_pkl ? 1 : 0, UINT32_MAX, false,
-                             &reach);
-        if (n >= 0 && !is_data_pkl)
-            rc = hidden_pickle(c, n, c->bad, torchscript_record(en->record));
-        if (n >= 0 && rc == 0) {
-            c->refs = c->bad = 0;
-            n = sweep_region(c, data, (size_t)en->size, 0, full ? reach : 0);
-            if (n == 0)
-                rc = swept_finding(c, label);
-        }
-        ptc__zip_release(z, en, owned);
-        if (n < 0) {
-            rc = n;
-            break;
-        }
-    }
-    if (rc == 0)
-        rc = sweep_zip_headers(c, z);
-    return rc;
-}
-
-/* The zip read by a strict reader of our own (the load failed). Returns 1 when the strict reader
- * refuses the zip too. */
-static int scan_zip_strict(scan_ctx *c, ptc__source *src, const ptc_limits *lim, bool *constants)
-{
-    ptc__budget budget = {0, lim->max_heap_bytes};
-    ptc__zip *z;
-    ptc_error e;
-    if (ptc__zip_open(&z, src, lim, &budget, 0, &e) < 0)
-        return e.code == PTC_ENOMEM ? PTC_ENOMEM : 1;
-    int rc = scan_zip_entries(c, z, true, constants);
-    ptc__zip_close(z);
-    return rc;
-}
-
-static voidpf zalloc_fn(voidpf opaque, uInt items, uInt size)
-{
-    (void)opaque;
-    return ptc__calloc(items, size);
-}
-static void zfree_fn(voidpf opaque, voidpf p)
-{
-    (void)opaque;
-    ptc__free(p);
-}
-
-/* Inflates a raw deflate stream from in[0..n) into a new buffer of at most cap bytes. Returns the
- * bytes produced (possibly 0), or -1 when out of memory. */
-static int64_t inflate_capped(const uint8_t *in, size_t n, size_t cap, uint8_t **out)
-{
-    z_stream zs;
-    memset(&zs, 0, sizeof zs);
-    zs.zalloc = zalloc_fn;
-    zs.zfree = zfree_fn;
-    *out = NULL;
-    if (inflateInit2(&zs, -MAX_WBITS) != Z_OK)
-        return -1;
-    size_t have = 0, size = 0;
-    uint8_t *buf = NULL;
-    int zr = Z_OK;
-    while (zr == Z_OK && have < cap) {
-        if (have == size) {
-            size_t want = size ? size * 2 : 64 << 10;
-            if (want > cap)
-                want = cap;
-            uint8_t *nb = ptc__realloc(buf, want);
-            if (!nb) {
-                ptc__free(buf);
-                inflateEnd(&zs);
-                return -1;
-            }
-            buf = nb;
-            size = want;
-        }
-        size_t in_left = n - (size_t)zs.total_in;
-        zs.next_in = (Bytef *)(in + zs.total_in);
-        zs.avail_in = (uInt)(in_left > (1u << 30) ? (1u << 30) : in_left);
-        zs.next_out = buf + have;
-        zs.avail_out = (uInt)(size - have);
-        zr = inflate(&zs, Z_NO_FLUSH);
-        have = (size_t)zs.total_out;
-        if (zr == Z_BUF_ERROR && zs.avail_in == 0)
-            break;
-        if (zr == Z_BUF_ERROR)
-            zr = Z_OK;
-    }
-    inflateEnd(&zs);
-    *out = buf;
-    return (int64_t)have;
-}
-
-/* Every local file header found anywhere in the bytes, as a reader that trusts local headers, or
- * one that follows a central directory into any of them, would see it. Used when the strict
- * reader refused the zip (then readers can disagree) and on files of no known format. */
-static int scan_local_headers(scan_ctx *c, const uint8_t *map, uint64_t size, bool *constants,
-                              bool *any)
-{
-    static const uint8_t sig[4] = {'P', 'K', 3, 4};
-    uint64_t pos = 0;
-    char label[300];
-    while (pos + 30 <= size) {
-        const uint8_t *p = memmem(map + pos, (size_t)(size - pos), sig, 4);
-        if (!p)
-            break;
-        uint64_t at = (uint64_t)(p - map);
-        pos = at + 4;
-        if (at + 30 > size)
-            break;
-        uint16_t method = ptc__le16(p + 8), nl = ptc__le16(p + 26), xl = ptc__le16(p + 28);
-        uint32_t csize = ptc__le32(p + 18);
-        uint64_t data = at + 30 + nl + xl;
-        if (nl == 0 || nl > 1024 || data > size || (method != 0 && method != 8))
-            continue;
-        const char *name = (const char *)p + 30;
-        bool printable = true;
-        for (size_t i = 0; i < nl && printable; i++)
-            printable = (uint8_t)name[i] >= 0x20 && name[i] != 0x7f;
-        if (!printable || !ptc__utf8_valid((const uint8_t *)name, nl))
-            continue;
-        char raw[1025];
-        memcpy(raw, name, nl);
-        raw[nl] = '\0';
-        const char *slash = strchr(raw, '/');
-        const char *rec = slash ? slash + 1 : raw;
-        *any = true;
-        ptc__escape(label, sizeof label, raw, nl, true);
-        c->member = label;
-        c->refs = c->bad = 0;
-        c->r->base = method == 0 ? (int64_t)data : -1; /* inflated bytes are no file's */
-        int rc;
-        if (torchscript_record(rec) && (rc = torchscript_finding(c, rec, constants)))
-            return rc;
-        if (plain_record(rec) || text_record(rec))
-            continue;
-        bool sized = csize != 0 && csize != 0xFFFFFFFFu && csize <= size - data;
-        uint64_t avail = sized ? csize : size - data;
-        bool is_data_pkl = strcmp(rec, "data.pkl") == 0;
-        int n;
-        size_t reach = 0;
-        unsigned full_bad = 0;
-        if (method == 0) {
-            /* The raw bytes are swept with the whole file (sweep_file). */
-            n = 0;
-            if (looks_like_pickle(map + data, (size_t)avail))
-                n = scan_pickles(c, map + data, (size_t)avail, 0, 0, sized ? UINT32_MAX : 1,
-                                 is_data_pkl, &reach);
-            cover(c, data, data + reach);
-        } else {
-            uint8_t *buf;
-            int64_t got = inflate_capped(map + data, (size_t)avail, SCAN_INFLATE_CAP, &buf);
-            if (got < 0)
-                return PTC_ENOMEM;
-            n = 0;
-            if (looks_like_pickle(buf, (size_t)got))
-                n = scan_pickles(c, buf, (size_t)got, 0, 0, UINT32_MAX, is_data_pkl, &reach);
-            full_bad = c->bad;
-            if (n >= 0) {
-                c->bad = 0;
-                if ((rc = sweep_region(c, buf, (size_t)got, 0, reach)) == 0)
-                    rc = swept_finding(c, label);
-                c->bad = full_bad;
-            }
-            ptc__free(buf);
-            if (rc)
-                return rc;
-        }
-        if (n < 0)
-            return n;
-        if (!is_data_pkl && (rc = hidden_pickle(c, n, c->bad, torchscript_record(rec))))
-            return rc;
-        if (is_data_pkl && c->bad) {
-            char detail[400];
-            snprintf(detail, sizeof detail,
-                     "member %s, one of the readings of an ambiguous zip, references globals "
-                     "outside the policy",
-                     label);
-            if ((rc = add_finding(c->r, PTC_VERDICT_UNSAFE, PTC_EUNSAFE, "hidden-pickle", label, -1,
-                                  detail, false)))
-                return rc;
-        }
-    }
-    return 0;
-}
-
-/* The members of a POSIX tar file: each is scanned for pickles (the tar checkpoints of PyTorch
- * before 0.1.10 hold pickles in "sys_info", "pickle", "storages" and "tensors"). */
-static int scan_tar(scan_ctx *c, const uint8_t *map, uint64_t size)
-{
-    uint64_t pos = 0;
-    char label[160];
-    for (unsigned k = 0; k < 1u << 20 && pos + 512 <= size; k++) {
-        const uint8_t *h = map + pos;
-        if (h[0] == 0)
-            break;
-        uint64_t n = 0;
-        for (int i = 124; i < 136 && h[i] >= '0' && h[i] <= '7'; i++)
-            n = n * 8 + (uint64_t)(h[i] - '0');
-        size_t nl = strnlen((const char *)h, 100);
-        ptc__escape(label, sizeof label, h, nl, true);
-        uint64_t data = pos + 512;
-        if (n > size - data)
-            n = size - data;
-        c->member = label;
-        c->refs = c->bad = 0;
-        c->r->base = (int64_t)data;
-        int rc = 0;
-        size_t reach = 0;
-        if (looks_like_pickle(map + data, (size_t)n))
-            rc = scan_pickles(c, map + data, (size_t)n, 0, 0, 1, false, &reach);
-        cover(c, data, data + reach);
-        if (rc < 0)
-            return rc;
-        if (c->bad && (rc = hidden_pickle(c, rc, c->bad, true)))
-            return rc;
-        uint64_t next = data + ((n + 511) & ~(uint64_t)511);
-        if (next <= pos)
-            break;
-        pos = next;
-    }
-    return 0;
+    return ptc__verify_add_finding(c->r, PTC_VERDICT_UNSAFE, PTC_EUNSAFE, "hidden-pickle",
+                                   c->member, -1, detail, false);
 }
 
 /* ---- the verdict ------------------------------------------------------------------------------ */
@@ -924,7 +578,9 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     ptc_open_params_default(&op);
     op.policy = policy;
     op.limits = &lim;
-    op.flags = PTC_OPEN_VERIFY_CRC;
+    /* data.pkl inflated (and its CRC checked) once, by the load, for the load and the static
+     * pass: the archive keeps its bytes while ck is open. */
+    op.flags = PTC_OPEN_VERIFY_CRC | PTC__ZIP_KEEP_PICKLE;
     ptc_error le;
     const uint8_t *map = ptc__source_map(src);
     uint64_t size = ptc__source_size(src);
@@ -957,9 +613,10 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
         /* The legacy loader places its parts by file offsets; a zip record's offsets are in the
          * record, whose place the failed load does not give. */
         r->base = strncmp(le.member, "legacy ", 7) == 0 ? 0 : -1;
-        if ((rc = add_finding(r, lrc == PTC_EUNSAFE ? PTC_VERDICT_UNSAFE : PTC_VERDICT_MALFORMED,
-                              lrc, lrc == PTC_ECRC ? "crc" : "load", member, le.offset, msg,
-                              !(le.flags & PTC_ERR_STRICTER))))
+        if ((rc = ptc__verify_add_finding(
+                 r, lrc == PTC_EUNSAFE ? PTC_VERDICT_UNSAFE : PTC_VERDICT_MALFORMED, lrc,
+                 lrc == PTC_ECRC ? "crc" : "load", member, le.offset, msg,
+                 !(le.flags & PTC_ERR_STRICTER))))
             goto fail;
         r->load = r->nf; /* the first finding, if any */
     }
@@ -967,13 +624,14 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
     /* 2. The static pass. */
     c = (scan_ctx){
         .r = r, .policy = policy, .torch_policy = torch_policy, .map = map, .size = size};
-    bool constants = false, any_local = false;
+    bool constants = false, any_local = false, whole_pickle = false;
     r->format = "unknown";
     if (size >= 4 && memcmp(map, "PK\x03\x04", 4) == 0) {
         r->format = "zip";
-        int zr = loaded && ck->zip ? scan_zip_entries(&c, ck->zip, false, &constants)
-                                   : scan_zip_strict(&c, src, &lim, &constants);
-        if (zr == 1 && (zr = scan_local_headers(&c, map, size, &constants, &any_local)) == 0)
+        int zr = loaded && ck->zip ? ptc__verify_scan_zip_entries(&c, ck->zip, false, &constants)
+                                   : ptc__verify_scan_zip_strict(&c, src, &lim, &constants);
+        if (zr == 1 &&
+            (zr = ptc__verify_scan_local_headers(&c, map, size, &constants, &any_local)) == 0)
             zr = sweep_file(&c);
         if ((rc = zr) < 0)
             goto fail;
@@ -989,10 +647,10 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
             c.member = parts[i];
             r->base = 0; /* the legacy parts are placed by their file offsets */
             size_t reach = 0;
-            if ((rc = scan_pickles_at(&c, map + pos, (size_t)(size - pos), pos, 1, 1, false, &used,
-                                      &reach)) < 0)
+            if ((rc = ptc__verify_scan_pickles_at(&c, map + pos, (size_t)(size - pos), pos, 1, 1,
+                                                  false, &used, &reach)) < 0)
                 goto fail;
-            cover(&c, pos, pos + reach);
+            ptc__verify_cover(&c, pos, pos + reach);
             if (rc == 0)
                 break;
             pos += used;
@@ -1002,7 +660,7 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
         r->format = "safetensors"; /* a JSON header and tensor bytes: no pickle anywhere */
     } else if (size >= 262 && memcmp(map + 257, "ustar", 5) == 0) {
         r->format = "tar";
-        if ((rc = scan_tar(&c, map, size)) < 0)
+        if ((rc = ptc__verify_scan_tar(&c, map, size)) < 0)
             goto fail;
     } else {
         if (size >= 6 && memcmp(map, "7z\xBC\xAF\x27\x1C", 6) == 0)
@@ -1010,21 +668,32 @@ static int verify_common(ptc_report **out, ptc__source *src, const ptc_verify_pa
         else if (size && map[0] == PTC__OP_PROTO)
             r->format = "pickle";
         c.member = "";
-        size_t first_reach = 0;
+        size_t first_reach = 0, first_end = 0;
         /* A pickle stream that is not a torch.save one: torch's legacy loader runs its first
          * pickle (to read the magic number) before refusing it; a legacy-like layout has five. */
-        if (looks_like_pickle(map, (size_t)size) &&
-            (rc = scan_pickles(&c, map, (size_t)size, 0, 1, 5, false, &first_reach)) < 0)
+        ptc__verify_record_protos(&c);
+        if (ptc__verify_looks_like_pickle(map, (size_t)size) &&
+            (rc = ptc__verify_scan_pickles_at(&c, map, (size_t)size, 0, 1, 5, false, &first_end,
+                                              &first_reach)) < 0)
             goto fail;
-        cover(&c, 0, first_reach);
+        whole_pickle =
+            rc > 0 && ptc__verify_sweep_adds_nothing(&c, map, (size_t)size, first_end, first_reach);
+        c.record_protos = false;
+        ptc__verify_cover(&c, 0, first_reach);
         /* A zip inside anything else (a 7z with the Copy coder, a polyglot). */
-        if ((rc = scan_local_headers(&c, map, size, &constants, &any_local)) < 0)
+        if ((rc = ptc__verify_scan_local_headers(&c, map, size, &constants, &any_local)) < 0)
             goto fail;
         rc = 0;
     }
-    /* Every format but an accepted zip (swept member by member above): the raw file. */
-    if (strcmp(r->format, "zip") != 0 && (rc = sweep_file(&c)) < 0)
+    /* Every format but an accepted zip (swept member by member above): the raw file. A file
+     * that is one run of pickles, read to its end by the scan above and by nothing else (no
+     * local header found in it), would only be replayed quietly
+     * (ptc__verify_sweep_adds_nothing). */
+    if (whole_pickle && c.ncov == 1 && c.cov[0].a == 0 && c.cov[0].b == size) {
+        c.member = ""; /* as sweep_file leaves it */
+    } else if (strcmp(r->format, "zip") != 0 && (rc = sweep_file(&c)) < 0) {
         goto fail;
+    }
     rc = 0;
     if (constants)
         r->format = "torchscript";

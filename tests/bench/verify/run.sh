@@ -163,6 +163,13 @@ tmp=$(mktemp -d "$base/ptc-bench-verify.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 
+parts=${BENCH_VERIFY_PARTS:-verdicts speed}
+case " $parts " in
+*" verdicts "*) ;;
+*) if [ -n "${BENCH_OUT:-}" ]; then : >"$BENCH_OUT"; fi ;;
+esac
+case " $parts " in
+*" verdicts "*)
 # shellcheck disable=SC2086
 "$py" "$here/compare.py" run --srcdir "$top_srcdir" --builddir "$top_builddir" --work "$tmp" \
     --ptc "$ptc_exe" --ptc-libpath "$ptc_libpath" --repeat "$repeat" --timeout "$timeout" \
@@ -176,3 +183,24 @@ trap 'exit 130' INT TERM
     done
     exit "$status"
 }
+;;
+esac
+
+# ---- throughput on the two corpora of the targets (speed.py): pickle-heavy and mixed ----------
+# torch writes the corpora under the caller's PYTHONPATH (the peers' folder may hold a numpy
+# that the installed torch cannot use); picklescan runs under the peers' PYTHONPATH.
+case " $parts " in
+*" speed "*)
+    if [ -z "$ptc_exe" ]; then
+        echo "run.sh: ptc is not built: no throughput against the targets" >&2
+    elif ! "$py" -c "import picklescan" 2>/dev/null; then
+        echo "run.sh: $py cannot import picklescan: no throughput against the targets" >&2
+    else
+        peer_path=${PYTHONPATH:-}
+        PYTHONPATH=$orig_pythonpath "$py" "$here/speed.py" run --srcdir "$top_srcdir" \
+            --builddir "$top_builddir" --work "$tmp" --ptc "$ptc_exe" --ptc-libpath "$ptc_libpath" \
+            --repeat "$repeat" --timeout "$timeout" --mem-mb "$mem_mb" --out "${BENCH_OUT:-}" \
+            --peer-path "$peer_path"
+    fi
+    ;;
+esac
