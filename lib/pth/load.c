@@ -79,8 +79,12 @@ static void index_storage(ptc_ckpt *c, size_t i)
  * place when stored, aligned for the element type and in host order; else they are copied. */
 static int bind_record(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
 {
+    /* "data/<key>", cut to 63 bytes as it always was (a longer key names no record). */
     char name[64];
-    snprintf(name, sizeof name, "data/%s", s->key);
+    size_t kn = strnlen(s->key, sizeof name - 6);
+    memcpy(name, "data/", 5);
+    memcpy(name + 5, s->key, kn);
+    name[5 + kn] = '\0';
     const ptc__zip_entry *e = ptc__zip_find(c->zip, name);
     if (!e)
         return ptc__err(err, PTC_EFORMAT, "data.pkl", -1, "storage \"%s\" has no record %s/%s",
