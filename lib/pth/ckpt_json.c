@@ -706,23 +706,33 @@ static void out_flush(cj *in)
     in->olen = 0;
 }
 
-/* Writes p[0..n): batched in obuf, so that a document of 20,000 entries costs a few hundred
- * calls of the caller's function rather than a dozen per entry. The bytes are the same. */
-static void out(cj *in, const char *p, size_t n)
+/* out's way when p[0..n) does not fit beside what obuf holds. */
+static void out_long(cj *in, const char *p, size_t n)
 {
-    if (in->wrc != 0 || n == 0)
-        return;
-    if (n > sizeof in->obuf - in->olen) {
-        out_flush(in);
-        if (n >= sizeof in->obuf) {
+    out_flush(in);
+    if (n >= sizeof in->obuf) {
+        if (in->wrc == 0) {
             int rc = in->write(in->ctx, p, n);
             if (rc < 0)
                 in->wrc = rc;
-            return;
         }
+        return;
     }
-    memcpy(in->obuf + in->olen, p, n);
-    in->olen += n;
+    memcpy(in->obuf, p, n);
+    in->olen = n;
+}
+
+/* Writes p[0..n): batched in obuf, so that a document of 20,000 entries costs a few hundred
+ * calls of the caller's function rather than a dozen per entry. The bytes are the same; after a
+ * write failed, out_flush drops what gathers. */
+static inline void out(cj *in, const char *p, size_t n)
+{
+    if (n <= sizeof in->obuf - in->olen) {
+        memcpy(in->obuf + in->olen, p, n);
+        in->olen += n;
+        return;
+    }
+    out_long(in, p, n);
 }
 
 static void out_s(cj *in, const char *s)
@@ -903,13 +913,32 @@ typedef struct jobj {
     size_t n; /* members written */
 } jobj;
 
+/* The member's separator, line break, indentation and key, in one piece (keys are this file's
+ * own short constants). */
 static void jobj_key(jobj *o, const char *key)
 {
-    out_s(o->in, o->n++ ? "," : "{");
-    json_newline(o->in, o->depth + 1);
-    out_s(o->in, "\"");
-    out_s(o->in, key);
-    out_s(o->in, "\": ");
+    char buf[96];
+    size_t klen = strlen(key), ind = (size_t)(o->depth + 1) * JSON_STEP, n = 0;
+    if (ind > 32)
+        ind = 32; /* json_newline's most */
+    if (klen + ind + 8 > sizeof buf) {
+        out_s(o->in, o->n++ ? "," : "{");
+        json_newline(o->in, o->depth + 1);
+        out_s(o->in, "\"");
+        out_s(o->in, key);
+        out_s(o->in, "\": ");
+        return;
+    }
+    buf[n++] = o->n++ ? ',' : '{';
+    buf[n++] = '\n';
+    memset(buf + n, ' ', ind);
+    n += ind;
+    buf[n++] = '"';
+    memcpy(buf + n, key, klen);
+    n += klen;
+    memcpy(buf + n, "\": ", 3);
+    n += 3;
+    out(o->in, buf, n);
 }
 
 static void jobj_close(jobj *o)
