@@ -285,6 +285,10 @@ static ptc_value *singleton(ptc__vm *vm, uint8_t op, ptc_error *err, int *rc)
 
 static int push(ptc__vm *vm, ptc_value *v, ptc_error *err)
 {
+    if (vm->nstack < vm->capstack) { /* the common case, without a call */
+        vm->stack[vm->nstack++] = v;
+        return 0;
+    }
     /* Every push consumes at least one byte of input, so the stack never holds more entries than
      * a pickle may have bytes. */
     int rc = grow_array(vm, (void **)&vm->stack, &vm->capstack, vm->nstack + 1, sizeof *vm->stack,
