@@ -735,9 +735,18 @@ static inline void out(cj *in, const char *p, size_t n)
     out_long(in, p, n);
 }
 
-static void out_s(cj *in, const char *s)
+static inline void out_s(cj *in, const char *s)
 {
-    out(in, s, strlen(s));
+    out(in, s, strlen(s)); /* inlined, strlen of a literal is a constant */
+}
+
+/* Room for n more bytes at the end of obuf (n below OUT_BUF_BYTES), flushing first when needed:
+ * where to write them; the caller then advances olen. */
+static inline char *out_room(cj *in, size_t n)
+{
+    if (n > sizeof in->obuf - in->olen)
+        out_flush(in);
+    return in->obuf + in->olen;
 }
 
 /* Writes s[0..n) with its hidden characters as \uXXXX (ptc_json_escape_hidden). */
@@ -900,9 +909,17 @@ static int out_cstr(cj *in, const char *s)
     for (unsigned char ch; (ch = (unsigned char)s[n]) != 0; n++)
         if (ch < 0x20 || ch > 0x7E || ch == '"' || ch == '\\')
             return json_write(in, json_cstr(s), 0); /* a string holds no line break */
-    out_s(in, "\"");
-    out(in, s, n);
-    out_s(in, "\"");
+    if (n + 2 >= sizeof in->obuf) {
+        out_s(in, "\"");
+        out(in, s, n);
+        out_s(in, "\"");
+    } else {
+        char *p = out_room(in, n + 2);
+        p[0] = '"';
+        memcpy(p + 1, s, n);
+        p[n + 1] = '"';
+        in->olen += n + 2;
+    }
     return in->wrc < 0 ? -1 : 0;
 }
 
@@ -914,31 +931,23 @@ typedef struct jobj {
 } jobj;
 
 /* The member's separator, line break, indentation and key, in one piece (keys are this file's
- * own short constants). */
-static void jobj_key(jobj *o, const char *key)
+ * own short constants: inlined, their lengths are constants). */
+static inline void jobj_key(jobj *o, const char *key)
 {
-    char buf[96];
-    size_t klen = strlen(key), ind = (size_t)(o->depth + 1) * JSON_STEP, n = 0;
+    size_t klen = strlen(key), ind = (size_t)(o->depth + 1) * JSON_STEP;
     if (ind > 32)
         ind = 32; /* json_newline's most */
-    if (klen + ind + 8 > sizeof buf) {
-        out_s(o->in, o->n++ ? "," : "{");
-        json_newline(o->in, o->depth + 1);
-        out_s(o->in, "\"");
-        out_s(o->in, key);
-        out_s(o->in, "\": ");
-        return;
-    }
-    buf[n++] = o->n++ ? ',' : '{';
-    buf[n++] = '\n';
-    memset(buf + n, ' ', ind);
-    n += ind;
-    buf[n++] = '"';
-    memcpy(buf + n, key, klen);
-    n += klen;
-    memcpy(buf + n, "\": ", 3);
-    n += 3;
-    out(o->in, buf, n);
+    char *p = out_room(o->in, klen + ind + 6), *p0 = p;
+    *p++ = o->n++ ? ',' : '{';
+    *p++ = '\n';
+    memset(p, ' ', ind);
+    p += ind;
+    *p++ = '"';
+    memcpy(p, key, klen);
+    p += klen;
+    memcpy(p, "\": ", 3);
+    p += 3;
+    o->in->olen += (size_t)(p - p0);
 }
 
 static void jobj_close(jobj *o)
