@@ -62,7 +62,8 @@
  * Invariants of an open ptc__zip (the rules themselves are listed in archive.h):
  *   - entries[] is in central-directory order, names[] holds every name NUL-terminated, and
  *     by_name[] holds every entry sorted by its ASCII-case-folded record name, so a lookup is a
- *     binary search and no two entries compare equal there;
+ *     binary search and no two entries compare equal there; by_hash[], when there is one, finds
+ *     an exact record name in a few probes (the lookup of every storage's record);
  *   - every entry's [header_offset, end_offset) lies inside [0, cd_offset), and together these
  *     ranges tile it exactly;
  *   - every byte of table memory is charged to the budget given at open until close, and every

@@ -688,9 +688,11 @@ static int json_push(json_t *arr, json_t *val)
 
 /* ---- the document, written as a stream -------------------------------------------------
  * The document is never built whole: its arrays can hold millions of entries (a list of five
- * million None is a 5 MB file). Each entry is built as a small jansson object, dumped and freed;
- * the braces, brackets, commas and keys around the entries are written here, so that the bytes
- * are those json_dumps(root, JSON_FLAGS) would give for the whole document. */
+ * million None is a 5 MB file). The entries a checkpoint has by the thousand (records, storages,
+ * tensors, {"$ref"} tensor rows, totals) are written directly (out_tensor and its helpers below);
+ * each "values" and "metadata" entry is built as a small jansson object, dumped and freed. The
+ * braces, brackets, commas and keys around the entries are written here, so that the bytes are
+ * those json_dumps(root, JSON_FLAGS) would give for the whole document. */
 #define JSON_FLAGS (JSON_INDENT(JSON_STEP) | JSON_PRESERVE_ORDER)
 #define JSON_STEP  2 /* spaces per nesting level, as JSON_INDENT(2) indents */
 
