@@ -33,7 +33,14 @@ static voidpf ZCALLBACK mz_open(voidpf opaque, const void *filename, int mode)
     return opaque;
 }
 
-static __attribute__((noinline)) uLong mz_read_any(mz_io *io, void *buf, uLong size)
+/* Kept out of line so that mz_read's short way needs no stack frame. */
+#if defined(__GNUC__)
+#define MZ_NOINLINE __attribute__((noinline))
+#else
+#define MZ_NOINLINE
+#endif
+
+static MZ_NOINLINE uLong mz_read_any(mz_io *io, void *buf, uLong size)
 {
     ptc__zip *z = io->z;
     if (io->failed || io->pos >= z->size)
