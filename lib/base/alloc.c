@@ -99,8 +99,7 @@ void ptc__budget_give(ptc__budget *b, uint64_t n)
 
 typedef struct arena_chunk {
     struct arena_chunk *next;
-    size_t size, used; /* of the usable bytes at data */
-    size_t charged;    /* what the budget was charged: the whole allocation */
+    size_t size, used; /* of the usable bytes at data, which is what the budget is charged */
     unsigned char *data;
     _Alignas(16) unsigned char mem[];
 } arena_chunk;
@@ -115,8 +114,9 @@ struct ptc__arena {
  * checkpoint of 20,000 tensors (some 30 MiB of values) takes a dozen chunks instead of 500 and
  * the big ones can be backed by huge pages (one fault per 2 MiB instead of 512): a chunk of 2 MiB
  * or more is allocated 2 MiB larger and its usable bytes start on a 2 MiB boundary, so that all
- * of it is whole huge pages (the extra is address space only; it is never touched). What a budget
- * is charged at most doubles what the tree uses, as a growing container already may. */
+ * of it is whole huge pages (the extra is address space only, never touched, so the budget is not
+ * charged for it). What a budget is charged at most doubles what the tree uses, as a growing
+ * container already may. */
 #define ARENA_CHUNK_MIN ((size_t)64 * 1024)
 #define ARENA_CHUNK_MAX ((size_t)4 * 1024 * 1024)
 #define ARENA_HUGE_PAGE ((size_t)2 * 1024 * 1024)
@@ -137,7 +137,7 @@ void ptc__arena_free(ptc__arena *a)
         return;
     for (arena_chunk *c = a->head, *next; c; c = next) {
         next = c->next;
-        ptc__budget_give(a->budget, c->charged);
+        ptc__budget_give(a->budget, c->size);
         ptc__free(c);
     }
     ptc__free(a);
@@ -174,16 +174,15 @@ void *ptc__arena_alloc(ptc__arena *a, size_t size)
         size_t total = csize + (huge ? ARENA_HUGE_PAGE : 0);
         if (csize > SIZE_MAX - sizeof *c - ARENA_HUGE_PAGE)
             return NULL;
-        if (a->budget && ptc__budget_take(a->budget, total, NULL, NULL, -1) < 0)
+        if (a->budget && ptc__budget_take(a->budget, csize, NULL, NULL, -1) < 0)
             return NULL;
         arena_chunk *n = ptc__malloc(sizeof *n + total);
         if (!n) {
-            ptc__budget_give(a->budget, total);
+            ptc__budget_give(a->budget, csize);
             return NULL;
         }
         n->size = csize;
         n->used = 0;
-        n->charged = total;
         n->data = n->mem;
         if (huge) {
             uintptr_t at =
