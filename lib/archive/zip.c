@@ -62,7 +62,8 @@
  * Invariants of an open ptc__zip (the rules themselves are listed in archive.h):
  *   - entries[] is in central-directory order, names[] holds every name NUL-terminated, and
  *     by_name[] holds every entry sorted by its ASCII-case-folded record name, so a lookup is a
- *     binary search and no two entries compare equal there;
+ *     binary search and no two entries compare equal there; by_hash[], when there is one, finds
+ *     an exact record name in a few probes (the lookup of every storage's record);
  *   - every entry's [header_offset, end_offset) lies inside [0, cd_offset), and together these
  *     ranges tile it exactly;
  *   - every byte of table memory is charged to the budget given at open until close, and every
@@ -172,12 +173,19 @@ static unsigned char fold(unsigned char c)
     return c >= 'A' && c <= 'Z' ? c + ('a' - 'A') : c;
 }
 
-/* Compares two names the way miniz looks them up: ASCII letters without regard to case. */
+/* Compares two names the way miniz looks them up: ASCII letters without regard to case. Equal
+ * bytes fold equal, so only differing bytes are folded (names share long prefixes: "data/1234"). */
 static int fold_cmp(const char *a, const char *b)
 {
     for (;; a++, b++) {
-        unsigned char ca = fold((unsigned char)*a), cb = fold((unsigned char)*b);
-        if (ca != cb || ca == 0)
+        unsigned char ra = (unsigned char)*a, rb = (unsigned char)*b;
+        if (ra == rb) {
+            if (ra == 0)
+                return 0;
+            continue;
+        }
+        unsigned char ca = fold(ra), cb = fold(rb);
+        if (ca != cb)
             return (ca > cb) - (ca < cb);
     }
 }
@@ -824,6 +832,49 @@ static int index_names(ptc__zip *z, ptc_error *err)
     return 0;
 }
 
+/* The exact-name hash of the lookups (FNV-1a). Names are the file's, so a crafted set can collide:
+ * a probe longer than HASH_MAX_PROBE gives the table up and lookups fall back to by_name's
+ * binary search, which no choice of names slows down. */
+#define HASH_MAX_PROBE 64
+
+static size_t name_hash(const char *s)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 1099511628211ULL;
+    return (size_t)(h ^ (h >> 29));
+}
+
+/* Builds by_hash; when the budget or the allocator refuses, or the names collide too much, there
+ * is none, and lookups search by_name (so this never fails the open). */
+static void index_hash(ptc__zip *z)
+{
+    size_t cap = 16;
+    while (cap < 2 * z->n)
+        cap *= 2;
+    if (z->n > UINT32_MAX - 1 ||
+        ptc__budget_take(z->budget, (uint64_t)cap * sizeof *z->by_hash, NULL, "", -1) < 0)
+        return;
+    uint32_t *t = ptc__calloc(cap, sizeof *t);
+    if (!t) {
+        ptc__budget_give(z->budget, (uint64_t)cap * sizeof *t);
+        return;
+    }
+    for (size_t i = 0; i < z->n; i++) {
+        size_t h = name_hash(z->entries[i].record) & (cap - 1), probe = 0;
+        while (t[h] && ++probe <= HASH_MAX_PROBE)
+            h = (h + 1) & (cap - 1);
+        if (probe > HASH_MAX_PROBE) {
+            ptc__free(t);
+            ptc__budget_give(z->budget, (uint64_t)cap * sizeof *t);
+            return;
+        }
+        t[h] = (uint32_t)(i + 1);
+    }
+    z->by_hash = t;
+    z->hash_cap = cap;
+}
+
 /* ---- local records --------------------------------------------------------------------------- */
 
 /* One 32-bit local field of a record with a data descriptor: zero, the real value, or the zip64
@@ -1093,6 +1144,7 @@ int ptc__zip_open(ptc__zip **out, ptc__source *src, const ptc_limits *limits, pt
         goto fail;
     ptc__zip_give(z, aux, aux_len);
     aux = NULL;
+    index_hash(z);
     if (flags & PTC_OPEN_VERIFY_CRC) {
         for (size_t i = 0; i < z->n; i++)
             if ((rc = ptc__zip_check_crc(z, &z->entries[i], err)) < 0)
@@ -1114,6 +1166,7 @@ void ptc__zip_close(ptc__zip *z)
     ptc__zip_give(z, z->entries, (uint64_t)z->n * sizeof *z->entries);
     ptc__zip_give(z, z->names, z->names_len);
     ptc__zip_give(z, (void *)z->by_name, (uint64_t)z->n * sizeof *z->by_name);
+    ptc__zip_give(z, z->by_hash, (uint64_t)z->hash_cap * sizeof *z->by_hash);
     ptc__zip_give(z, z->prefix, (uint64_t)z->prefix_len + 1);
     ptc__free(z->kept); /* charged only while a reader held it (ptc__zip_read) */
     ptc__free(z);
@@ -1144,6 +1197,18 @@ const ptc__zip_entry *ptc__zip_find(const ptc__zip *z, const char *record)
 {
     if (!z || !record)
         return NULL;
+    if (z->by_hash) {
+        /* Entries are unique under case folding, hence unique exactly: the match is the one. */
+        size_t h = name_hash(record) & (z->hash_cap - 1);
+        for (size_t probe = 0; z->by_hash[h] && probe <= HASH_MAX_PROBE; probe++) {
+            const ptc__zip_entry *e = &z->entries[z->by_hash[h] - 1];
+            if (strcmp(record, e->record) == 0)
+                return e;
+            h = (h + 1) & (z->hash_cap - 1);
+        }
+        /* Every entry lies within HASH_MAX_PROBE slots of its own: one not met is not there. */
+        return NULL;
+    }
     /* by_name has no two entries equal under case folding, so at most one candidate exists. */
     size_t lo = 0, hi = z->n;
     while (lo < hi) {

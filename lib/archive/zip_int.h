@@ -73,6 +73,10 @@ struct ptc__zip {
     bool keep_pickle;
     const ptc__zip_entry *kept_entry;
     uint8_t *kept;
+    /* Exact record names hashed: by_hash[hash_cap] holds entry indices + 1 (0: empty), for the
+     * lookups of every storage's record; NULL when a probe ran too long (then by_name serves). */
+    uint32_t *by_hash;
+    size_t hash_cap; /* 0 or a power of two, at least 2n */
 };
 
 /* What the open needs to remember about each central entry beyond ptc__zip_entry, only while it

@@ -45,12 +45,18 @@ typedef struct ptc__seq {
     size_t n, cap;
 } ptc__seq;
 
+/* A dict's index, built past 8 pairs: kept out of the dict itself so that every value is 64
+ * bytes, not 80 (a checkpoint of 20,000 tensors makes some 300,000 values). */
+typedef struct ptc__dict_ix {
+    uint64_t seed;   /* the hash seed, random per dict: crafted keys cannot collide */
+    size_t cap;      /* slots, a power of two */
+    uint32_t slot[]; /* open addressing: key positions + 1 (0 = empty) */
+} ptc__dict_ix;
+
 typedef struct ptc__dict {
     ptc_value **keys, **vals;
     size_t n, cap;
-    uint32_t *index; /* open-addressing hash of key positions + 1 (0 = empty), built past 8 pairs */
-    size_t index_cap;
-    uint64_t seed;    /* the index's hash seed, random per dict: crafted keys cannot collide */
+    ptc__dict_ix *ix; /* NULL up to 8 pairs */
     ptc_value *attrs; /* dict set by BUILD (OrderedDict's {'_metadata': ...}) or NULL */
 } ptc__dict;
 

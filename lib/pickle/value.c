@@ -436,17 +436,17 @@ static uint64_t process_secret(void)
 /* The first index slot of a key: its hash mixed with the dict's seed. */
 static size_t first_slot(const ptc__dict *d, const ptc_value *key)
 {
-    return (size_t)mix(hash_value(key, 0) ^ d->seed) & (d->index_cap - 1);
+    return (size_t)mix(hash_value(key, 0) ^ d->ix->seed) & (d->ix->cap - 1);
 }
 
 static int index_insert(ptc__dict *d, ptc__arena *a, size_t pos)
 {
     (void)a;
-    size_t mask = d->index_cap - 1;
+    size_t mask = d->ix->cap - 1;
     size_t h = first_slot(d, d->keys[pos]);
-    while (d->index[h])
+    while (d->ix->slot[h])
         h = (h + 1) & mask;
-    d->index[h] = (uint32_t)(pos + 1);
+    d->ix->slot[h] = (uint32_t)(pos + 1);
     return 0;
 }
 
@@ -457,13 +457,12 @@ static int index_rebuild(ptc__dict *d, ptc__arena *a, size_t want)
         cap *= 2;
     if (cap > UINT32_MAX)
         return PTC_ELIMIT;
-    uint32_t *idx = ptc__arena_alloc(a, cap * sizeof *idx);
-    if (!idx)
+    ptc__dict_ix *ix = ptc__arena_alloc(a, sizeof *ix + cap * sizeof *ix->slot);
+    if (!ix)
         return PTC_ENOMEM;
-    if (!d->index)
-        d->seed = mix(process_secret() ^ (uint64_t)(uintptr_t)d);
-    d->index = idx;
-    d->index_cap = cap;
+    ix->seed = d->ix ? d->ix->seed : mix(process_secret() ^ (uint64_t)(uintptr_t)d);
+    ix->cap = cap;
+    d->ix = ix;
     for (size_t i = 0; i < d->n; i++)
         index_insert(d, a, i);
     return 0;
@@ -474,11 +473,11 @@ size_t ptc__dict_index(const ptc_value *dict, const ptc_value *key)
     const ptc__dict *d = &dict->u.dict;
     if (!hashable(key))
         return SIZE_MAX;
-    if (d->index) {
-        size_t mask = d->index_cap - 1;
-        for (size_t h = first_slot(d, key); d->index[h]; h = (h + 1) & mask)
-            if (ptc__value_equal(d->keys[d->index[h] - 1], key))
-                return d->index[h] - 1;
+    if (d->ix) {
+        size_t mask = d->ix->cap - 1;
+        for (size_t h = first_slot(d, key); d->ix->slot[h]; h = (h + 1) & mask)
+            if (ptc__value_equal(d->keys[d->ix->slot[h] - 1], key))
+                return d->ix->slot[h] - 1;
         return SIZE_MAX;
     }
     for (size_t i = 0; i < d->n; i++)
@@ -498,10 +497,10 @@ int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val
                         ptc_value_kind_name((ptc_value_kind)key->kind), KEY_MAX_DEPTH,
                         KEY_MAX_NODES);
     /* An equal key replaces the value in place, as in Python. */
-    if (d->index) {
-        size_t mask = d->index_cap - 1;
-        for (size_t h = first_slot(d, key); d->index[h]; h = (h + 1) & mask) {
-            size_t pos = d->index[h] - 1;
+    if (d->ix) {
+        size_t mask = d->ix->cap - 1;
+        for (size_t h = first_slot(d, key); d->ix->slot[h]; h = (h + 1) & mask) {
+            size_t pos = d->ix->slot[h] - 1;
             if (ptc__value_equal(d->keys[pos], key)) {
                 d->vals[pos] = val;
                 return 0;
@@ -530,7 +529,7 @@ int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val
     d->vals[d->n] = val;
     d->n++;
     if (d->n > 8) {
-        if (!d->index || d->n * 2 > d->index_cap) {
+        if (!d->ix || d->n * 2 > d->ix->cap) {
             if (index_rebuild(d, a, d->n) < 0)
                 return ptc__err(err, PTC_ENOMEM, member, offset, "out of memory indexing a dict");
         } else {
@@ -545,9 +544,9 @@ int ptc__dict_set(ptc__arena *a, ptc_value *dict, ptc_value *key, ptc_value *val
 void ptc__dict_reindex(ptc_value *dict)
 {
     ptc__dict *d = &dict->u.dict;
-    if (!d->index)
+    if (!d->ix)
         return;
-    memset(d->index, 0, d->index_cap * sizeof *d->index);
+    memset(d->ix->slot, 0, d->ix->cap * sizeof *d->ix->slot);
     for (size_t i = 0; i < d->n; i++)
         index_insert(d, NULL, i);
 }
@@ -683,10 +682,10 @@ const ptc_value *ptc_dict_get(const ptc_value *v, const char *key)
     probe.u.s.p = key;
     probe.u.s.n = n;
     const ptc__dict *d = &v->u.dict;
-    if (d->index) {
-        size_t mask = d->index_cap - 1;
-        for (size_t h = first_slot(d, &probe); d->index[h]; h = (h + 1) & mask) {
-            size_t pos = d->index[h] - 1;
+    if (d->ix) {
+        size_t mask = d->ix->cap - 1;
+        for (size_t h = first_slot(d, &probe); d->ix->slot[h]; h = (h + 1) & mask) {
+            size_t pos = d->ix->slot[h] - 1;
             if (ptc__value_equal(d->keys[pos], &probe))
                 return d->vals[pos];
         }

@@ -36,6 +36,7 @@
 #define JSON_MAX_BYTES   65536      /* bytes of a bytes value given as hex in JSON */
 #define BIGINT_MAX_BYTES 1024       /* longest int rendered in decimal (the conversion is O(n^2)) */
 #define JSON_MAX_DEPTH   16         /* nesting of a set / tuple rendered as a JSON array */
+#define OUT_BUF_BYTES    65536      /* output batched per call of the caller's write function */
 
 /* A container (dict, list or tuple with items) of the tree: how many times the tree reaches it
  * and, once listed, where it was first met and what its subtree added. */
@@ -81,6 +82,8 @@ typedef struct cj {
     ptc_write_fn write;
     void *ctx;
     int wrc;                                    /* the first write error */
+    size_t olen;                                /* bytes waiting in obuf */
+    char obuf[OUT_BUF_BYTES];                   /* writes batched for the caller's function */
     uint64_t tot_tensors, tot_numel, tot_bytes; /* totals with the $ref rows expanded */
     size_t ntrows;                              /* entries of "tensors" */
     shared_map shared;                          /* the containers of the tree */
@@ -685,31 +688,79 @@ static int json_push(json_t *arr, json_t *val)
 
 /* ---- the document, written as a stream -------------------------------------------------
  * The document is never built whole: its arrays can hold millions of entries (a list of five
- * million None is a 5 MB file). Each entry is built as a small jansson object, dumped and freed;
- * the braces, brackets, commas and keys around the entries are written here, so that the bytes
- * are those json_dumps(root, JSON_FLAGS) would give for the whole document. */
+ * million None is a 5 MB file). The entries a checkpoint has by the thousand (records, storages,
+ * tensors, {"$ref"} tensor rows, totals) are written directly (out_tensor and its helpers below);
+ * each "values" and "metadata" entry is built as a small jansson object, dumped and freed. The
+ * braces, brackets, commas and keys around the entries are written here, so that the bytes are
+ * those json_dumps(root, JSON_FLAGS) would give for the whole document. */
 #define JSON_FLAGS (JSON_INDENT(JSON_STEP) | JSON_PRESERVE_ORDER)
 #define JSON_STEP  2 /* spaces per nesting level, as JSON_INDENT(2) indents */
 
-/* Writes p[0..n) through the caller's function; after a failure, nothing more (in->wrc keeps
+/* Hands the batched bytes to the caller's function; after a failure, nothing more (in->wrc keeps
  * the first error). */
-static void out(cj *in, const char *p, size_t n)
+static void out_flush(cj *in)
 {
-    if (in->wrc == 0 && n > 0) {
-        int rc = in->write(in->ctx, p, n);
+    if (in->wrc == 0 && in->olen > 0) {
+        int rc = in->write(in->ctx, in->obuf, in->olen);
         if (rc < 0)
             in->wrc = rc;
     }
+    in->olen = 0;
 }
 
-static void out_s(cj *in, const char *s)
+/* out's way when p[0..n) does not fit beside what obuf holds. */
+static void out_long(cj *in, const char *p, size_t n)
 {
-    out(in, s, strlen(s));
+    out_flush(in);
+    if (n >= sizeof in->obuf) {
+        if (in->wrc == 0) {
+            int rc = in->write(in->ctx, p, n);
+            if (rc < 0)
+                in->wrc = rc;
+        }
+        return;
+    }
+    memcpy(in->obuf, p, n);
+    in->olen = n;
+}
+
+/* Writes p[0..n): batched in obuf, so that a document of 20,000 entries costs a few hundred
+ * calls of the caller's function rather than a dozen per entry. The bytes are the same; after a
+ * write failed, out_flush drops what gathers. */
+static inline void out(cj *in, const char *p, size_t n)
+{
+    if (n <= sizeof in->obuf - in->olen) {
+        memcpy(in->obuf + in->olen, p, n);
+        in->olen += n;
+        return;
+    }
+    out_long(in, p, n);
+}
+
+static inline void out_s(cj *in, const char *s)
+{
+    out(in, s, strlen(s)); /* inlined, strlen of a literal is a constant */
+}
+
+/* Room for n more bytes at the end of obuf (n below OUT_BUF_BYTES), flushing first when needed:
+ * where to write them; the caller then advances olen. */
+static inline char *out_room(cj *in, size_t n)
+{
+    if (n > sizeof in->obuf - in->olen)
+        out_flush(in);
+    return in->obuf + in->olen;
 }
 
 /* Writes s[0..n) with its hidden characters as \uXXXX (ptc_json_escape_hidden). */
 static void out_json_text(cj *in, const char *s, size_t n)
 {
+    size_t ascii = 0;
+    while (ascii < n && (unsigned char)s[ascii] < 0x80)
+        ascii++;
+    if (ascii == n) { /* nothing hidden in ASCII: the common case, written as it is */
+        out(in, s, n);
+        return;
+    }
     char small[512];
     size_t len = ptc_json_escape_hidden(NULL, 0, s, n);
     char *t = len < sizeof small ? small : ptc__malloc(len + 1);
@@ -798,6 +849,135 @@ static void json_stream_close(json_stream *a)
     if (a->n)
         json_newline(a->in, a->depth);
     out_s(a->in, "]");
+}
+
+/* ---- entries written directly ---------------------------------------------------------------
+ * The entries a checkpoint has by the thousand (records, storages, tensors, totals) are written
+ * here without a jansson object each, in the bytes json_write would give for the same object:
+ * jansson's indentation (JSON_INDENT(JSON_STEP), members in order, "key": value, "[]" and "{}" for
+ * empty containers), integers as "%lld". A string is written as it is when it is printable ASCII
+ * without '"' or '\\' (all jansson would do is quote it); any other goes through json_text and
+ * json_write as before, so its escaping is jansson's and ptc_json_escape_hidden's. */
+
+/* Starts the array's next entry: the comma and line break before it. Its nesting level is
+ * a->depth + 1. */
+static int json_stream_next(json_stream *a)
+{
+    if (a->n++)
+        out_s(a->in, ",");
+    json_newline(a->in, a->depth + 1);
+    return a->depth + 1;
+}
+
+static void out_i64(cj *in, int64_t x)
+{
+    char buf[24], *e = buf + sizeof buf, *p = e;
+    uint64_t u = x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x;
+    do {
+        *--p = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (x < 0)
+        *--p = '-';
+    out(in, p, (size_t)(e - p));
+}
+
+/* A count as the document gives it: an integer up to INT64_MAX, a string of its digits beyond
+ * (JSON readers lose integers past 2^63). */
+static void out_u64(cj *in, uint64_t x)
+{
+    if (x <= (uint64_t)INT64_MAX) {
+        out_i64(in, (int64_t)x);
+        return;
+    }
+    char s[24];
+    int n = snprintf(s, sizeof s, "\"%" PRIu64 "\"", x);
+    out(in, s, (size_t)n);
+}
+
+static void out_bool(cj *in, int b)
+{
+    out_s(in, b ? "true" : "false");
+}
+
+/* json_cstr(s) as json_write writes it; -1 when out of memory or the write failed. */
+static int out_cstr(cj *in, const char *s)
+{
+    if (!s) {
+        out_s(in, "null");
+        return in->wrc < 0 ? -1 : 0;
+    }
+    size_t n = 0;
+    for (unsigned char ch; (ch = (unsigned char)s[n]) != 0; n++)
+        if (ch < 0x20 || ch > 0x7E || ch == '"' || ch == '\\')
+            return json_write(in, json_cstr(s), 0); /* a string holds no line break */
+    if (n + 2 >= sizeof in->obuf) {
+        out_s(in, "\"");
+        out(in, s, n);
+        out_s(in, "\"");
+    } else {
+        char *p = out_room(in, n + 2);
+        p[0] = '"';
+        memcpy(p + 1, s, n);
+        p[n + 1] = '"';
+        in->olen += n + 2;
+    }
+    return in->wrc < 0 ? -1 : 0;
+}
+
+/* An object at nesting level depth, written member by member. */
+typedef struct jobj {
+    cj *in;
+    int depth;
+    size_t n; /* members written */
+} jobj;
+
+/* The member's separator, line break, indentation and key, in one piece (keys are this file's
+ * own short constants: inlined, their lengths are constants). */
+static inline void jobj_key(jobj *o, const char *key)
+{
+    size_t klen = strlen(key), ind = (size_t)(o->depth + 1) * JSON_STEP;
+    if (ind > 32)
+        ind = 32; /* json_newline's most */
+    char *p = out_room(o->in, klen + ind + 6), *p0 = p;
+    *p++ = o->n++ ? ',' : '{';
+    *p++ = '\n';
+    memset(p, ' ', ind);
+    p += ind;
+    *p++ = '"';
+    memcpy(p, key, klen);
+    p += klen;
+    memcpy(p, "\": ", 3);
+    p += 3;
+    o->in->olen += (size_t)(p - p0);
+}
+
+static void jobj_close(jobj *o)
+{
+    if (o->n) {
+        json_newline(o->in, o->depth);
+        out_s(o->in, "}");
+    } else {
+        out_s(o->in, "{}");
+    }
+}
+
+/* A shape or stride: an array of integers at nesting level depth. */
+static void out_dims(cj *in, int depth, int ndim, const int64_t *dims)
+{
+    if (ndim <= 0) {
+        out_s(in, "[]");
+        return;
+    }
+    out_s(in, "[");
+    for (int d = 0; d < ndim; d++) {
+        if (d)
+            out_s(in, ",");
+        json_newline(in, depth + 1);
+        out_i64(in, dims[d]);
+    }
+    json_newline(in, depth);
+    out_s(in, "]");
 }
 
 static json_t *json_value(cj *in, const ptc_value *v, int depth);
@@ -1184,7 +1364,7 @@ static void add_totals(cj *in, uint64_t ntensors, uint64_t numel, uint64_t nbyte
     in->tot_bytes = add_sat(in->tot_bytes, nbytes);
 }
 
-static json_t *json_tensor(cj *in, const char *path, const ptc_tensor *t);
+static int out_tensor(cj *in, json_stream *a, const char *path, const ptc_tensor *t);
 
 typedef struct jframe {
     const ptc_value *v;
@@ -1216,16 +1396,17 @@ static int emit_ref(cj *in, value_sink *out, const shared *sh, const sbuf *tpath
             out->nvalues++;
         }
         return 0;
-    case JW_TENSORS:
+    case JW_TENSORS: {
         if (!sh->has_tensors)
             return 0;
-        e = json_object();
-        if (!e || json_put(e, "path", json_cstr(sb_str(tpath))) < 0 ||
-            json_put(e, "$ref", json_cstr(sh->tpath)) < 0) {
-            json_decref(e);
-            return PTC_ENOMEM;
-        }
-        return json_stream_put(out->array, e) < 0 ? PTC_ENOMEM : 0;
+        jobj o = {.in = in, .depth = json_stream_next(out->array)};
+        jobj_key(&o, "path");
+        int bad = out_cstr(in, sb_str(tpath)) < 0;
+        jobj_key(&o, "$ref");
+        bad |= out_cstr(in, sh->tpath) < 0;
+        jobj_close(&o);
+        return bad ? PTC_ENOMEM : 0;
+    }
     case JW_VALUES:
         if (!value_ref)
             return 0;
@@ -1245,7 +1426,7 @@ static int emit_ref(cj *in, value_sink *out, const shared *sh, const sbuf *tpath
 static int emit_tensor(cj *in, value_sink *out, const sbuf *tpath, const ptc_tensor *t)
 {
     if (out->mode == JW_TENSORS)
-        return json_stream_put(out->array, json_tensor(in, sb_str(tpath), t)) < 0 ? PTC_ENOMEM : 0;
+        return out_tensor(in, out->array, sb_str(tpath), t) < 0 ? PTC_ENOMEM : 0;
     if (out->mode != JW_SCAN)
         return 0;
     if (!render_charge_bytes(in, tpath->len)) /* the entry's path, written by JW_TENSORS */
@@ -1415,60 +1596,44 @@ static void sha256_hex(char out[65], const uint8_t d[32])
 
 /* ---- JSON output ---------------------------------------------------------------------------- */
 
-static json_t *json_dims(int ndim, const int64_t *dims)
-{
-    json_t *a = json_array();
-    for (int d = 0; a && d < ndim; d++) {
-        if (json_push(a, json_integer((json_int_t)dims[d])) < 0) {
-            json_decref(a);
-            return NULL;
-        }
-    }
-    return a;
-}
-
-static json_t *json_u64(uint64_t x)
-{
-    if (x <= (uint64_t)INT64_MAX)
-        return json_integer((json_int_t)x);
-    char s[24];
-    snprintf(s, sizeof s, "%" PRIu64, x);
-    return json_string(s);
-}
-
-/* The "tensors" entry of tensor t, met at path. */
-static json_t *json_tensor(cj *in, const char *path, const ptc_tensor *t)
+/* The "tensors" entry of tensor t, met at path, as the array's next entry; -1 when out of memory
+ * or the write failed. */
+static int out_tensor(cj *in, json_stream *a, const char *path, const ptc_tensor *t)
 {
     const ptc_storage *s = ptc_tensor_storage(t);
     int ndim = ptc_tensor_ndim(t);
-    json_t *e = json_object();
-    if (!e)
-        return NULL;
-    int bad =
-        json_put(e, "path", json_cstr(path)) < 0 ||
-        json_put(e, "dtype", json_cstr(ptc_dtype_name(ptc_tensor_dtype(t)))) < 0 ||
-        json_put(e, "shape", json_dims(ndim, ptc_tensor_shape(t))) < 0 ||
-        json_put(e, "stride", json_dims(ndim, ptc_tensor_stride(t))) < 0 ||
-        json_put(e, "storage_offset", json_integer((json_int_t)ptc_tensor_storage_offset(t))) < 0 ||
-        json_put(e, "storage", s ? json_cstr(ptc_storage_key(s)) : json_null()) < 0 ||
-        json_put(e, "numel", json_integer((json_int_t)ptc_tensor_numel(t))) < 0 ||
-        json_put(e, "nbytes", json_integer((json_int_t)ptc_tensor_nbytes(t))) < 0 ||
-        json_put(e, "requires_grad", json_boolean(ptc_tensor_requires_grad(t))) < 0 ||
-        json_put(e, "parameter", json_boolean(ptc_tensor_is_parameter(t))) < 0;
-    if (!bad && in->p.hash) {
+    jobj o = {.in = in, .depth = json_stream_next(a)};
+    jobj_key(&o, "path");
+    int bad = out_cstr(in, path) < 0;
+    jobj_key(&o, "dtype");
+    bad |= out_cstr(in, ptc_dtype_name(ptc_tensor_dtype(t))) < 0;
+    jobj_key(&o, "shape");
+    out_dims(in, o.depth + 1, ndim, ptc_tensor_shape(t));
+    jobj_key(&o, "stride");
+    out_dims(in, o.depth + 1, ndim, ptc_tensor_stride(t));
+    jobj_key(&o, "storage_offset");
+    out_i64(in, ptc_tensor_storage_offset(t));
+    jobj_key(&o, "storage");
+    bad |= out_cstr(in, s ? ptc_storage_key(s) : NULL) < 0;
+    jobj_key(&o, "numel");
+    out_i64(in, ptc_tensor_numel(t));
+    jobj_key(&o, "nbytes");
+    out_i64(in, ptc_tensor_nbytes(t));
+    jobj_key(&o, "requires_grad");
+    out_bool(in, ptc_tensor_requires_grad(t));
+    jobj_key(&o, "parameter");
+    out_bool(in, ptc_tensor_is_parameter(t));
+    if (in->p.hash) {
         const digest *d = digest_find(&in->digests, t, 0, NULL);
         char hex[65];
-        bad = !d;
-        if (d) {
-            sha256_hex(hex, d->sha256);
-            bad = json_put(e, "sha256", json_string(hex)) < 0;
-        }
+        if (!d)
+            return -1;
+        sha256_hex(hex, d->sha256);
+        jobj_key(&o, "sha256");
+        bad |= out_cstr(in, hex) < 0;
     }
-    if (bad) {
-        json_decref(e);
-        return NULL;
-    }
-    return e;
+    jobj_close(&o);
+    return bad || in->wrc < 0 ? -1 : 0;
 }
 
 /* One later walk of the tree (walk_json), writing the entries of one array; the budget was
@@ -1486,7 +1651,6 @@ static int print_json(cj *in, const value_sink *scan)
     const ptc_ckpt *c = in->c;
     size_t nmembers = 0;
     json_stream a;
-    json_t *e;
     int bad = 0;
 
     in->charging = NULL; /* the later walks repeat the scan, which was charged */
@@ -1503,13 +1667,13 @@ static int print_json(cj *in, const value_sink *scan)
     if (!bad && ptc_ckpt_format(c) == PTC_FORMAT_ZIP) {
         json_stream_open(in, &a, &nmembers, "records");
         for (size_t i = 0; !bad && i < ptc_ckpt_nrecords(c); i++) {
-            e = json_object();
-            if (!e || json_put(e, "name", json_cstr(ptc_ckpt_record_name(c, i))) < 0 ||
-                json_put(e, "size", json_u64(ptc_ckpt_record_size(c, i))) < 0) {
-                json_decref(e);
-                e = NULL;
-            }
-            bad |= json_stream_put(&a, e);
+            jobj o = {.in = in, .depth = json_stream_next(&a)};
+            jobj_key(&o, "name");
+            bad |= out_cstr(in, ptc_ckpt_record_name(c, i));
+            jobj_key(&o, "size");
+            out_u64(in, ptc_ckpt_record_size(c, i));
+            jobj_close(&o);
+            bad |= in->wrc < 0 ? -1 : 0;
         }
         json_stream_close(&a);
     }
@@ -1520,16 +1684,19 @@ static int print_json(cj *in, const value_sink *scan)
             const ptc_storage *s = ptc_ckpt_storage(c, i);
             if (!s)
                 continue;
-            e = json_object();
-            if (!e || json_put(e, "key", json_cstr(ptc_storage_key(s))) < 0 ||
-                json_put(e, "dtype", json_cstr(ptc_dtype_name(ptc_storage_dtype(s)))) < 0 ||
-                json_put(e, "nbytes", json_integer((json_int_t)ptc_storage_nbytes(s))) < 0 ||
-                json_put(e, "location", json_cstr(ptc_storage_location(s))) < 0 ||
-                json_put(e, "mapped", json_boolean(ptc_storage_is_mapped(s))) < 0) {
-                json_decref(e);
-                e = NULL;
-            }
-            bad |= json_stream_put(&a, e);
+            jobj o = {.in = in, .depth = json_stream_next(&a)};
+            jobj_key(&o, "key");
+            bad |= out_cstr(in, ptc_storage_key(s));
+            jobj_key(&o, "dtype");
+            bad |= out_cstr(in, ptc_dtype_name(ptc_storage_dtype(s)));
+            jobj_key(&o, "nbytes");
+            out_i64(in, ptc_storage_nbytes(s));
+            jobj_key(&o, "location");
+            bad |= out_cstr(in, ptc_storage_location(s));
+            jobj_key(&o, "mapped");
+            out_bool(in, ptc_storage_is_mapped(s));
+            jobj_close(&o);
+            bad |= in->wrc < 0 ? -1 : 0;
         }
         json_stream_close(&a);
     }
@@ -1560,15 +1727,16 @@ static int print_json(cj *in, const value_sink *scan)
 
     if (!bad) {
         /* Counted as if every {"$ref"} were written out in full (as ptc_walk reports them). */
-        e = json_object();
-        if (!e || json_put(e, "tensors", json_u64(in->tot_tensors)) < 0 ||
-            json_put(e, "elements", json_u64(in->tot_numel)) < 0 ||
-            json_put(e, "nbytes", json_u64(in->tot_bytes)) < 0) {
-            json_decref(e);
-            e = NULL;
-        }
         json_member(in, &nmembers, "totals");
-        bad |= json_write(in, e, 1);
+        jobj o = {.in = in, .depth = 1};
+        jobj_key(&o, "tensors");
+        out_u64(in, in->tot_tensors);
+        jobj_key(&o, "elements");
+        out_u64(in, in->tot_numel);
+        jobj_key(&o, "nbytes");
+        out_u64(in, in->tot_bytes);
+        jobj_close(&o);
+        bad |= in->wrc < 0 ? -1 : 0;
     }
 
     if (!bad) {
@@ -1616,6 +1784,9 @@ int ptc_ckpt_json(const ptc_ckpt *c, const ptc_ckpt_json_params *p, ptc_write_fn
         rc = hash_digests(in, &e);
     if (rc == 0)
         rc = print_json(in, &scan);
+    out_flush(in); /* what was written stays written, even when the document stops short */
+    if (rc == 0 && in->wrc < 0)
+        rc = in->wrc;
     if (rc == PTC_ELIMIT && in->failed)
         e = in->err;
     if (rc < 0) {

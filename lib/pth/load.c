@@ -79,8 +79,12 @@ static void index_storage(ptc_ckpt *c, size_t i)
  * place when stored, aligned for the element type and in host order; else they are copied. */
 static int bind_record(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
 {
+    /* "data/<key>", cut to 63 bytes as it always was (a longer key names no record). */
     char name[64];
-    snprintf(name, sizeof name, "data/%s", s->key);
+    size_t kn = strnlen(s->key, sizeof name - 6);
+    memcpy(name, "data/", 5);
+    memcpy(name + 5, s->key, kn);
+    name[5 + kn] = '\0';
     const ptc__zip_entry *e = ptc__zip_find(c->zip, name);
     if (!e)
         return ptc__err(err, PTC_EFORMAT, "data.pkl", -1, "storage \"%s\" has no record %s/%s",
@@ -119,6 +123,7 @@ static int bind_record(ptc_ckpt *c, ptc_storage *s, ptc_error *err)
     s->data = data;
     s->owned = owned;
     s->mapped = owned == NULL;
+    c->nbound++;
     return 0;
 }
 
@@ -401,8 +406,14 @@ int ptc__load_zip(ptc_ckpt *c, ptc_error *err)
         return rc;
     c->root = root;
     /* Every data/<key> record must belong to a declared storage (a salvaged numpy array's has
-     * none: its bytes were in the pickle). */
-    for (size_t i = 0; i < n; i++) {
+     * none: its bytes were in the pickle). Storage keys are distinct and at most 40 bytes (key_ok
+     * in rebuild.c), so each bound storage holds a record of its own: when there are as many
+     * data/ records as bound storages, every one is held, and only otherwise is the orphan
+     * looked for (by key, for its message). */
+    size_t ndata = 0;
+    for (size_t i = 0; i < n; i++)
+        ndata += strncmp(ptc__zip_entry_at(c->zip, i)->record, "data/", 5) == 0;
+    for (size_t i = 0; ndata != c->nbound && i < n; i++) {
         const char *r = ptc__zip_entry_at(c->zip, i)->record;
         const ptc_storage *s =
             strncmp(r, "data/", 5) == 0 ? ptc__ckpt_find_storage(c, r + 5) : NULL;

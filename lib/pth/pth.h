@@ -88,6 +88,7 @@ struct ptc_ckpt {
     size_t nstorages, capstorages;
     uint32_t *sindex; /* hash of storage keys: index + 1 into storages, 0 = empty */
     size_t sindex_cap;
+    size_t nbound;    /* zip: storages bound to their data/<key> record, each to its own */
     bool legacy_mode; /* persistent ids are 6-tuples */
     uint64_t nops;    /* opcodes executed by every pickle read (the work budget's node base) */
     /* Salvage (lib/pth/salvage.c): the symbolic globals met, at most PTC__SALVAGE_MAX_SYMBOLS */

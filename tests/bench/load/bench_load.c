@@ -7,7 +7,10 @@
  *   open   ptc_ckpt_open, walk every tensor (metadata only, no data touched), close;
  *   read   ptc_ckpt_open, read every byte of every storage once (a sum of 64-bit words, so the
  *          compiler cannot skip it and the cost is that of bringing the bytes in), close;
- *   plain  open(2) and read(2) the whole file through a 1 MiB buffer, close.
+ *   plain  open(2) and read(2) the whole file through a 1 MiB buffer, close;
+ *   inspect  run `PTC inspect --json FILE` as a whole process (PTC, the fourth argument: the
+ *          ptc binary itself, not a wrapper script), its output to /dev/null, and wait for it:
+ *          what a user who times the command sees.
  *
  * Each mode runs REPEATS times (default 5) in this process and prints one line of key=value pairs:
  * the median and minimum seconds, peak RSS (getrusage ru_maxrss, which counts the pages of a
@@ -23,7 +26,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <spawn.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,6 +41,8 @@ typedef struct result {
     uint64_t ntensors; /* open: tensors walked */
     uint64_t nbytes;   /* read, plain: bytes brought in */
     uint64_t checksum; /* read: sum of the storages' 64-bit words; keeps the reads alive */
+    double cpu_s;      /* inspect: user + system seconds of the process (wall time minus waiting
+                        * for a core, on a loaded machine) */
 } result;
 
 static long peak_anon_kib = -1;
@@ -157,6 +164,41 @@ static int run_plain(const char *path, result *r)
     return 0;
 }
 
+extern char **environ;
+
+static const char *inspect_ptc; /* inspect: the ptc binary */
+
+/* One `ptc inspect --json FILE` process, stdout to /dev/null; -1 unless it ran and exited 0. */
+static int run_inspect(const char *path, result *r)
+{
+    const char *ptc = inspect_ptc;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    char *args[] = {(char *)ptc, "inspect", "--json", (char *)path, NULL};
+    pid_t pid;
+    int rc = posix_spawn(&pid, ptc, &fa, NULL, args, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0) {
+        fprintf(stderr, "bench_load: %s: %s\n", ptc, strerror(rc));
+        return -1;
+    }
+    int status;
+    struct rusage ru;
+    while (wait4(pid, &status, 0, &ru) < 0)
+        if (errno != EINTR)
+            return -1;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "bench_load: %s inspect --json %s failed (status 0x%x)\n", ptc, path,
+                status);
+        return -1;
+    }
+    r->ntensors = 0;
+    r->cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 +
+               (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec * 1e-6;
+    return 0;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -165,8 +207,9 @@ static int cmp_double(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    if (argc < 3 || argc > 4) {
-        fprintf(stderr, "usage: bench_load open|read|plain FILE [REPEATS]\n");
+    if (argc < 3 || argc > 5 || (argc == 5) != (strcmp(argv[1], "inspect") == 0)) {
+        fprintf(stderr, "usage: bench_load open|read|plain FILE [REPEATS]\n"
+                        "       bench_load inspect FILE REPEATS PTC\n");
         return 2;
     }
     const char *mode = argv[1], *path = argv[2];
@@ -177,12 +220,15 @@ int main(int argc, char **argv)
         run = run_read;
     else if (strcmp(mode, "plain") == 0)
         run = run_plain;
+    else if (strcmp(mode, "inspect") == 0)
+        run = run_inspect;
     else {
-        fprintf(stderr, "bench_load: unknown mode '%s' (open, read, plain)\n", mode);
+        fprintf(stderr, "bench_load: unknown mode '%s' (open, read, plain, inspect)\n", mode);
         return 2;
     }
     long repeats = 5;
-    if (argc == 4) {
+    inspect_ptc = argc == 5 ? argv[4] : NULL;
+    if (argc >= 4) {
         char *end;
         repeats = strtol(argv[3], &end, 10);
         if (*end != '\0' || repeats < 1 || repeats > MAX_REPEATS) {
@@ -191,23 +237,28 @@ int main(int argc, char **argv)
         }
     }
 
-    static double times[MAX_REPEATS];
-    result r = {0, 0, 0};
+    static double times[MAX_REPEATS], cpus[MAX_REPEATS];
+    result r = {0, 0, 0, 0};
     for (long i = 0; i < repeats; i++) {
         double t0 = now_seconds();
         if (run(path, &r) < 0)
             return 1;
         times[i] = now_seconds() - t0;
+        cpus[i] = r.cpu_s;
     }
+    qsort(cpus, (size_t)repeats, sizeof cpus[0], cmp_double);
+    double cpu_median =
+        repeats % 2 ? cpus[repeats / 2] : (cpus[repeats / 2 - 1] + cpus[repeats / 2]) / 2;
     qsort(times, (size_t)repeats, sizeof times[0], cmp_double);
     double median =
         repeats % 2 ? times[repeats / 2] : (times[repeats / 2 - 1] + times[repeats / 2]) / 2;
 
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
-    printf("mode=%s repeats=%ld median_s=%.6f min_s=%.6f peak_rss_kib=%ld peak_anon_kib=%ld "
-           "tensors=%" PRIu64 " bytes=%" PRIu64 " checksum=%016" PRIx64 " file=%s\n",
-           mode, repeats, median, times[0], ru.ru_maxrss, peak_anon_kib, r.ntensors, r.nbytes,
-           r.checksum, path);
+    printf("mode=%s repeats=%ld median_s=%.6f min_s=%.6f cpu_median_s=%.6f peak_rss_kib=%ld "
+           "peak_anon_kib=%ld tensors=%" PRIu64 " bytes=%" PRIu64 " checksum=%016" PRIx64
+           " file=%s\n",
+           mode, repeats, median, times[0], cpu_median, ru.ru_maxrss, peak_anon_kib, r.ntensors,
+           r.nbytes, r.checksum, path);
     return 0;
 }
