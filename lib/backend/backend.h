@@ -5,8 +5,9 @@
  * backend made, and calls the backend's table. Backends:
  *   ref   plain C, always built, float32 and float64 (the oracle every other backend is tested
  *         against, and the one gradient checks run on);
- *   dnnl  oneDNN (Debian's libdnnl-dev), float32: activations stay in oneDNN's preferred blocked
- *         layouts from layer to layer, reordered only at the edges (tensor_write / tensor_read);
+ *   dnnl  oneDNN (Debian's libdnnl-dev), float32 (and bf16 precision on CPUs with bf16
+ *         instructions): activations stay in oneDNN's preferred blocked layouts from layer to
+ *         layer, reordered only at the edges (tensor_write / tensor_read);
  *   cuda  cuDNN + cuBLAS + kernels/ (a module, backend-cuda.so): the same table over the memory
  *         of one GPU and one stream per instance, activations channels-last (NHWC). Calls return
  *         once the work is queued; tensor_read, sync and the raw forms of host memory wait.
@@ -61,7 +62,8 @@ typedef enum ptc__precision {
     PTC__PREC_BF16 = 1 /* torch.autocast(dtype=bfloat16)'s rules: convolutions and linear layers
                           compute in bfloat16 (inputs and weights rounded to bf16, float32
                           accumulation, output rounded to bf16); batchnorm statistics, the loss,
-                          master weights and momentum stay float32 (device backends only) */
+                          master weights and momentum stay float32 (cuda; dnnl where the CPU
+                          has AVX512_BF16 or AMX, else PTC_EUNSUPPORTED; ref refuses it) */
 } ptc__precision;
 
 typedef struct ptc__be_params {

@@ -40,6 +40,13 @@
  * oneDNN path is) unless ptc__be_params.winograd lets 3x3 stride-1 ones use Winograd F(4x4, 3x3):
  * 1.4x to 1.7x faster training steps on this machine, rounding errors a little larger (see dnnl.h).
  *
+ * Precision PTC__PREC_BF16 (processors with AVX512_BF16 or AMX only) follows
+ * torch.autocast("cpu", dtype=torch.bfloat16): convolutions run oneDNN's bf16 primitives on bf16
+ * copies of their input and weights (float32 accumulation, bf16 output), linear layers and the
+ * convolutions that run as matrix products use bf16-rounded operands (dnnl_linear_sgd.c). Tensors
+ * stay float32: a tensor that a bf16 op wrote holds bf16 values, and batchnorm, relu, pooling, the
+ * loss, SGD and the parameters are float32, as torch's master weights and statistics are.
+ *
  * Threads. Debian's libdnnl uses the OpenMP runtime (libgomp): params.threads is applied with
  * omp_set_num_threads on the calling thread before each op (found with dlsym when this file is
  * not compiled with -fopenmp). The build compiles it with -fopenmp, so the loops of this file
@@ -354,6 +361,11 @@ static int dn_open(ptc__be **out, const ptc__be_params *p, ptc_error *err)
                         "dnnl backend: only float32 (dtype %d asked)", (int)p->dtype);
     if (p && p->threads < 0)
         return ptc__err(err, PTC_EINVAL, "", -1, "dnnl backend: threads %d", p->threads);
+    if (p && p->precision != PTC__PREC_F32 && p->precision != PTC__PREC_BF16)
+        return ptc__err(err, PTC_EINVAL, "", -1, "dnnl backend: unknown precision %d",
+                        (int)p->precision);
+    if (p && p->precision == PTC__PREC_BF16)
+        TRY(ptc__dn_bf16_check(err));
     ptc__be *be = ptc__calloc(1, sizeof *be);
     if (!be)
         return ptc__err(err, PTC_ENOMEM, "", -1, "dnnl backend: out of memory");
@@ -366,6 +378,7 @@ static int dn_open(ptc__be **out, const ptc__be_params *p, ptc_error *err)
     }
 #endif
     be->winograd = p && p->winograd;
+    be->bf16 = p && p->precision == PTC__PREC_BF16;
     DNG(dnnl_engine_create, &be->eng, dnnl_cpu, 0);
     DNG(dnnl_stream_create, &be->strm, be->eng, dnnl_stream_default_flags);
     {

@@ -3,6 +3,8 @@
  * conv_bwd_weight): a plan per layer holding its oneDNN primitives, made in the layouts the
  * tensors already have where oneDNN gives the same implementation (see "Plans" in dnnl.c), and the
  * convolutions whose every window covers the whole input, run as matrix products (below).
+ * In bf16 precision (dnnl.c) the primitives are oneDNN's bf16 ones, in the layouts oneDNN picks
+ * for them, and the matrix products take bf16-rounded operands.
  */
 #include "backend/dnnl_impl.h"
 
@@ -48,9 +50,15 @@ static int conv_make(ptc__be *be, conv_part *cv, int kind, dprim *d, ptc_error *
     dnnl_memory_desc_t ax, aw, ay;
     dnnl_dims_t dx = {s->n, s->c, s->h, s->w}, dw = {s->k, s->c, s->r, s->s},
                 dy = {s->n, s->k, s->oh, s->ow};
-    DN(dnnl_memory_desc_init_by_tag, &ax, 4, dx, dnnl_f32, dnnl_format_tag_any);
-    DN(dnnl_memory_desc_init_by_tag, &aw, 4, dw, dnnl_f32, dnnl_format_tag_any);
-    DN(dnnl_memory_desc_init_by_tag, &ay, 4, dy, dnnl_f32, dnnl_format_tag_any);
+    /* bf16: torch.autocast's convolution reads bf16 copies of x and w and returns bf16, and its
+     * backward gives bf16 dx; the weight gradient stays float32 (oneDNN accumulates it in
+     * float32; torch rounds it to bf16 on its way to the float32 weight: ours is closer to
+     * exact). The binds convert between these and the float32 tensors. */
+    const dnnl_data_type_t act = be->bf16 ? dnnl_bf16 : dnnl_f32,
+                           wt = be->bf16 && kind != CONV_BWD_W ? dnnl_bf16 : dnnl_f32;
+    DN(dnnl_memory_desc_init_by_tag, &ax, 4, dx, act, dnnl_format_tag_any);
+    DN(dnnl_memory_desc_init_by_tag, &aw, 4, dw, wt, dnnl_format_tag_any);
+    DN(dnnl_memory_desc_init_by_tag, &ay, 4, dy, act, dnnl_format_tag_any);
     const_dnnl_primitive_desc_t hint = kind == CONV_FWD ? NULL : cv->fwd.pd;
 
     dnnl_convolution_desc_t cd;
@@ -67,7 +75,7 @@ static int conv_make(ptc__be *be, conv_part *cv, int kind, dprim *d, ptc_error *
     const char *want = pd_impl(best);
     const dnnl_memory_desc_t *cand[2][3] = {{&cv->xmd, &cv->wmd, &cv->ymd},
                                             {&cv->xmd, &aw, &cv->ymd}};
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < (be->bf16 ? 0 : 2); i++) { /* float32 tensors never fit bf16 operands */
         dnnl_primitive_desc_t pd;
         if (conv_desc(&cd, kind, alg, s, cand[i][0], cand[i][1], cand[i][2]) != dnnl_success ||
             dnnl_primitive_desc_create(&pd, &cd, NULL, be->eng, hint) != dnnl_success)
@@ -115,6 +123,8 @@ void ptc__dn_conv_free(conv_part *cv)
 {
     ptc__free(cv->wt_raw);
     ptc__free(cv->dwt_raw);
+    ptc__free(cv->rx_raw);
+    ptc__free(cv->rdy_raw);
     ptc__dn_dprim_free(&cv->bwd_d);
     ptc__dn_dprim_free(&cv->bwd_w);
     ptc__dn_dprim_free(&cv->fwd);
@@ -226,9 +236,26 @@ static void fc_weights(ptc__be *be, conv_part *cv, const ptc__bt *w)
 {
     if (cv->wt_stamp != w->version) {
         fc_build(cv, be->blk, w->m.data, cv->wt, ptc__dn_nthreads(be));
+        if (be->bf16) /* the weights' bf16 copy */
+            ptc__dn_round_bf16(be, cv->wt, cv->wt, cv->fin * cv->fout);
         cv->wt_stamp = w->version;
         be->stats.weight_reorders++;
     }
+}
+
+/* bf16: the bf16 copy of an operand of the matrix products ([N][cols], into *dst, allocated on
+ * first use); float32: the operand itself. */
+static int fc_operand(ptc__be *be, const conv_part *cv, const float *src, int64_t cols, float **dst,
+                      void **raw, const float **use, ptc_error *err)
+{
+    *use = src;
+    if (!be->bf16)
+        return 0;
+    if (!*dst && !(*dst = falloc(cv->s.n * cols, raw)))
+        return ptc__err(err, PTC_ENOMEM, "", -1, "dnnl: out of memory");
+    ptc__dn_round_bf16(be, src, *dst, cv->s.n * cols);
+    *use = *dst;
+    return 0;
 }
 
 int ptc__dn_conv_plan(ptc__be *be, ptc__op **out, const ptc__conv_shape *s, ptc_error *err)
@@ -300,9 +327,13 @@ int ptc__dn_conv_fwd(ptc__be *be, ptc__op *op, const ptc__bt *x, const ptc__bt *
     TRY(ptc__dn_expect(be, y, PTC__ROLE_ACT, s->n, s->k, s->oh, s->ow, "conv_fwd: y", err));
     ptc__dn_set_threads(be);
     if (cv->fc) {
+        const float *xd;
+        TRY(fc_operand(be, cv, x->m.data, cv->fin, &cv->rx, &cv->rx_raw, &xd, err));
         fc_weights(be, cv, w);
-        DN(dnnl_sgemm, 'N', 'N', s->n, cv->fout, cv->fin, 1.0f, x->m.data, cv->fin, cv->wt,
-           cv->fout, 0.0f, y->m.data, cv->fout);
+        DN(dnnl_sgemm, 'N', 'N', s->n, cv->fout, cv->fin, 1.0f, xd, cv->fin, cv->wt, cv->fout, 0.0f,
+           y->m.data, cv->fout);
+        if (be->bf16)
+            ptc__dn_round_bf16(be, y->m.data, y->m.data, s->n * cv->fout);
         ptc__dn_touch(be, y);
         return 0;
     }
@@ -327,9 +358,13 @@ int ptc__dn_conv_bwd_data(ptc__be *be, ptc__op *op, const ptc__bt *dy, const ptc
     TRY(ptc__dn_expect(be, dx, PTC__ROLE_ACT, s->n, s->c, s->h, s->w, "conv_bwd_data: dx", err));
     ptc__dn_set_threads(be);
     if (cv->fc) {
+        const float *dyd;
+        TRY(fc_operand(be, cv, dy->m.data, cv->fout, &cv->rdy, &cv->rdy_raw, &dyd, err));
         fc_weights(be, cv, w);
-        DN(dnnl_sgemm, 'N', 'T', s->n, cv->fin, cv->fout, 1.0f, dy->m.data, cv->fout, cv->wt,
-           cv->fout, 0.0f, dx->m.data, cv->fin);
+        DN(dnnl_sgemm, 'N', 'T', s->n, cv->fin, cv->fout, 1.0f, dyd, cv->fout, cv->wt, cv->fout,
+           0.0f, dx->m.data, cv->fin);
+        if (be->bf16)
+            ptc__dn_round_bf16(be, dx->m.data, dx->m.data, s->n * cv->fin);
         ptc__dn_touch(be, dx);
         return 0;
     }
@@ -360,8 +395,11 @@ int ptc__dn_conv_bwd_weight(ptc__be *be, ptc__op *op, const ptc__bt *x, const pt
     if (cv->fc) {
         if (!cv->dwt && !(cv->dwt = falloc(cv->fin * cv->fout, &cv->dwt_raw)))
             return ptc__err(err, PTC_ENOMEM, "", -1, "dnnl: out of memory");
-        DN(dnnl_sgemm, 'T', 'N', cv->fin, cv->fout, s->n, 1.0f, x->m.data, cv->fin, dy->m.data,
-           cv->fout, 0.0f, cv->dwt, cv->fout);
+        const float *xd, *dyd;
+        TRY(fc_operand(be, cv, x->m.data, cv->fin, &cv->rx, &cv->rx_raw, &xd, err));
+        TRY(fc_operand(be, cv, dy->m.data, cv->fout, &cv->rdy, &cv->rdy_raw, &dyd, err));
+        DN(dnnl_sgemm, 'T', 'N', cv->fin, cv->fout, s->n, 1.0f, xd, cv->fin, dyd, cv->fout, 0.0f,
+           cv->dwt, cv->fout);
         fc_fold(cv, be->blk, cv->dwt, dw->m.data, dw->version != cv->dw_stamp,
                 ptc__dn_nthreads(be));
         ptc__dn_touch(be, dw);

@@ -86,6 +86,7 @@ struct ptc__be {
     int threads;  /* 0: leave the OpenMP default */
     int blk;      /* channel block of the blocked layouts: 16 (AVX-512) or 8 */
     int winograd; /* 3x3 stride-1 convolutions may use Winograd (ptc__be_params.winograd) */
+    int bf16;     /* PTC__PREC_BF16: convolutions and linear layers compute in bfloat16 */
 #ifndef _OPENMP
     void (*omp_set)(int);
 #endif
@@ -131,6 +132,9 @@ typedef struct conv_part {
     void *wt_raw, *dwt_raw;
     uint64_t wt_stamp; /* the version of w that wt holds */
     uint64_t dw_stamp; /* the version of the dw this plan last wrote (its other taps are 0) */
+    /* bf16: the operands of those matrix products rounded to bfloat16 ([N][fin], [N][fout]) */
+    float *rx, *rdy;
+    void *rx_raw, *rdy_raw;
 } conv_part;
 
 typedef struct bn_part {
@@ -190,6 +194,9 @@ dnnl_memory_t ptc__dn_bind_out(const bind *b, const ptc__bt *t);
 int ptc__dn_bind_out_done(ptc__be *be, bind *b, ptc__bt *t, ptc_error *err);
 void ptc__dn_par_range(const ptc__be *be, int64_t n, range_fn fn, void *ctx);
 void ptc__dn_plan_free(ptc__be *be, ptc__op *op);
+/* bf16 precision: dst[i] = src[i] rounded to the nearest bfloat16 (ties to even, as torch's
+ * float -> bfloat16 conversion; NaN stays NaN), kept in float32. dst may be src. */
+void ptc__dn_round_bf16(const ptc__be *be, const float *src, float *dst, int64_t n);
 
 /* dnnl_conv.c */
 void ptc__dn_conv_free(conv_part *cv);
@@ -222,6 +229,7 @@ int ptc__dn_avgpool_fwd(ptc__be *be, const ptc__bt *x, ptc__bt *y, ptc_error *er
 int ptc__dn_avgpool_bwd(ptc__be *be, const ptc__bt *dy, ptc__bt *dx, ptc_error *err);
 
 /* dnnl_linear_sgd.c */
+int ptc__dn_bf16_check(ptc_error *err); /* PTC_EUNSUPPORTED without bf16 instructions */
 int ptc__dn_linear_fwd(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const ptc__bt *b,
                        ptc__bt *y, ptc_error *err);
 int ptc__dn_linear_bwd(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const ptc__bt *dy,

@@ -1,11 +1,95 @@
 /*
  * dnnl_linear_sgd.c - the oneDNN backend's linear layer (row-major sgemm on the plain MAT layout,
- * torch's order of operations) and its SGD step (torch's sequence of fused multiply-adds in
- * float, one pass over the raw buffers a parameter, its gradient and momentum share).
+ * torch's order of operations), its SGD step (torch's sequence of fused multiply-adds in float,
+ * one pass over the raw buffers a parameter, its gradient and momentum share), and what bf16
+ * precision needs besides oneDNN's bf16 convolutions: the check that the processor has bfloat16
+ * instructions, and rounding to bfloat16 for the products that run as sgemm.
  */
 #include "backend/dnnl_impl.h"
 
+/* ---- bf16 precision ----------------------------------------------------------------------------
+ * torch.autocast("cpu", dtype=torch.bfloat16) runs convolutions and linear layers on bf16 copies
+ * of their inputs and weights, accumulates in float32 and returns bf16. oneDNN's bf16
+ * convolutions do exactly that (dnnl_conv.c); the products this backend runs as sgemm (linear,
+ * and the convolutions that are dense layers) get the same numbers from float32 operands that
+ * hold bf16 values: a product of two bf16 values is exact in float32, and the sums are float32
+ * either way. Everything else (batchnorm, relu, pooling, residual adds, the loss, SGD) computes in
+ * float32 on float32 tensors: never less precise than torch's bf16 tensors there. */
+
+/* oneDNN emulates bf16 on plain AVX-512 at a fraction of float32's speed; only processors with
+ * bf16 dot products (AVX512_BF16, or AMX) make bf16 worth asking for. */
+int ptc__dn_bf16_check(ptc_error *err)
+{
+    const unsigned isa = (unsigned)dnnl_get_effective_cpu_isa(),
+                   want = (unsigned)dnnl_cpu_isa_avx512_core_bf16;
+    if ((isa & want) == want)
+        return 0;
+    return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                    "dnnl backend: --precision bf16 needs a processor with the AVX512_BF16 (or "
+                    "AMX-BF16) instructions; oneDNN finds %s here (or DNNL_MAX_CPU_ISA caps it): "
+                    "use --precision f32",
+                    (isa & (unsigned)dnnl_cpu_isa_avx512_core) == (unsigned)dnnl_cpu_isa_avx512_core
+                        ? "AVX-512 without AVX512_BF16"
+                    : (isa & (unsigned)dnnl_cpu_isa_avx2) == (unsigned)dnnl_cpu_isa_avx2
+                        ? "AVX2 at most"
+                        : "neither AVX2 nor AVX-512");
+}
+
+static inline float bf16_round(float v)
+{
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        u |= 0x00400000u; /* NaN: quiet, payload kept in the high half */
+    else
+        u += 0x7fffu + ((u >> 16) & 1u); /* to nearest, ties to even; overflow gives inf */
+    u &= 0xffff0000u;
+    memcpy(&v, &u, sizeof v);
+    return v;
+}
+
+typedef struct round_k {
+    const float *src;
+    float *dst;
+} round_k;
+
+static void round_range(void *ctx, int64_t i0, int64_t i1)
+{
+    const round_k *k = ctx;
+    for (int64_t i = i0; i < i1; i++)
+        k->dst[i] = bf16_round(k->src[i]);
+}
+
+void ptc__dn_round_bf16(const ptc__be *be, const float *src, float *dst, int64_t n)
+{
+    round_k k = {src, dst};
+    ptc__dn_par_range(be, n, round_range, &k);
+}
+
 /* ---- linear (row-major GEMMs on the plain MAT layout) ---------------------------------------- */
+
+/* bf16 precision: float32 copies of up to three operands rounded to bf16, in one allocation that
+ * the caller frees with ptc__free(*raw). */
+static int bf16_copies(const ptc__be *be, void **raw, float *out[3], const float *src[3],
+                       const int64_t n[3], ptc_error *err)
+{
+    size_t total = 0;
+    for (int i = 0; i < 3; i++)
+        total += src[i] ? (size_t)n[i] : 0;
+    *raw = ptc__malloc(total * sizeof(float) + 1);
+    if (!*raw)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "dnnl: out of memory for bf16 operands");
+    float *p = *raw;
+    for (int i = 0; i < 3; i++) {
+        out[i] = NULL;
+        if (!src[i])
+            continue;
+        out[i] = p;
+        ptc__dn_round_bf16(be, src[i], p, n[i]);
+        p += n[i];
+    }
+    return 0;
+}
 
 int ptc__dn_linear_fwd(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const ptc__bt *b,
                        ptc__bt *y, ptc_error *err)
@@ -19,11 +103,25 @@ int ptc__dn_linear_fwd(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const pt
         TRY(ptc__dn_vec_check(be, b, M, "linear_fwd: b", err));
     TRY(ptc__dn_expect(be, y, PTC__ROLE_MAT, N, M, 1, 1, "linear_fwd: y", err));
     ptc__dn_set_threads(be);
+    const float *xd = x->m.data, *wd = w->m.data, *bd = b ? b->m.data : NULL;
+    void *raw = NULL;
+    if (be->bf16) { /* torch's bf16 addmm: x, w and the bias rounded, the result rounded */
+        float *r[3];
+        const float *src[3] = {xd, wd, bd};
+        const int64_t n[3] = {(int64_t)N * K, (int64_t)M * K, M};
+        TRY(bf16_copies(be, &raw, r, src, n, err));
+        xd = r[0], wd = r[1], bd = r[2];
+    }
     float *yd = y->m.data;
-    if (b)
+    if (bd)
         for (int n = 0; n < N; n++)
-            memcpy(yd + (int64_t)n * M, b->m.data, (size_t)M * sizeof(float));
-    DN(dnnl_sgemm, 'N', 'T', N, M, K, 1.0f, x->m.data, K, w->m.data, K, b ? 1.0f : 0.0f, yd, M);
+            memcpy(yd + (int64_t)n * M, bd, (size_t)M * sizeof(float));
+    dnnl_status_t st = dnnl_sgemm('N', 'T', N, M, K, 1.0f, xd, K, wd, K, bd ? 1.0f : 0.0f, yd, M);
+    ptc__free(raw);
+    if (st != dnnl_success)
+        return ptc__dn_fail(err, st, "dnnl_sgemm", __FILE__, __LINE__);
+    if (be->bf16)
+        ptc__dn_round_bf16(be, yd, yd, (int64_t)N * M);
     ptc__dn_touch(be, y);
     return 0;
 }
@@ -43,22 +141,42 @@ int ptc__dn_linear_bwd(ptc__be *be, const ptc__bt *x, const ptc__bt *w, const pt
     if (db)
         TRY(ptc__dn_vec_check(be, db, M, "linear_bwd: db", err));
     ptc__dn_set_threads(be);
+    const float *xd = x->m.data, *wd = w->m.data, *dyd = dy->m.data;
+    void *raw = NULL;
+    if (be->bf16) { /* the gradient reaches the bf16 output rounded (the backward of the cast of
+                       the logits to float32), and meets the bf16 copies of x and w */
+        float *r[3];
+        const float *src[3] = {xd, dx ? wd : NULL, dyd};
+        const int64_t n[3] = {(int64_t)N * K, (int64_t)M * K, (int64_t)N * M};
+        TRY(bf16_copies(be, &raw, r, src, n, err));
+        xd = r[0], wd = dx ? r[1] : wd, dyd = r[2];
+    }
+    dnnl_status_t st = dnnl_success;
     if (dx) { /* dx [N][K] = dy [N][M] w [M][K] */
-        DN(dnnl_sgemm, 'N', 'N', N, K, M, 1.0f, dy->m.data, M, w->m.data, K, 0.0f, dx->m.data, K);
+        st = dnnl_sgemm('N', 'N', N, K, M, 1.0f, dyd, M, wd, K, 0.0f, dx->m.data, K);
+        if (st == dnnl_success && be->bf16) /* autocast's dx is bf16 */
+            ptc__dn_round_bf16(be, dx->m.data, dx->m.data, (int64_t)N * K);
         ptc__dn_touch(be, dx);
     }
-    /* dw [M][K] = dy^T x */
-    DN(dnnl_sgemm, 'T', 'N', M, K, N, 1.0f, dy->m.data, M, x->m.data, K, 0.0f, dw->m.data, K);
+    /* dw [M][K] = dy^T x (float32: torch rounds this bf16 product's result to bf16 before it
+     * reaches the float32 weight; keeping it float32 is a little closer to exact) */
+    if (st == dnnl_success)
+        st = dnnl_sgemm('T', 'N', M, K, N, 1.0f, dyd, M, xd, K, 0.0f, dw->m.data, K);
+    if (st != dnnl_success) {
+        ptc__free(raw);
+        return ptc__dn_fail(err, st, "dnnl_sgemm", __FILE__, __LINE__);
+    }
     ptc__dn_touch(be, dw);
     if (db) {
         for (int m = 0; m < M; m++) {
             double acc = 0;
             for (int n = 0; n < N; n++)
-                acc += dy->m.data[(int64_t)n * M + m];
+                acc += dyd[(int64_t)n * M + m];
             db->m.data[m] = (float)acc;
         }
         ptc__dn_touch(be, db);
     }
+    ptc__free(raw);
     return 0;
 }
 

@@ -184,6 +184,12 @@ static int ref_open(ptc__be **out, const ptc__be_params *p, ptc_error *err)
                         "ref open: dtype %d is neither float32 nor float64", (int)p->dtype);
     if (p->threads < 0)
         return ptc__err(err, PTC_EINVAL, "", -1, "ref open: threads %d is negative", p->threads);
+    /* The oracle computes in its element type only: bf16 would silently be float32. */
+    if (p->precision != PTC__PREC_F32)
+        return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                        "ref backend: --precision bf16 is not available here (the reference "
+                        "backend computes in float32 or float64 only); use the dnnl backend "
+                        "(a CPU with AVX512_BF16) or cuda");
     ptc__be *be = ptc__calloc(1, sizeof *be);
     if (!be)
         return ptc__err(err, PTC_ENOMEM, "", -1, "ref open: out of memory");

@@ -1002,7 +1002,7 @@ typedef struct ptc_train_params {
     int threads;         /* 0: the backend's default */
     int device;          /* GPU ordinal; -1 (default): the local rank's (OMPI_COMM_WORLD_LOCAL_RANK,
                              SLURM_LOCALID) or 0 */
-    const char *precision; /* "f32" (default, NULL) or "bf16" (device backends only) */
+    const char *precision; /* "f32" (default, NULL) or "bf16" (torch.autocast's rules, below) */
     int tf32;              /* allow TF32 tensor cores in float32 math (device backends); 0 */
     int deterministic;     /* only algorithms whose results do not depend on scheduling; 0 */
     int epochs;            /* 10 */
@@ -1085,10 +1085,16 @@ PTC_API void ptc_train_params_default(ptc_train_params *p);
  * calling thread). Errors: PTC_EINVAL (p or res NULL, a params size that is 0 or larger than this
  * library's, an unknown dataset, arch, backend, precision, schedule or lr_scaling, a value out of
  * range); PTC_ENOTFOUND / PTC_EUNSUPPORTED (the backend's or communicator's module is not
- * installed / cannot run here); PTC_EIO (the dataset, init, resume, save, checkpoint or metrics
- * files, a device failure); the load errors of init and resume (PTC_EFORMAT ...); PTC_ECOMM (a
- * collective failed: end the job with ptc_comm_abort); PTC_ENOMEM. Several threads may each run
- * ptc_train with its own params and its own (or no) communicator. */
+ * installed / cannot run here; bf16 on ref, or on dnnl without AVX512_BF16 / AMX); PTC_EIO (the
+ * dataset, init, resume, save, checkpoint or metrics files, a device failure); the load errors of
+ * init and resume (PTC_EFORMAT ...); PTC_ECOMM (a collective failed: end the job with
+ * ptc_comm_abort); PTC_ENOMEM. Several threads may each run ptc_train with its own params and its
+ * own (or no) communicator.
+ * precision "bf16" follows torch.autocast(dtype=torch.bfloat16): convolutions and the linear layer
+ * in bf16 (bf16 copies of inputs and weights, float32 accumulation, bf16 outputs); batchnorm
+ * statistics, the loss, master weights, momentum and the saved state dict float32. The cuda
+ * backend has it, and dnnl where the processor has AVX512_BF16 or AMX (else PTC_EUNSUPPORTED,
+ * naming them); ref refuses it (PTC_EUNSUPPORTED). */
 PTC_API int ptc_train(const ptc_train_params *p, ptc_train_result *res, ptc_error *err);
 /* Test accuracy and mean cross-entropy of a state dict on p's dataset (dataset, data_dir,
  * max_samples, arch, backend, threads and batch_size are used): *accuracy, *loss and *count (the
@@ -1130,7 +1136,7 @@ typedef struct ptc_model_params {
     const char *backend;
     int threads;           /* 0: the backend's default */
     int device;            /* GPU ordinal; -1: the local rank's or 0 */
-    const char *precision; /* NULL or "f32"; "bf16" on device backends */
+    const char *precision; /* NULL or "f32"; "bf16" as ptc_train_params.precision (cuda, dnnl) */
     uint64_t seed;         /* of the initialisation, as ptc train's --seed: torch's init
                             * distributions, not torch.manual_seed(seed)'s bits */
     float mean[3],
@@ -1158,8 +1164,8 @@ PTC_API void ptc_model_params_default(ptc_model_params *p);
  * [1, 2^20]; a params struct whose size is 0 or larger than this library's; an input size outside
  * [32, 65536]; a std that is not positive or a mean or std that is not finite);
  * PTC_ENOTFOUND / PTC_EUNSUPPORTED (the backend's module is not installed / cannot run here, bf16
- * on a CPU backend); PTC_ENOMEM. Strings of p are copied: they need not outlive the call.
- * Thread safe (distinct models). */
+ * on ref or on a CPU without AVX512_BF16 / AMX); PTC_ENOMEM. Strings of p are copied: they need
+ * not outlive the call. Thread safe (distinct models). */
 PTC_API int ptc_model_new(ptc_model **m, const ptc_model_params *p, ptc_error *err);
 /* Frees the model and its backend instance; m NULL does nothing. */
 PTC_API void ptc_model_free(ptc_model *m);

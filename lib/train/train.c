@@ -208,25 +208,8 @@ static int open_backend(const ptc_train_params *p, int threads, const ptc__backe
     int rc = ptc__backend_get(p->backend, ops, err);
     if (rc < 0)
         return rc;
-    /* Only device backends compute in bfloat16 (backend.h); ref and dnnl would silently train in
-     * float32, which is not what was asked. */
-    if (bp.precision == PTC__PREC_BF16 && strcmp((*ops)->name, "cuda") != 0) {
-        /* With the automatic choice, say why cuda was passed over: that is what the user can
-         * act on. */
-        const ptc__backend_ops *cuda;
-        ptc_error why;
-        ptc__err_clear(&why);
-        bool automatic = !p->backend || strcmp(p->backend, "auto") == 0;
-        if (automatic && ptc__backend_get("cuda", &cuda, &why) < 0)
-            return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
-                            "--precision bf16 needs the cuda backend; the %s backend computes in "
-                            "float32 only, and the automatic choice could not take cuda: %s",
-                            (*ops)->name, why.message);
-        return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
-                        "--precision bf16 needs the cuda backend; the %s backend computes in "
-                        "float32 only",
-                        (*ops)->name);
-    }
+    /* bf16: dnnl (where the CPU has bf16 instructions) and cuda compute in it; ref refuses it
+     * in its open, with the reason, rather than silently train in float32. */
     return (*ops)->open(be, &bp, err);
 }
 

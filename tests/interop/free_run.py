@@ -125,10 +125,14 @@ def _momenta(opt):
 
 
 IDEAL32 = 'float32 storage'  # the third kind of run: see _store_float32
+# torch.autocast("cpu", dtype=torch.bfloat16) over a float32 model: the yardstick of ptc's
+# --precision bf16 (bf16_golden.py); the loss is computed inside the autocast region, as a user
+# writes it (cross_entropy is on autocast's float32 list).
+AUTOCAST = 'autocast bf16'
 
 
 def _compute_dtype(kind):
-    return torch.float64 if kind == IDEAL32 else kind
+    return {IDEAL32: torch.float64, AUTOCAST: torch.float32}.get(kind, kind)
 
 
 def _round_output(module, inputs, output):
@@ -160,8 +164,10 @@ def _run_steps(model, opt, x, y, batches, first, count, kind, after, inner=None)
     for s in range(first, first + count):
         idx = batches[s]
         opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x[idx].to(_compute_dtype(kind))),
-                                          y[idx]).backward()
+        with torch.autocast('cpu', dtype=torch.bfloat16, enabled=kind == AUTOCAST):
+            loss = torch.nn.functional.cross_entropy(model(x[idx].to(_compute_dtype(kind))),
+                                                     y[idx])
+        loss.backward()
         opt.step()
         if kind == IDEAL32:
             _round_state(inner if inner is not None else model, opt)
@@ -284,8 +290,9 @@ def mpi_env():
     return env
 
 
-def run_ptc(ptc, tmp, case, backend, steps):
-    """`ptc train` for the case; returns (state dict, checkpoint) or raises RuntimeError."""
+def run_ptc(ptc, tmp, case, backend, steps, extra=()):
+    """`ptc train` for the case (extra: more options, such as --precision bf16); returns (state
+    dict, checkpoint) or raises RuntimeError."""
     save = os.path.join(tmp, 'ptc-%s-%d.pth' % (backend, steps))
     ckpt = os.path.join(tmp, 'ckpt-%s-%d.pth' % (backend, steps))
     args = [ptc, 'train', '--dataset', 'cifar10', '--data', os.path.join(tmp, 'cifar'),
@@ -293,6 +300,7 @@ def run_ptc(ptc, tmp, case, backend, steps):
             '--no-augment', '--batch-size', str(case.batch), '--epochs', '1', '--eval-every',
             '0', '--lr', repr(case.lr), '--momentum', repr(MOMENTUM), '--weight-decay',
             repr(WD), '--backend', backend, '--save', save, '--checkpoint', ckpt, '--no-progress']
+    args += list(extra)
     if case.world > 1:
         args = mpirun_cmd() + ['-np', str(case.world)] + args
     try:
@@ -381,19 +389,21 @@ class Verdicts:
             print('FAIL:', what)
         return cond
 
-    def judge(self, what, peers, got, floor, extra='', threads=None):
+    def judge(self, what, peers, got, floor, extra='', threads=None, chaotic=CHAOTIC):
         """One comparison: ptc's error got against 2 x floor + SLACK. peers: [(name, error)] of the
         reference runs, torch32 first, printed beside ptc's (threads: torch32's error at each of
-        THREADS, printed after them). A case where torch32 is chaotic is left out."""
+        THREADS, printed after them). A case where torch32 is chaotic (its error above chaotic;
+        None: never) is left out."""
         t32 = peers[0][1]
         figures = '  '.join('%s %.2e' % p for p in peers) + '  ptc %.2e' % got
         if threads:
-            extra = ' (torch32 at %s threads: %s)%s' % (
-                ', '.join(map(str, THREADS)), ' '.join('%.1e' % e for e in threads), extra)
-        if t32 > CHAOTIC:
+            extra = ' (%s at %s threads: %s)%s' % (
+                peers[0][0], ', '.join(map(str, THREADS)), ' '.join('%.1e' % e for e in threads),
+                extra)
+        if chaotic is not None and t32 > chaotic:
             self.left_out.append(what)
             print('  %-52s %s  left out: torch32 > %g (chaotic)%s'
-                  % (what, figures, CHAOTIC, extra))
+                  % (what, figures, chaotic, extra))
             return True
         self.checked += 1
         ok = got <= bound(floor)

@@ -5,6 +5,10 @@
 #   state_dicts.py    resnet18 state dicts load into torchvision; training resumes bit-identically
 #   byte_identity.py  ptc writes the same bytes as torch.save (serialization id aside)
 #   kill_save.py      a save killed by SIGKILL leaves the old or the new file, never a mix
+#   bf16_golden.py    `ptc train --precision bf16` (dnnl) against torch.autocast("cpu", bfloat16),
+#                     free-running: ptc's error to a float64 oracle <= 2x autocast's; the state
+#                     dict float32; `ptc eval --precision bf16`; ref refuses bf16 (plain build
+#                     only: .ci/run's sanitizer list leaves it out)
 #   check_model.py    the public model API: logits at several input sizes within 2x torch f32's
 #                     distance to a float64 oracle, `ptc load` printing torch's load_state_dict
 #                     text byte for byte, ptc_model_state_dict loading strictly into torchvision
@@ -78,7 +82,7 @@ case $ver in
 esac
 echo "interop: torch $ver under $("$py" -c 'import sys; print("Python", sys.version.split()[0])')"
 
-scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden ddp_golden check_finetune check_zip64_local check_variants check_wild check_model check_opcodes check_predict check_read_f64 check_salvage_numpy check_salvage check_salvage_build"}
+scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden bf16_golden ddp_golden check_finetune check_zip64_local check_variants check_wild check_model check_opcodes check_predict check_read_f64 check_salvage_numpy check_salvage check_salvage_build"}
 failed= passed=
 for s in $scripts; do
     echo

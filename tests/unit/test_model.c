@@ -122,7 +122,7 @@ static void test_refusals(void)
         {"input", "input size 16 x 32", PTC_EINVAL},
         {"std", "std positive", PTC_EINVAL},
         {"backend", "unknown backend \"tpu\"", PTC_EINVAL},
-        {"precision", "bf16 needs the cuda backend", PTC_EUNSUPPORTED},
+        {"precision", "ref backend: --precision bf16 is not available", PTC_EUNSUPPORTED},
         {"precision name", "unknown precision", PTC_EINVAL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {

@@ -3,6 +3,7 @@
  * layer, against the fp32 GEMM ceiling of the same machine measured in the same run.
  *
  *   bench_ops [--threads N] [--batch N] [--stem tv|cifar] [--min-ms T] [--stat median|min]
+ *             [--precision f32|bf16]
  *
  * For every convolution shape of ResNet-18 on 32x32 inputs (torchvision's stem, or the CIFAR
  * stem), times conv_fwd, conv_bwd_data and conv_bwd_weight (median of repeated calls) and prints
@@ -250,7 +251,7 @@ static double gemm_ceiling(void)
 
 int main(int argc, char **argv)
 {
-    int threads = 2, N = 128, cifar = 0;
+    int threads = 2, N = 128, cifar = 0, bf16 = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = (int)strtol(argv[++i], NULL, 10);
@@ -262,16 +263,20 @@ int main(int argc, char **argv)
             min_ms = strtod(argv[++i], NULL);
         else if (!strcmp(argv[i], "--stat") && i + 1 < argc)
             use_min = !strcmp(argv[++i], "min");
+        else if (!strcmp(argv[i], "--precision") && i + 1 < argc)
+            bf16 = !strcmp(argv[++i], "bf16"); /* the backend's bf16 (the ceiling stays fp32) */
         else {
             fprintf(stderr, "usage: bench_ops [--threads N] [--batch N] [--stem tv|cifar] "
-                            "[--min-ms T] [--stat median|min]\n");
+                            "[--min-ms T] [--stat median|min] [--precision f32|bf16]\n");
             return 2;
         }
     }
     /* The library reads no environment for this switch (lib/base/env.h): the program passes it. */
     const char *wg = getenv("PTC_DNNL_WINOGRAD");
-    ptc__be_params p = {
-        .dtype = PTC__BE_F32, .threads = threads, .winograd = wg && strcmp(wg, "1") == 0};
+    ptc__be_params p = {.dtype = PTC__BE_F32,
+                        .threads = threads,
+                        .winograd = wg && strcmp(wg, "1") == 0,
+                        .precision = bf16 ? PTC__PREC_BF16 : PTC__PREC_F32};
     die_if(D->open(&be, &p, &err), "open");
 
     /* The ceiling: run a conv first so that OpenMP's threads exist and are set. */

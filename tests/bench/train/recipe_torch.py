@@ -4,7 +4,7 @@ on speed, accuracy and memory in the same run (tests/bench/train/run.sh).
 
     python3 recipe_torch.py [--epochs N] [--threads N] [--batch-size B] [--max-steps N]
                             [--data DIR] [--arch resnet18|resnet18-cifar] [--seed N]
-                            [--max-samples N] [--eval-every N] [--json]
+                            [--max-samples N] [--eval-every N] [--precision f32|bf16] [--json]
     python3 recipe_torch.py --mode throughput [--steps N] [--infer-batches M] ...
     python3 recipe_torch.py --mode flops [--arch ...]
 
@@ -37,6 +37,10 @@ each split, as ptc's does (with N >= 10000 the test split stays whole).
 Batches are built with whole-tensor indexing in the main thread (no DataLoader, no PIL): a few
 milliseconds against a step of hundreds, counted in the throughput as ptc's loader thread is.
 
+--precision bf16 runs every forward (training, evaluation, throughput) and the loss under
+torch.autocast("cpu", dtype=torch.bfloat16), the peer of `ptc train --precision bf16`: float32
+master weights and optimizer, convolutions and linear in bf16, the loss in float32.
+
 --json prints one JSON line at the end: train_images_per_sec (the images of the steps after the
 first 10, over their training time; evaluation is not counted), eval_images_per_sec (the last
 evaluation: batches made and run, forward + loss), test_accuracy, test_loss, epoch_seconds (the
@@ -67,6 +71,11 @@ import torch.nn.functional as F
 import torchvision
 
 WARMUP_STEPS = 10  # as ptc (lib/train/train.c)
+AUTOCAST = {"enabled": False}  # --precision bf16: torch.autocast over forwards and the loss
+
+
+def autocast():
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=AUTOCAST["enabled"])
 SIDE, PAD, HW = 28, 2, 32
 
 
@@ -171,8 +180,9 @@ def make_optimizer(m):
 
 def train_step(m, opt, x, y):
     opt.zero_grad(set_to_none=True)
-    out = m(x)
-    loss = F.cross_entropy(out, y)
+    with autocast():
+        out = m(x)
+        loss = F.cross_entropy(out, y)
     loss.backward()
     opt.step()
     return out, loss
@@ -184,9 +194,10 @@ def evaluate(m, images, labels, lut, batch):
     t0 = time.perf_counter()
     with torch.no_grad():
         for x, y in Batches(images, labels, lut, torch.arange(len(labels)), batch):
-            out = m(x)
-            # the batch mean times its size, summed: ptc's test loss
-            total += F.cross_entropy(out, y).item() * len(y)
+            with autocast():
+                out = m(x)
+                # the batch mean times its size, summed: ptc's test loss
+                total += F.cross_entropy(out, y).item() * len(y)
             right += int((out.argmax(1) == y).sum())
             seen += len(y)
     dt = time.perf_counter() - t0
@@ -292,7 +303,8 @@ def run_throughput(a):
     with torch.no_grad():
         for i in range(3 + a.infer_batches):
             t0 = time.perf_counter()
-            m(x)
+            with autocast():
+                m(x)
             if i >= 3:
                 itimes.append(time.perf_counter() - t0)
     res = {"mode": "throughput", "arch": a.arch, "threads": torch.get_num_threads(),
@@ -361,6 +373,8 @@ def main():
     ap.add_argument("--max-samples", type=int, default=0, help="a prefix of each split")
     ap.add_argument("--eval-every", type=int, default=2, help="0: only after the last epoch")
     ap.add_argument("--json", action="store_true", help="one JSON line at the end (logs to stderr)")
+    ap.add_argument("--precision", choices=["f32", "bf16"], default="f32",
+                    help="bf16: torch.autocast('cpu', dtype=torch.bfloat16)")
     ap.add_argument("--steps", type=int, default=50, help="throughput: timed training steps")
     ap.add_argument("--warmup", type=int, default=WARMUP_STEPS, help="throughput: untimed steps")
     ap.add_argument("--infer-batches", type=int, default=20, help="throughput: timed forwards")
@@ -368,6 +382,7 @@ def main():
     if a.epochs < 1 or a.batch_size < 1 or a.threads < 1 or a.eval_every < 0:
         ap.error("epochs, batch size and threads must be at least 1, eval-every at least 0")
     torch.set_num_threads(a.threads)
+    AUTOCAST["enabled"] = a.precision == "bf16"
     {"recipe": run_recipe, "throughput": run_throughput, "flops": run_flops}[a.mode](a)
 
 

@@ -5,7 +5,8 @@
 # the accuracy parity of the two over several seeds. See README.md beside this. Never run by make
 # check.
 #
-#   tests/bench/train/run.sh [throughput]   training/inference images/s, GEMM fraction, memory
+#   tests/bench/train/run.sh [throughput]   training/inference images/s, GEMM fraction, memory;
+#                                           and bf16: ptc --precision bf16 against torch autocast
 #   tests/bench/train/run.sh recipe         full Fashion-MNIST runs of BENCH_EPOCHS epochs each
 #   tests/bench/train/run.sh all            both
 #   tests/bench/train/run.sh parity         BENCH_SEEDS seeds of each on a training subset: mean
@@ -14,7 +15,10 @@
 #   (top_builddir=BUILD to use another build tree; it defaults to this tree)
 #
 # Environment: TORCH_PYTHON (default python3) must import torch and torchvision; BENCH_REPEAT
-# (default 3) repetitions of every throughput measurement, medians reported; BENCH_STEPS (default
+# (default 3) repetitions of every throughput measurement, medians reported; BENCH_BF16 (default 1;
+# 0 leaves them out) the bf16 runs of each repetition (`ptc train --precision bf16` and the recipe
+# under torch.autocast("cpu", dtype=torch.bfloat16)); BENCH_PRECISION (default f32; bf16) the
+# precision of both sides' recipe and parity runs; BENCH_STEPS (default
 # 60, at least 20) training steps per throughput run, the first 10 not timed; BENCH_THREADS (2);
 # BENCH_BATCH (128); BENCH_ARCH (resnet18, ptc's default; or resnet18-cifar); BENCH_EPOCHS (default
 # "1 10") the recipe runs; BENCH_RECIPE_REPEAT (default 1) runs of each; BENCH_RECIPE_SAMPLES
@@ -27,8 +31,9 @@
 # the logs, kept when BENCH_KEEP=1; BENCH_OUT, if set, receives the Markdown tables (parity mode
 # writes them to a new file under BENCH_TMPDIR when it is not set, and prints its path); PTC names
 # a ptc to use instead of the build tree's. Exit status 0 when every measurement ran, whatever the
-# numbers: the targets (training >= 1.2x, inference >= 1.3x, accuracy within 0.5 percentage
-# points, parity within 3 standard errors) are reported, never asserted.
+# numbers: the targets (training >= 1.2x, inference >= 1.3x, bf16 training >= 1.5x torch autocast,
+# accuracy within 0.5 percentage points, parity within 3 standard errors) are reported, never
+# asserted.
 #
 # On a machine shared with other work run it under `nice` and expect noise: two OpenMP threads on
 # two cores stall whenever anything else runs. Every measurement prints how many CPUs the rest of
@@ -53,6 +58,12 @@ seeds=${BENCH_SEEDS:-0 1 2 3 4}
 parity_samples=${BENCH_PARITY_SAMPLES:-12000}
 parity_epochs=${BENCH_PARITY_EPOCHS:-3}
 ops_args=${BENCH_OPS_ARGS:---stat min --min-ms 100}
+bf16=${BENCH_BF16:-1}
+precision=${BENCH_PRECISION:-f32}
+case $precision in
+f32 | bf16) ;;
+*) echo "run.sh: BENCH_PRECISION must be f32 or bf16" >&2; exit 2 ;;
+esac
 ptc=${PTC:-$top_builddir/tools/ptc}
 bench_ops=$top_builddir/tests/bench/train/bench_ops
 recipe="$here/recipe_torch.py"
@@ -192,13 +203,13 @@ ptc_train() { # NAME OPTIONS...: ptc train with the common options, metrics in $
     shift
     measure "$name" "$ptc" train --dataset fashion-mnist --data "$data" --arch "$arch" \
         --threads "$threads" --batch-size "$batch" --no-progress --metrics "$tmp/$name.metrics" \
-        --save "$tmp/$name.pth" "$@"
+        --save "$tmp/$name.pth" --precision "$precision" "$@"
 }
 torch_recipe() { # NAME OPTIONS...: recipe_torch.py with the common options, JSON in $tmp/NAME.out
     name=$1
     shift
     measure "$name" "$py" "$recipe" --data "$data" --arch "$arch" --threads "$threads" \
-        --batch-size "$batch" --json "$@"
+        --batch-size "$batch" --precision "$precision" --json "$@"
 }
 
 echo "ptc: $ptc ($("$ptc" --version 2>&1 | head -n 1)); PyTorch: $("$py" -c \
@@ -233,6 +244,17 @@ if [ "$mode" = throughput ] || [ "$mode" = all ]; then
             --infer-batches "$steps" || failed=1
         printf '  [%d/%d] torch fixed data: %s (others %s CPU)\n' "$r" "$repeat" \
             "$(cut -c 1-160 "$tmp/tp.$r.fixed.out")" "$(cat "$tmp/tp.$r.fixed.other")"
+        if [ "$bf16" = 1 ]; then # the same runs in bf16 (the later options win)
+            ptc_train "tp.$r.ptcbf" --epochs 1 --max-steps "$steps" --max-samples "$n" \
+                --eval-every 0 --precision bf16 || failed=1
+            printf '  [%d/%d] ptc train bf16: %s (others %s CPU)\n' "$r" "$repeat" \
+                "$(grep -h '"summary"' "$tmp/tp.$r.ptcbf.metrics" 2>/dev/null)" \
+                "$(cat "$tmp/tp.$r.ptcbf.other")"
+            torch_recipe "tp.$r.torchbf" --epochs 1 --max-steps "$steps" --max-samples "$n" \
+                --eval-every 0 --precision bf16 || failed=1
+            printf '  [%d/%d] torch recipe autocast bf16: %s (others %s CPU)\n' "$r" "$repeat" \
+                "$(cut -c 1-160 "$tmp/tp.$r.torchbf.out")" "$(cat "$tmp/tp.$r.torchbf.other")"
+        fi
         r=$((r + 1))
     done
 fi
@@ -285,7 +307,7 @@ PYEOF
     }
     wall() { tail -n 1 "$tmp/$1.time" 2>/dev/null | cut -d ' ' -f 2; }
     echo
-    echo "== parity: seeds $seeds, each run by ptc then torch; the first $parity_samples images of" \
+    echo "== parity ($precision): seeds $seeds, each run by ptc then torch; the first $parity_samples images of" \
         "each split (all 10,000 test images from 10000 on), $parity_epochs epoch(s)," \
         "evaluation every 2 epochs and after the last"
     for sd in $seeds; do
@@ -304,11 +326,12 @@ fi
 
 # ---- the tables ----------------------------------------------------------------------------------
 "$py" - "$tmp" "$mode" "$repeat" "$steps" "$batch" "$recipe_repeat" "$epochs_list" \
-    "$recipe_samples" "$out" "$seeds" "$parity_samples" "$parity_epochs" <<'EOF' || failed=1
+    "$recipe_samples" "$out" "$seeds" "$parity_samples" "$parity_epochs" "$precision" <<'EOF' || failed=1
 import json, math, os, statistics, sys
 
 tmp, mode, repeat, steps, batch, recipe_repeat, epochs_list, samples, out = sys.argv[1:10]
 seeds, parity_samples, parity_epochs = sys.argv[10].split(), sys.argv[11], sys.argv[12]
+precision = sys.argv[13]
 repeat, steps, batch, recipe_repeat = int(repeat), int(steps), int(batch), int(recipe_repeat)
 WARMUP = 10
 flops = json.load(open(os.path.join(tmp, "flops.json")))
@@ -396,6 +419,10 @@ if mode in ("throughput", "all"):
             ptc_infer=evals[-1]["images_per_sec"] if evals else None,
             torch_train=tj.get("train_images_per_sec"), torch_infer=tj.get("eval_images_per_sec"),
             fixed_train=fj.get("train_images_per_sec"), fixed_infer=fj.get("eval_images_per_sec"),
+            ptcbf_train=ptc_train_ips(jsonl(os.path.join(tmp, f"tp.{r}.ptcbf.metrics"))),
+            torchbf_train=(last_json(os.path.join(tmp, f"tp.{r}.torchbf.out")) or {}).get(
+                "train_images_per_sec"),
+            ptcbf_other=other(f"tp.{r}.ptcbf"), torchbf_other=other(f"tp.{r}.torchbf"),
             ptc_rss=rss_mib(f"tp.{r}.ptc"), torch_rss=rss_mib(f"tp.{r}.torch"),
             fixed_rss=rss_mib(f"tp.{r}.fixed"), ptc_other=other(f"tp.{r}.ptc"),
             torch_other=other(f"tp.{r}.torch"), fixed_other=other(f"tp.{r}.fixed"),
@@ -403,7 +430,8 @@ if mode in ("throughput", "all"):
     QUIET = 0.1  # CPUs others may use before a measurement counts as disturbed
 
     def source(k):  # the measurement a figure comes from
-        return k.split("_")[0] if k.split("_")[0] in ("ptc", "torch", "fixed") else "ops"
+        return k.split("_")[0] if k.split("_")[0] in ("ptc", "torch", "fixed", "ptcbf",
+                                                      "torchbf") else "ops"
 
     def quiet(row, k):
         o = row[source(k) + "_other"]
@@ -432,6 +460,8 @@ if mode in ("throughput", "all"):
     names = [("ptc train, training images/s (its summary line)", "ptc_train"),
              ("torch recipe, training images/s", "torch_train"),
              ("torch fixed data, training images/s", "fixed_train"),
+             ("ptc train --precision bf16, training images/s", "ptcbf_train"),
+             ("torch recipe under autocast bf16, training images/s", "torchbf_train"),
              ("ptc eval of the test prefix, images/s", "ptc_infer"),
              ("torch recipe eval, images/s", "torch_infer"),
              ("torch fixed data, eval forward images/s", "fixed_infer"),
@@ -443,7 +473,11 @@ if mode in ("throughput", "all"):
              ("peak RSS MiB, torch fixed data", "fixed_rss"),
              ("CPUs other processes kept busy: ptc train", "ptc_other"),
              ("CPUs other processes kept busy: torch recipe", "torch_other"),
-             ("CPUs other processes kept busy: torch fixed data", "fixed_other")]
+             ("CPUs other processes kept busy: torch fixed data", "fixed_other"),
+             ("CPUs other processes kept busy: ptc train bf16", "ptcbf_other"),
+             ("CPUs other processes kept busy: torch recipe autocast bf16", "torchbf_other")]
+    if not any(row["ptcbf_train"] or row["torchbf_train"] for row in rows):  # BENCH_BF16=0
+        names = [(label, k) for label, k in names if "bf_" not in k]
     for label, k in names:
         fmt = "%.2f" if k.endswith("other") else "%.1f"
         q = f(M_quiet[k], fmt) if not k.endswith("other") else ""
@@ -472,6 +506,13 @@ if mode in ("throughput", "all"):
          f"{f(M['fixed_train'])} | {f(r_fix, '%.2fx')} | (>= 1.2x) | {verdict(r_fix, 1.2)} |")
     emit(f"| inference images/s (test split: batches made + forward + loss) | {f(M['ptc_infer'])} | "
          f"{f(M['torch_infer'])} | {f(r_infer, '%.2fx')} | >= 1.3x | {verdict(r_infer, 1.3)} |")
+    if any(k == "ptcbf_train" for _, k in names):
+        # bf16: its own medians (undisturbed where both sides have such a run)
+        Mb = M_quiet if M_quiet["ptcbf_train"] and M_quiet["torchbf_train"] else M_all
+        r_bf = ratio(Mb["ptcbf_train"], Mb["torchbf_train"])
+        emit(f"| bf16 training images/s: ptc --precision bf16 vs torch autocast bf16 (same recipe) "
+             f"| {f(Mb['ptcbf_train'])} | {f(Mb['torchbf_train'])} | {f(r_bf, '%.2fx')} | "
+             f">= 1.5x | {verdict(r_bf, 1.5)} |")
     r_ifix = ratio(M["ptc_infer"], M["fixed_infer"])
     emit(f"| inference images/s vs torch eval forward on fixed data | {f(M['ptc_infer'])} | "
          f"{f(M['fixed_infer'])} | {f(r_ifix, '%.2fx')} | (>= 1.3x) | {verdict(r_ifix, 1.3)} |")
@@ -568,7 +609,8 @@ if mode == "parity":
     ntrain = "/".join(str(n) for n in sorted(train_n)) or parity_samples
     ntest = "/".join(str(n) for n in sorted(test_n)) or "n/a"
     emit()
-    emit(f"### Accuracy parity: {flops['arch']}, Fashion-MNIST, the first {ntrain} training "
+    emit(f"### Accuracy parity ({'bf16: ptc --precision bf16, torch autocast bf16' if precision == 'bf16' else 'float32'}): "
+         f"{flops['arch']}, Fashion-MNIST, the first {ntrain} training "
          f"images, {ntest} test images, {parity_epochs} epoch(s), batch {batch}, seeds "
          f"{' '.join(seeds)}")
     emit()
