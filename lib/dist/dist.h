@@ -25,10 +25,14 @@
  *   - buckets: parameters in reverse order, a bucket closed as soon as its size reaches the cap
  *     (the first bucket 1 MiB, the others bucket_bytes, 25 MiB by default), as
  *     torch's compute_bucket_assignment_by_size does on the order gradients become ready;
- *   - a gradient is copied into its bucket multiplied by 1 / world (torch scales before the sum,
- *     in the gradient's precision), a complete bucket's all-reduce (sum) starts at once if every
+ *   - gradients are views into the buckets (torch's gradient_as_bucket_view) where the backend
+ *     can bind a tensor to outside memory (tensor_bind_raw: ref, dnnl): backward writes each one
+ *     into its slot and nothing is copied; otherwise (device backends) a gradient is copied into
+ *     its bucket and the averages back;
+ *   - a gradient is multiplied by 1 / world when it is final (torch scales before the sum, in
+ *     the gradient's precision), a complete bucket's all-reduce (sum) starts at once if every
  *     earlier bucket has started (buckets start in order on every rank), and runs while backward
- *     goes on; finish waits for the rest and copies the averages back;
+ *     goes on; finish waits for the rest;
  *   - broadcast: parameters and buffers from rank 0 at the start (DDP's constructor), and the
  *     buffers (running statistics, num_batches_tracked) before every training forward
  *     (broadcast_buffers=True).
@@ -121,7 +125,8 @@ typedef struct ptc__reducer_stats {
 
 /* Buckets for m's parameters over c; checks that every rank lays the tensors out alike and that
  * the model has the same entries everywhere, then broadcasts parameters and buffers from rank 0.
- * Installs itself as m's gradient hook. */
+ * Installs itself as m's gradient hook and, with views, binds m's gradients to the buckets until
+ * ptc__reducer_free (m's parameter tensors must not be replaced meanwhile; m outlives it). */
 int ptc__reducer_new(ptc__reducer **out, ptc_comm *c, ptc__model *m, const ptc__reducer_params *p,
                      ptc_error *err);
 void ptc__reducer_free(ptc__reducer *r); /* accepts NULL; removes the hook */

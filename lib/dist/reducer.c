@@ -2,13 +2,17 @@
  * reducer.c - the DDP reducer: gradients averaged over the ranks in buckets whose all-reduces
  * overlap backward, and the broadcasts that keep the replicas equal (see dist.h).
  *
- * Per step: prepare marks every bucket empty; backward calls on_grad for each parameter as its
- * gradient becomes final; on_grad copies the gradient into its bucket multiplied by 1 / world,
- * and when the bucket is complete it starts the all-reduce of that bucket and of every later
- * complete one, strictly in bucket order (every rank must start the same collectives in the same
- * order). Between gradients it tests the requests in flight, which is what lets MPI move them
- * forward while backward computes. finish starts whatever is left, waits for everything and
- * copies the averages back into the gradients.
+ * Gradients as views (torch's gradient_as_bucket_view): on a host backend with tensor_bind_raw
+ * every parameter's gradient is bound, once, to its slot of a bucket, so backward writes it
+ * there. Per step: prepare marks every bucket empty; backward calls on_grad for each parameter as
+ * its gradient becomes final; on_grad multiplies the gradient by 1 / world in place (a view) or
+ * as it copies it into its slot (backends without views, device backends), and when the bucket is
+ * complete it starts the all-reduce of that bucket and of every later complete one, strictly in
+ * bucket order (every rank must start the same collectives in the same order). Between gradients
+ * it tests the requests in flight, which is what lets MPI move them forward while backward
+ * computes. finish starts whatever is left and waits for everything; a view then already holds
+ * the average (the backend is only told its bytes changed), a copy is copied back. Host slots
+ * start on 64-byte boundaries (zero padding between them, summed as zeros).
  *
  * Invariants: a bucket's all-reduce starts only when all of its gradients are in it; a parameter
  * is counted once per step (a second gradient for it is an error, as in torch's reducer); the
@@ -28,6 +32,8 @@
 #include <string.h>
 #include <time.h>
 
+#define SLOT_ALIGN 64 /* bytes: where host slots start (tensor_bind_raw's alignment) */
+
 typedef struct slot {
     ptc__entry *e;
     int bucket;
@@ -37,10 +43,12 @@ typedef struct slot {
 
 typedef struct bucket {
     size_t first, count; /* slots[first .. first + count) */
-    size_t bytes;
-    void *buf;      /* host memory, or the device backend's (raw_alloc) */
-    size_t pending; /* gradients still to come this step */
-    ptc__creq *req; /* the all-reduce in flight, or NULL */
+    size_t bytes;        /* the slots laid out, with the alignment padding of host buckets */
+    size_t fill;         /* the gradients' own bytes, which the cap is compared with */
+    void *buf;           /* host memory (64-byte aligned), or the device backend's (raw_alloc) */
+    void *mem;           /* the host allocation buf lies in */
+    size_t pending;      /* gradients still to come this step */
+    ptc__creq *req;      /* the all-reduce in flight, or NULL */
     int started;
 } bucket;
 
@@ -48,6 +56,7 @@ struct ptc__reducer {
     ptc_comm *c;  /* layout check and broadcasts */
     ptc_comm *bc; /* the buckets' all-reduces: c, or the device communicator */
     int device;   /* buckets in device memory */
+    int views;    /* gradients are views into the buckets (tensor_bind_raw) */
     ptc__model *m;
     const ptc__backend_ops *ops;
     ptc__be *be;
@@ -203,6 +212,10 @@ static int make_buckets(ptc__reducer *r, const ptc__reducer_params *p, ptc_error
         int rc = r->ops->tensor_raw_size(r->be, e->grad, &b, &layout, err);
         if (rc < 0)
             return rc;
+        /* Host slots start on 64-byte boundaries, so that a gradient bound to its slot is
+         * aligned as the backend's own tensors are; the padding between them stays zero. */
+        if (!r->device)
+            bk->bytes = (bk->bytes + SLOT_ALIGN - 1) & ~(size_t)(SLOT_ALIGN - 1);
         slot *s = &r->slots[r->nslots];
         *s = (slot){.e = e, .bucket = r->nbuckets, .offset = bk->bytes, .bytes = b};
         r->slot_of[i] = (int)r->nslots;
@@ -210,8 +223,9 @@ static int make_buckets(ptc__reducer *r, const ptc__reducer_params *p, ptc_error
             bk->first = r->nslots;
         bk->count++;
         bk->bytes += b;
+        bk->fill += b;
         r->nslots++;
-        if (bk->bytes >= cap) {
+        if (bk->fill >= cap) {
             r->nbuckets++;
             bk = &r->buckets[r->nbuckets];
             cap = p->bucket_bytes;
@@ -226,12 +240,12 @@ static int make_buckets(ptc__reducer *r, const ptc__reducer_params *p, ptc_error
             if (rc < 0)
                 return rc;
         } else {
-            if (!(q->buf = ptc__malloc(q->bytes)))
+            if (!(q->mem = ptc__calloc(1, q->bytes + SLOT_ALIGN)))
                 return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory for a %zu-byte bucket",
                                 q->bytes);
-            memset(q->buf, 0, q->bytes);
+            q->buf = (void *)(((uintptr_t)q->mem + SLOT_ALIGN - 1) & ~(uintptr_t)(SLOT_ALIGN - 1));
         }
-        r->st.bytes += q->bytes;
+        r->st.bytes += q->fill;
     }
     r->st.nbuckets = r->nbuckets;
     return 0;
@@ -264,6 +278,23 @@ static int calibrate(ptc__reducer *r, ptc_error *err)
     for (int k = 0; !r->device && k < r->nbuckets; k++)
         memset(r->buckets[k].buf, 0, r->buckets[k].bytes);
     return 0;
+}
+
+/* Every gradient becomes a view into its slot (torch's gradient_as_bucket_view): the backward
+ * writes it there, on_grad scales it in place and the all-reduce sums it where it lies, so that
+ * no gradient is copied into a bucket or back. raw NULL gives every gradient its own storage
+ * back (with its current values), as the reducer leaves the model. */
+static int bind_views(ptc__reducer *r, int on, ptc_error *err)
+{
+    int rc = 0;
+    for (size_t i = 0; i < r->nslots; i++) {
+        slot *s = &r->slots[i];
+        void *raw = on ? (unsigned char *)r->buckets[s->bucket].buf + s->offset : NULL;
+        int brc = r->ops->tensor_bind_raw(r->be, s->e->grad, raw, err);
+        if (rc == 0)
+            rc = brc; /* unbinding goes on past a failure: no gradient may keep a freed bucket */
+    }
+    return rc;
 }
 
 /* ---- a step ------------------------------------------------------------------------------------- */
@@ -314,8 +345,11 @@ static int on_grad(void *ctx, ptc__entry *e, ptc_error *err)
                         e->name);
     bucket *q = &r->buckets[s->bucket];
     double t0 = now();
-    int rc =
-        r->ops->tensor_pack(r->be, e->grad, (unsigned char *)q->buf + s->offset, r->scale, err);
+    /* A view is scaled where it lies (the same x * (float)(1 / world) as the copy's). */
+    int rc = r->views && r->scale == 1.0
+                 ? 0
+                 : r->ops->tensor_pack(r->be, e->grad, (unsigned char *)q->buf + s->offset,
+                                       r->scale, err);
     r->st.pack_seconds += now() - t0;
     if (rc < 0)
         return rc;
@@ -366,8 +400,11 @@ int ptc__reducer_finish(ptc__reducer *r, ptc_error *err)
                         r->nbuckets - r->next, r->nbuckets);
     for (size_t i = 0; i < r->nslots && rc == 0; i++) {
         slot *s = &r->slots[i];
-        rc = r->ops->tensor_unpack(r->be, s->e->grad,
-                                   (unsigned char *)r->buckets[s->bucket].buf + s->offset, err);
+        void *raw = (unsigned char *)r->buckets[s->bucket].buf + s->offset;
+        /* a view: the sums are already the gradient; the backend only learns that its bytes
+         * changed behind its back */
+        rc = r->views ? r->ops->tensor_bind_raw(r->be, s->e->grad, raw, err)
+                      : r->ops->tensor_unpack(r->be, s->e->grad, raw, err);
     }
     r->st.exposed_seconds += t1 - t0;
     r->st.pack_seconds += now() - t1;
@@ -397,6 +434,7 @@ int ptc__reducer_new(ptc__reducer **out, ptc_comm *c, ptc__model *m, const ptc__
     r->be = ptc__model_be(m);
     r->scale = 1.0 / (double)c->size;
     r->device = r->ops->raw_alloc != NULL;
+    r->views = !r->device && r->ops->tensor_bind_raw != NULL && c->size > 1;
     r->bc = r->device && p->device_comm ? p->device_comm : c;
     int rc = 0;
     if (r->device && !p->device_comm && c->size > 1)
@@ -433,6 +471,8 @@ int ptc__reducer_new(ptc__reducer **out, ptc_comm *c, ptc__model *m, const ptc__
             err);
     if (rc == 0 && c->size > 1)
         rc = calibrate(r, err);
+    if (rc == 0 && r->views && (rc = bind_views(r, 1, err)) < 0)
+        bind_views(r, 0, NULL);
     if (rc < 0)
         goto fail;
     ptc__model_set_grad_hook(m, on_grad, r);
@@ -448,13 +488,19 @@ void ptc__reducer_free(ptc__reducer *r)
     if (!r)
         return;
     ptc__model_set_grad_hook(r->m, NULL, NULL);
-    for (int k = 0; k < r->nbuckets; k++) {
-        if (r->buckets[k].req)
+    /* the waits first: an all-reduce in flight may still write the views' bytes */
+    for (int k = 0; k < r->nbuckets; k++)
+        if (r->buckets[k].req) {
             r->bc->ops->wait(r->bc, r->buckets[k].req, NULL);
+            r->buckets[k].req = NULL;
+        }
+    if (r->views)
+        bind_views(r, 0, NULL);
+    for (int k = 0; k < r->nbuckets; k++) {
         if (r->device)
             r->ops->raw_free(r->be, r->buckets[k].buf);
         else
-            ptc__free(r->buckets[k].buf);
+            ptc__free(r->buckets[k].mem);
     }
     ptc__free(r->buckets);
     ptc__free(r->slots);
