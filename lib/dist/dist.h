@@ -66,6 +66,13 @@ typedef struct ptc__comm_ops {
     int (*barrier)(ptc_comm *c, ptc_error *err);
     /* recv: size x bytes, rank r's block at r x bytes. */
     int (*allgather)(ptc_comm *c, const void *send, void *recv, size_t bytes, ptc_error *err);
+    /* Optional (NULL where absent): memory that every rank of the group maps, for the reducer's
+     * all-reduce through shared memory when all ranks run on one machine. Collective. Every rank
+     * contributes a zeroed block of bytes; base (size entries) receives rank r's block as this
+     * process sees it, each 64-byte aligned; *handle goes to shared_free (collective too).
+     * PTC_EUNSUPPORTED, on every rank alike, when the ranks are not all on this machine. */
+    int (*shared_alloc)(ptc_comm *c, size_t bytes, void **base, void **handle, ptc_error *err);
+    void (*shared_free)(ptc_comm *c, void *handle);
     void (*abort)(ptc_comm *c, int code);
     void (*close)(ptc_comm *c);
 } ptc__comm_ops;

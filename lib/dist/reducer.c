@@ -28,6 +28,7 @@
  */
 #include "dist/dist.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -50,6 +51,8 @@ typedef struct bucket {
     size_t pending;      /* gradients still to come this step */
     ptc__creq *req;      /* the all-reduce in flight, or NULL */
     int started;
+    size_t shm_off; /* shared memory: where the bucket lies in every rank's block */
+    size_t lo, hi;  /* shared memory: the floats this rank sums for everyone */
 } bucket;
 
 struct ptc__reducer {
@@ -70,6 +73,12 @@ struct ptc__reducer {
     unsigned char *bufs; /* buffers and counters, for the broadcast before each forward */
     size_t bufs_bytes;
     ptc__reducer_stats st;
+    /* All ranks on one machine, views: buckets in shared memory (see "shared memory" below) */
+    int shm;
+    void *shm_handle;
+    unsigned char **peer; /* [world]: each rank's block as seen here */
+    uint64_t gen;         /* the step's number in the flags (1, 2, ...) */
+    int cursor;           /* the first bucket whose share this rank has not summed this step */
 };
 
 static double now(void)
@@ -191,6 +200,8 @@ static int check_alike(ptc__reducer *r, ptc_error *err)
 /* torch's compute_bucket_assignment_by_size over the parameters in reverse order: a bucket takes
  * parameters until its size reaches its cap; the first cap is first_bucket_bytes, then
  * bucket_bytes. */
+static int shm_alloc(ptc__reducer *r, ptc_error *err);
+
 static int make_buckets(ptc__reducer *r, const ptc__reducer_params *p, ptc_error *err)
 {
     size_t n = ptc__model_nentries(r->m), np = ptc__model_nparams(r->m);
@@ -233,10 +244,17 @@ static int make_buckets(ptc__reducer *r, const ptc__reducer_params *p, ptc_error
     }
     if (bk->count)
         r->nbuckets++;
+    int rc = r->shm ? shm_alloc(r, err) : PTC_EUNSUPPORTED;
+    if (rc == PTC_EUNSUPPORTED)
+        r->shm = 0; /* ranks on several machines: private buckets and MPI */
+    else if (rc < 0)
+        return rc;
     for (int k = 0; k < r->nbuckets; k++) {
         bucket *q = &r->buckets[k];
-        if (r->device) {
-            int rc = r->ops->raw_alloc(r->be, &q->buf, q->bytes, err);
+        if (r->shm) {
+            /* in shared memory already */
+        } else if (r->device) {
+            rc = r->ops->raw_alloc(r->be, &q->buf, q->bytes, err);
             if (rc < 0)
                 return rc;
         } else {
@@ -249,6 +267,130 @@ static int make_buckets(ptc__reducer *r, const ptc__reducer_params *p, ptc_error
     }
     r->st.nbuckets = r->nbuckets;
     return 0;
+}
+
+/* ---- shared memory ------------------------------------------------------------------------------
+ *
+ * When every rank runs on this machine and gradients are views, the buckets lie in memory that
+ * every rank maps (the communicator's shared_alloc), and the all-reduce is done by the ranks
+ * themselves, without MPI: rank r sums its share [lo, hi) of each bucket over every rank's copy,
+ * in rank order, and writes the sum into every copy. Each rank's block starts with two flags per
+ * bucket, each on its own cache line: ready (this rank's gradients of the bucket are final and
+ * scaled, for step gen) and done (this rank's share of the bucket is summed into every copy).
+ * A rank sums a bucket's share once every rank's ready says gen, in bucket order, between the
+ * layers of backward (progress) and after it (finish), and finish returns once every rank's done
+ * says gen for every bucket: then no rank reads or writes another's bucket before the next step's
+ * ready, so the next backward may write its gradients. For two ranks the sum is a + b, which is
+ * MPI's; for more, the fixed rank order makes it the same on every rank and every run.
+ * Flags are stored with release and loaded with acquire ordering. A wait yields the processor
+ * (sched_yield): the rank waited for may need it. */
+
+#define FLAG_STRIDE 64 /* bytes: one flag per cache line */
+
+static uint64_t *flag_of(const ptc__reducer *r, int rank, int k, int which)
+{
+    return (uint64_t *)(r->peer[rank] + ((size_t)k * 2 + (size_t)which) * FLAG_STRIDE);
+}
+
+enum { FLAG_READY, FLAG_DONE };
+
+static int shm_alloc(ptc__reducer *r, ptc_error *err)
+{
+    if (!(r->peer = ptc__calloc((size_t)r->c->size, sizeof *r->peer)))
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    size_t off = (size_t)r->nbuckets * 2 * FLAG_STRIDE;
+    int world = r->c->size;
+    for (int k = 0; k < r->nbuckets; k++) {
+        bucket *q = &r->buckets[k];
+        q->shm_off = off;
+        off += (q->bytes + SLOT_ALIGN - 1) & ~(size_t)(SLOT_ALIGN - 1);
+        /* this rank's share, on 16-float (cache line) boundaries */
+        size_t n = q->bytes / 4, lines = (n + 15) / 16;
+        q->lo = lines * (size_t)r->c->rank / (size_t)world * 16;
+        q->hi = lines * ((size_t)r->c->rank + 1) / (size_t)world * 16;
+        if (q->hi > n)
+            q->hi = n;
+        if (q->lo > q->hi)
+            q->lo = q->hi;
+    }
+    int rc = r->c->ops->shared_alloc(r->c, off, (void **)r->peer, &r->shm_handle, err);
+    if (rc < 0)
+        return rc;
+    for (int k = 0; k < r->nbuckets; k++)
+        r->buckets[k].buf = r->peer[r->c->rank] + r->buckets[k].shm_off;
+    return 0;
+}
+
+static int all_flags(const ptc__reducer *r, int k, int which)
+{
+    for (int q = 0; q < r->c->size; q++)
+        if (__atomic_load_n(flag_of(r, q, k, which), __ATOMIC_ACQUIRE) != r->gen)
+            return 0;
+    return 1;
+}
+
+static void sum2(float *restrict a, float *restrict b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float s = a[i] + b[i];
+        a[i] = s;
+        b[i] = s;
+    }
+}
+
+/* This rank's share of bucket k: the sum over the ranks into every rank's copy. */
+static void shm_sum(ptc__reducer *r, int k)
+{
+    const bucket *q = &r->buckets[k];
+    int world = r->c->size;
+    if (world == 2) {
+        sum2((float *)(r->peer[0] + q->shm_off) + q->lo, (float *)(r->peer[1] + q->shm_off) + q->lo,
+             q->hi - q->lo);
+    } else {
+        for (size_t i = q->lo; i < q->hi; i++) {
+            float s = ((const float *)(r->peer[0] + q->shm_off))[i];
+            for (int p = 1; p < world; p++)
+                s += ((const float *)(r->peer[p] + q->shm_off))[i];
+            for (int p = 0; p < world; p++)
+                ((float *)(r->peer[p] + q->shm_off))[i] = s;
+        }
+    }
+    __atomic_store_n(flag_of(r, r->c->rank, k, FLAG_DONE), r->gen, __ATOMIC_RELEASE);
+}
+
+/* Sums the shares of every bucket from the cursor on that every rank has made ready; with wait,
+ * of every launched bucket, waiting for the other ranks' ready. */
+static void shm_progress(ptc__reducer *r, int wait)
+{
+    while (r->cursor < r->next) {
+        if (!all_flags(r, r->cursor, FLAG_READY)) {
+            if (!wait)
+                return;
+            sched_yield();
+            continue;
+        }
+        shm_sum(r, r->cursor++);
+    }
+}
+
+/* After this rank's last share: every rank's share of every bucket summed. */
+static void shm_wait_done(ptc__reducer *r)
+{
+    for (int k = 0; k < r->nbuckets; k++)
+        while (!all_flags(r, k, FLAG_DONE))
+            sched_yield();
+}
+
+/* A step's all-reduce with nothing else running (the calibration). */
+static void shm_allreduce_alone(ptc__reducer *r)
+{
+    r->gen++;
+    r->cursor = 0;
+    r->next = r->nbuckets;
+    for (int k = 0; k < r->nbuckets; k++)
+        __atomic_store_n(flag_of(r, r->c->rank, k, FLAG_READY), r->gen, __ATOMIC_RELEASE);
+    shm_progress(r, 1);
+    shm_wait_done(r);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -264,7 +406,9 @@ static int calibrate(ptc__reducer *r, ptc_error *err)
     double t[5];
     for (int round = -1; round < 5; round++) {
         double t0 = now();
-        for (int k = 0; k < r->nbuckets; k++) {
+        if (r->shm)
+            shm_allreduce_alone(r);
+        for (int k = 0; !r->shm && k < r->nbuckets; k++) {
             int rc = r->bc->ops->allreduce(r->bc, r->buckets[k].buf, r->buckets[k].bytes / 4,
                                            PTC__C_F32, PTC__C_SUM, err);
             if (rc < 0)
@@ -304,6 +448,12 @@ static int launch_ready(ptc__reducer *r, ptc_error *err)
 {
     while (r->next < r->nbuckets && r->buckets[r->next].pending == 0) {
         bucket *q = &r->buckets[r->next];
+        if (r->shm) {
+            __atomic_store_n(flag_of(r, r->c->rank, r->next, FLAG_READY), r->gen, __ATOMIC_RELEASE);
+            q->started = 1;
+            r->next++;
+            continue;
+        }
         int rc = r->bc->ops->iallreduce(r->bc, q->buf, q->bytes / 4, PTC__C_F32, PTC__C_SUM,
                                         &q->req, err);
         if (rc < 0)
@@ -317,6 +467,10 @@ static int launch_ready(ptc__reducer *r, ptc_error *err)
 /* Lets MPI move the collectives in flight forward. */
 static int progress(ptc__reducer *r, ptc_error *err)
 {
+    if (r->shm) {
+        shm_progress(r, 0);
+        return 0;
+    }
     for (int k = 0; k < r->next; k++) {
         bucket *q = &r->buckets[k];
         int done;
@@ -369,6 +523,8 @@ void ptc__reducer_prepare(ptc__reducer *r)
         r->buckets[k].started = 0;
     }
     r->next = 0;
+    r->cursor = 0;
+    r->gen++;
     r->active = 1;
 }
 
@@ -383,6 +539,10 @@ int ptc__reducer_finish(ptc__reducer *r, ptc_error *err)
                           r->slots[i].e->name);
     /* Every request is waited for, also after an error, so that none is left in flight. */
     double t0 = now();
+    if (r->shm && rc == 0 && r->next == r->nbuckets) {
+        shm_progress(r, 1);
+        shm_wait_done(r);
+    }
     for (int k = 0; k < r->nbuckets; k++) {
         bucket *q = &r->buckets[k];
         if (!q->req)
@@ -435,6 +595,7 @@ int ptc__reducer_new(ptc__reducer **out, ptc_comm *c, ptc__model *m, const ptc__
     r->scale = 1.0 / (double)c->size;
     r->device = r->ops->raw_alloc != NULL;
     r->views = !r->device && r->ops->tensor_bind_raw != NULL && c->size > 1;
+    r->shm = r->views && c->ops->shared_alloc != NULL;
     r->bc = r->device && p->device_comm ? p->device_comm : c;
     int rc = 0;
     if (r->device && !p->device_comm && c->size > 1)
@@ -502,6 +663,9 @@ void ptc__reducer_free(ptc__reducer *r)
         else
             ptc__free(r->buckets[k].mem);
     }
+    if (r->shm_handle)
+        r->c->ops->shared_free(r->c, r->shm_handle);
+    ptc__free(r->peer);
     ptc__free(r->buckets);
     ptc__free(r->slots);
     ptc__free(r->slot_of);
