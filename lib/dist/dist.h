@@ -33,6 +33,9 @@
  *     the gradient's precision), a complete bucket's all-reduce (sum) starts at once if every
  *     earlier bucket has started (buckets start in order on every rank), and runs while backward
  *     goes on; finish waits for the rest;
+ *   - ranks all on one machine with views (shared_alloc) keep the buckets in shared memory and
+ *     sum them themselves (reducer.c, "shared memory"), scaling each gradient as the sum reads
+ *     it; otherwise MPI's iallreduce, tested between the layers of backward;
  *   - broadcast: parameters and buffers from rank 0 at the start (DDP's constructor), and the
  *     buffers (running statistics, num_batches_tracked) before every training forward
  *     (broadcast_buffers=True).

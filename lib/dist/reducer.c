@@ -274,14 +274,15 @@ static int make_buckets(ptc__reducer *r, const ptc__reducer_params *p, ptc_error
  * When every rank runs on this machine and gradients are views, the buckets lie in memory that
  * every rank maps (the communicator's shared_alloc), and the all-reduce is done by the ranks
  * themselves, without MPI: rank r sums its share [lo, hi) of each bucket over every rank's copy,
- * in rank order, and writes the sum into every copy. Each rank's block starts with two flags per
- * bucket, each on its own cache line: ready (this rank's gradients of the bucket are final and
- * scaled, for step gen) and done (this rank's share of the bucket is summed into every copy).
+ * in rank order, each gradient multiplied by 1 / world as it is read (so no pass of its own
+ * scales them), and writes the sum into every copy. Each rank's block starts with two flags per
+ * bucket, each on its own cache line: ready (this rank's gradients of the bucket are final, for
+ * step gen) and done (this rank's share of the bucket is summed into every copy).
  * A rank sums a bucket's share once every rank's ready says gen, in bucket order, between the
  * layers of backward (progress) and after it (finish), and finish returns once every rank's done
  * says gen for every bucket: then no rank reads or writes another's bucket before the next step's
- * ready, so the next backward may write its gradients. For two ranks the sum is a + b, which is
- * MPI's; for more, the fixed rank order makes it the same on every rank and every run.
+ * ready, so the next backward may write its gradients. For two ranks the sum is a/2 + b/2
+ * (each product rounded), which is what scaling before MPI's sum gives; for more, the fixed rank order makes it the same on every rank and every run.
  * Flags are stored with release and loaded with acquire ordering. A wait yields the processor
  * (sched_yield): the rank waited for may need it. */
 
@@ -329,28 +330,44 @@ static int all_flags(const ptc__reducer *r, int k, int which)
     return 1;
 }
 
-static void sum2(float *restrict a, float *restrict b, size_t n)
+/* a = b = a x h + b x h, each product rounded before the sum (no fused multiply-add): the bits
+ * of scaling each rank's gradient first and summing after. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=off")))
+#endif
+static void
+sum2(float *restrict a, float *restrict b, float h, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
-        float s = a[i] + b[i];
+        float x = a[i] * h;
+        float y = b[i] * h;
+        float s = x + y;
         a[i] = s;
         b[i] = s;
     }
 }
 
-/* This rank's share of bucket k: the sum over the ranks into every rank's copy. */
-static void shm_sum(ptc__reducer *r, int k)
+/* This rank's share of bucket k: the sum over the ranks of each gradient x (float)(1 / world),
+ * into every rank's copy. */
+#if defined(__GNUC__) && !defined(__clang__)
+__attribute__((optimize("fp-contract=off")))
+#endif
+static void
+shm_sum(ptc__reducer *r, int k)
 {
     const bucket *q = &r->buckets[k];
+    const float h = (float)r->scale; /* tensor_pack's rounding of the scale */
     int world = r->c->size;
     if (world == 2) {
         sum2((float *)(r->peer[0] + q->shm_off) + q->lo, (float *)(r->peer[1] + q->shm_off) + q->lo,
-             q->hi - q->lo);
+             h, q->hi - q->lo);
     } else {
         for (size_t i = q->lo; i < q->hi; i++) {
-            float s = ((const float *)(r->peer[0] + q->shm_off))[i];
-            for (int p = 1; p < world; p++)
-                s += ((const float *)(r->peer[p] + q->shm_off))[i];
+            float s = ((const float *)(r->peer[0] + q->shm_off))[i] * h;
+            for (int p = 1; p < world; p++) {
+                float x = ((const float *)(r->peer[p] + q->shm_off))[i] * h;
+                s += x;
+            }
             for (int p = 0; p < world; p++)
                 ((float *)(r->peer[p] + q->shm_off))[i] = s;
         }
@@ -499,8 +516,9 @@ static int on_grad(void *ctx, ptc__entry *e, ptc_error *err)
                         e->name);
     bucket *q = &r->buckets[s->bucket];
     double t0 = now();
-    /* A view is scaled where it lies (the same x * (float)(1 / world) as the copy's). */
-    int rc = r->views && r->scale == 1.0
+    /* A view is scaled where it lies (the same x * (float)(1 / world) as the copy's); in shared
+     * memory the sum scales each rank's gradient as it reads it (shm_sum). */
+    int rc = r->views && (r->scale == 1.0 || r->shm)
                  ? 0
                  : r->ops->tensor_pack(r->be, e->grad, (unsigned char *)q->buf + s->offset,
                                        r->scale, err);
