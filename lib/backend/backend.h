@@ -185,6 +185,17 @@ typedef struct ptc__backend_ops {
     int (*tensor_pack)(ptc__be *be, const ptc__bt *t, void *dst, double scale, ptc_error *err);
     /* t = src in raw form. */
     int (*tensor_unpack)(ptc__be *be, ptc__bt *t, const void *src, ptc_error *err);
+    /* Optional (NULL where absent; host backends only): t's storage becomes raw, host memory of
+     * tensor_raw_size bytes, 64-byte aligned, which then holds t in raw form (t's values are
+     * copied there first), so that every later write of t lands in raw and every read of t reads
+     * it: the DDP reducer keeps gradients as views into its buckets this way (torch's
+     * gradient_as_bucket_view), and all-reduces them where the backward wrote them. raw NULL
+     * gives t its own storage back (the values copied there). raw equal to the current storage
+     * only tells the backend that its bytes were changed from outside (caches keyed on t's
+     * contents are dropped). The caller keeps raw alive and untouched by others while it is
+     * bound, and unbinds before freeing it; t may be freed while bound (raw is not freed).
+     * PTC_EINVAL when raw is not 64-byte aligned. */
+    int (*tensor_bind_raw)(ptc__be *be, ptc__bt *t, void *raw, ptc_error *err);
 
     /* ---- device backends (NULL in host backends) ----
      * For a device backend, dst and src of tensor_pack / tensor_unpack may be memory from

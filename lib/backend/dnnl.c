@@ -613,6 +613,27 @@ static int dn_tensor_unpack(ptc__be *be, ptc__bt *t, const void *src, ptc_error 
     return 0;
 }
 
+/* Moves t's oneDNN memory onto raw (or back onto the buffer it was made with): the memory
+ * object's handle and t->m.data change together, so primitives and the loops that read
+ * t->m.data see the same bytes. t->m.raw stays the allocation dmem_free frees. */
+static int dn_tensor_bind_raw(ptc__be *be, ptc__bt *t, void *raw, ptc_error *err)
+{
+    TRY(ptc__dn_nonnull(be, t, "tensor_bind_raw: t", err));
+    if ((uintptr_t)raw % 64)
+        return ptc__err(err, PTC_EINVAL, "", -1, "dnnl: tensor_bind_raw: %p is not 64-byte aligned",
+                        raw);
+    float *to = raw ? raw : (float *)(((uintptr_t)t->m.raw + 63) & ~(uintptr_t)63);
+    if (to != t->m.data) {
+        dnnl_status_t st = dnnl_memory_set_data_handle(t->m.mem, to);
+        if (st != dnnl_success)
+            return ptc__dn_fail(err, st, "dnnl_memory_set_data_handle", __FILE__, __LINE__);
+        memcpy(to, t->m.data, t->m.nbytes);
+        t->m.data = to;
+    }
+    ptc__dn_touch(be, t);
+    return 0;
+}
+
 static int dn_tensor_fill(ptc__be *be, ptc__bt *t, double value, ptc_error *err)
 {
     TRY(ptc__dn_nonnull(be, t, "tensor_fill: t", err));
@@ -844,6 +865,7 @@ const ptc__backend_ops ptc__backend_dnnl = {
     .tensor_raw_size = dn_tensor_raw_size,
     .tensor_pack = dn_tensor_pack,
     .tensor_unpack = dn_tensor_unpack,
+    .tensor_bind_raw = dn_tensor_bind_raw,
     .add = dn_add,
     .accumulate = dn_accumulate,
     .conv_plan = ptc__dn_conv_plan,

@@ -45,6 +45,7 @@ struct ptc__bt {
     int dims[4];   /* [n][c][h][w] */
     int64_t numel; /* the product of dims */
     void *data;    /* numel elements of be->dtype, plain layout */
+    void *own;     /* the storage it was made with: data, or tensor_bind_raw moved data away */
 };
 
 typedef enum op_kind { OP_CONV = 1, OP_BN, OP_MAXPOOL } op_kind;
@@ -252,6 +253,7 @@ static int ref_tensor_new(ptc__be *be, ptc__bt **out, ptc__role role, const int 
     memcpy(t->dims, dims, sizeof t->dims);
     t->numel = numel;
     t->data = data;
+    t->own = data;
     *out = t;
     return 0;
 }
@@ -261,7 +263,7 @@ static void ref_tensor_free(ptc__be *be, ptc__bt *t)
     (void)be;
     if (!t)
         return;
-    ptc__free(t->data);
+    ptc__free(t->own);
     ptc__free(t);
 }
 
@@ -332,6 +334,22 @@ static int ref_tensor_unpack(ptc__be *be, ptc__bt *t, const void *src, ptc_error
         return ptc__err(err, PTC_EINVAL, "", -1, "tensor_unpack: NULL argument");
     TRY(check_like(be, err, "tensor_unpack", "t", t, t));
     memcpy(t->data, src, (size_t)t->numel * (size_t)be->dtype);
+    return 0;
+}
+
+/* The raw form is the plain layout: t->data moves to raw (or back to t->own), values with it. */
+static int ref_tensor_bind_raw(ptc__be *be, ptc__bt *t, void *raw, ptc_error *err)
+{
+    if (!t)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_bind_raw: t is NULL");
+    TRY(check_like(be, err, "tensor_bind_raw", "t", t, t));
+    if ((uintptr_t)raw % 64)
+        return ptc__err(err, PTC_EINVAL, "", -1, "tensor_bind_raw: %p is not 64-byte aligned", raw);
+    void *to = raw ? raw : t->own;
+    if (to != t->data) {
+        memcpy(to, t->data, (size_t)t->numel * (size_t)be->dtype);
+        t->data = to;
+    }
     return 0;
 }
 
@@ -864,6 +882,7 @@ const ptc__backend_ops ptc__backend_ref = {
     .tensor_raw_size = ref_tensor_raw_size,
     .tensor_pack = ref_tensor_pack,
     .tensor_unpack = ref_tensor_unpack,
+    .tensor_bind_raw = ref_tensor_bind_raw,
     .add = ref_add,
     .accumulate = ref_accumulate,
     .conv_plan = ref_conv_plan,

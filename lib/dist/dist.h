@@ -25,10 +25,17 @@
  *   - buckets: parameters in reverse order, a bucket closed as soon as its size reaches the cap
  *     (the first bucket 1 MiB, the others bucket_bytes, 25 MiB by default), as
  *     torch's compute_bucket_assignment_by_size does on the order gradients become ready;
- *   - a gradient is copied into its bucket multiplied by 1 / world (torch scales before the sum,
- *     in the gradient's precision), a complete bucket's all-reduce (sum) starts at once if every
+ *   - gradients are views into the buckets (torch's gradient_as_bucket_view) where the backend
+ *     can bind a tensor to outside memory (tensor_bind_raw: ref, dnnl): backward writes each one
+ *     into its slot and nothing is copied; otherwise (device backends) a gradient is copied into
+ *     its bucket and the averages back;
+ *   - a gradient is multiplied by 1 / world when it is final (torch scales before the sum, in
+ *     the gradient's precision), a complete bucket's all-reduce (sum) starts at once if every
  *     earlier bucket has started (buckets start in order on every rank), and runs while backward
- *     goes on; finish waits for the rest and copies the averages back;
+ *     goes on; finish waits for the rest;
+ *   - ranks all on one machine with views (shared_alloc) keep the buckets in shared memory and
+ *     sum them themselves (reducer.c, "shared memory"), scaling each gradient as the sum reads
+ *     it; otherwise MPI's iallreduce, tested between the layers of backward;
  *   - broadcast: parameters and buffers from rank 0 at the start (DDP's constructor), and the
  *     buffers (running statistics, num_batches_tracked) before every training forward
  *     (broadcast_buffers=True).
@@ -62,6 +69,13 @@ typedef struct ptc__comm_ops {
     int (*barrier)(ptc_comm *c, ptc_error *err);
     /* recv: size x bytes, rank r's block at r x bytes. */
     int (*allgather)(ptc_comm *c, const void *send, void *recv, size_t bytes, ptc_error *err);
+    /* Optional (NULL where absent): memory that every rank of the group maps, for the reducer's
+     * all-reduce through shared memory when all ranks run on one machine. Collective. Every rank
+     * contributes a zeroed block of bytes; base (size entries) receives rank r's block as this
+     * process sees it, each 64-byte aligned; *handle goes to shared_free (collective too).
+     * PTC_EUNSUPPORTED, on every rank alike, when the ranks are not all on this machine. */
+    int (*shared_alloc)(ptc_comm *c, size_t bytes, void **base, void **handle, ptc_error *err);
+    void (*shared_free)(ptc_comm *c, void *handle);
     void (*abort)(ptc_comm *c, int code);
     void (*close)(ptc_comm *c);
 } ptc__comm_ops;
@@ -121,7 +135,8 @@ typedef struct ptc__reducer_stats {
 
 /* Buckets for m's parameters over c; checks that every rank lays the tensors out alike and that
  * the model has the same entries everywhere, then broadcasts parameters and buffers from rank 0.
- * Installs itself as m's gradient hook. */
+ * Installs itself as m's gradient hook and, with views, binds m's gradients to the buckets until
+ * ptc__reducer_free (m's parameter tensors must not be replaced meanwhile; m outlives it). */
 int ptc__reducer_new(ptc__reducer **out, ptc_comm *c, ptc__model *m, const ptc__reducer_params *p,
                      ptc_error *err);
 void ptc__reducer_free(ptc__reducer *r); /* accepts NULL; removes the hook */

@@ -18,6 +18,8 @@
 
 #include <limits.h>
 #include <mpi.h>
+#include <stdint.h>
+#include <string.h>
 
 typedef struct mpi_impl {
     MPI_Comm comm;
@@ -184,6 +186,63 @@ static int m_allgather(ptc_comm *c, const void *send, void *recv, size_t bytes, 
     return 0;
 }
 
+/* One MPI shared-memory window over the group (MPI_Win_allocate_shared, each rank's block in
+ * its own pages: alloc_shared_noncontig); every block is 64 bytes longer than asked so that its
+ * 64-byte aligned start still leaves `bytes`. Pages are mapped at page boundaries in every
+ * process, so a block's alignment is the same wherever it is seen. */
+static int m_shared_alloc(ptc_comm *c, size_t bytes, void **base, void **handle, ptc_error *err)
+{
+    *handle = NULL;
+    if (c->local_size != c->size)
+        return ptc__err(err, PTC_EUNSUPPORTED, "", -1,
+                        "rank %d: %d of the %d ranks run on this machine: no shared memory",
+                        c->rank, c->local_size, c->size);
+    if (bytes > (size_t)INT_MAX * 64)
+        return ptc__err(err, PTC_ELIMIT, "", -1, "%zu bytes of shared memory", bytes);
+    MPI_Win *win = ptc__malloc(sizeof *win);
+    if (!win)
+        return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
+    MPI_Info info;
+    void *mine = NULL;
+    int mrc = MPI_Info_create(&info);
+    if (mrc == MPI_SUCCESS) {
+        MPI_Info_set(info, "alloc_shared_noncontig", "true");
+        mrc = MPI_Win_allocate_shared((MPI_Aint)(bytes + 64), 1, info, comm_of(c), &mine, win);
+        MPI_Info_free(&info);
+    }
+    if (mrc != MPI_SUCCESS) {
+        ptc__free(win);
+        return mpi_fail(err, mrc, "MPI_Win_allocate_shared", __LINE__, c->rank);
+    }
+    memset(mine, 0, bytes + 64);
+    for (int r = 0; r < c->size && mrc == MPI_SUCCESS; r++) {
+        MPI_Aint sz = 0;
+        int unit = 0;
+        void *p = NULL;
+        mrc = MPI_Win_shared_query(*win, r, &sz, &unit, &p);
+        base[r] = (void *)(((uintptr_t)p + 63) & ~(uintptr_t)63);
+    }
+    /* every block zeroed before anyone reads it */
+    if (mrc == MPI_SUCCESS)
+        mrc = MPI_Barrier(comm_of(c));
+    if (mrc != MPI_SUCCESS) {
+        MPI_Win_free(win);
+        ptc__free(win);
+        return mpi_fail(err, mrc, "MPI_Win_shared_query", __LINE__, c->rank);
+    }
+    *handle = win;
+    return 0;
+}
+
+static void m_shared_free(ptc_comm *c, void *handle)
+{
+    (void)c;
+    if (!handle)
+        return;
+    MPI_Win_free(handle);
+    ptc__free(handle);
+}
+
 static void m_abort(ptc_comm *c, int code)
 {
     /* Every process of the job ends: the launcher reports which rank called this. */
@@ -213,6 +272,8 @@ static const ptc__comm_ops mpi_ops = {
     .bcast = m_bcast,
     .barrier = m_barrier,
     .allgather = m_allgather,
+    .shared_alloc = m_shared_alloc,
+    .shared_free = m_shared_free,
     .abort = m_abort,
     .close = m_close,
 };

@@ -1,7 +1,8 @@
 /*
  * test_dist.c - lib/dist under several processes: the MPI communicator's collectives, and the DDP
  * reducer on ResNet-18 (parameters broadcast from rank 0, gradients averaged bit for bit, rank
- * 0's buffers broadcast, a model laid out differently refused on every rank), and synchronised
+ * 0's buffers broadcast, a model laid out differently refused on every rank, gradients kept as
+ * views into the buckets giving the bits of copies), and synchronised
  * batchnorm (N ranks of B images compute what one process computes on N x B).
  *
  * Run by tests/dist/run.sh as `mpirun -np N test_dist [BACKENDS]` (N >= 2). Every rank checks and prints its
@@ -268,6 +269,118 @@ out:
     free(wv);
     free(w0);
     fixture_close(&f);
+}
+
+/* ---- gradients as views into the buckets ------------------------------------------------------ */
+
+/* Every parameter's gradient (or value, params 1) of m, concatenated, into a new array. */
+static float *all_of(fixture *f, int params, size_t *count, ptc_error *err)
+{
+    size_t total = 0, off = 0;
+    for (size_t i = 0; i < ptc__model_nentries(f->m); i++)
+        if (ptc__model_entry(f->m, i)->kind == PTC__ENTRY_PARAM)
+            total += (size_t)ptc__model_entry(f->m, i)->numel;
+    float *v = malloc(total * sizeof *v);
+    for (size_t i = 0; v && i < ptc__model_nentries(f->m); i++) {
+        ptc__entry *e = ptc__model_entry(f->m, i);
+        if (e->kind != PTC__ENTRY_PARAM)
+            continue;
+        if ((params ? ptc__model_read_entry(f->m, e, v + off, err)
+                    : ptc__model_read_grad(f->m, e, v + off, err)) < 0) {
+            free(v);
+            return NULL;
+        }
+        off += (size_t)e->numel;
+    }
+    *count = total;
+    return v;
+}
+
+/* Counts the elements of two arrays of n floats whose bits differ. */
+static size_t bits_differ(const float *a, const float *b, size_t n)
+{
+    size_t d = 0;
+    for (size_t k = 0; k < n; k++)
+        d += memcmp(&a[k], &b[k], sizeof *a) != 0;
+    return d;
+}
+
+/* A reducer whose gradients are views into its buckets (the default where the backend has
+ * tensor_bind_raw) and one that copies them in and out give the same bits: after each of three
+ * steps (backward, reduce, SGD) both models hold the same averaged gradients and the same
+ * weights; after the reducer is freed the gradients keep their values in their own storage. */
+static void test_views(const char *backend)
+{
+    ptc_error err;
+    fixture fc, fv;
+    ptc__reducer *rc = NULL, *rv = NULL;
+    /* the copying reducer's model lives on the same backend without tensor_bind_raw */
+    static ptc__backend_ops nobind;
+    nobind = *ptc__backend_find(backend);
+    nobind.tensor_bind_raw = NULL;
+    ptc__be_params bp = {.dtype = PTC__BE_F32, .threads = 1};
+    ptc__model_params mp = {
+        .arch = PTC__ARCH_RESNET18_CIFAR, .num_classes = 10, .ops = &nobind, .seed = 31};
+    memset(&fc, 0, sizeof fc);
+    fc.ops = &nobind;
+    int ok = fixture_open(&fv, backend, 31, &err) == 0 && nobind.open(&fc.be, &bp, &err) == 0;
+    mp.be = fc.be;
+    ok = ok && ptc__model_new(&fc.m, &mp, &err) == 0;
+    CHECK(ok);
+    if (!ok || !fv.ops->tensor_bind_raw) {
+        if (!ok)
+            fprintf(stderr, "rank %d: %s\n", rank, err.message);
+        goto out;
+    }
+    ptc__reducer_params rp = {.first_bucket_bytes = 1 << 20, .bucket_bytes = 25u << 20};
+    CHECK(ptc__reducer_new(&rc, comm, fc.m, &rp, &err) == 0);
+    CHECK(ptc__reducer_new(&rv, comm, fv.m, &rp, &err) == 0);
+    if (!rc || !rv) {
+        fprintf(stderr, "rank %d: %s\n", rank, err.message);
+        goto out;
+    }
+    enum { B = 4 };
+    float x[B * 3 * 32 * 32];
+    int64_t y[B];
+    batch(x, y, B);
+    ptc__sgd_params sp = {.lr = 0.1, .momentum = 0.9, .weight_decay = 5e-4};
+    size_t n = 0, m = 0, gdiff = 0, wdiff = 0;
+    for (int step = 0; step < 3; step++) {
+        CHECK(fwd_bwd(&fc, x, y, B, rc, &err) == 0);
+        CHECK(fwd_bwd(&fv, x, y, B, rv, &err) == 0);
+        float *gc = all_of(&fc, 0, &n, &err), *gv = all_of(&fv, 0, &m, &err);
+        CHECK(gc && gv && n == m);
+        if (gc && gv && n == m)
+            gdiff += bits_differ(gc, gv, n);
+        free(gc);
+        free(gv);
+        CHECK(ptc__model_sgd_step(fc.m, &sp, sp.lr, step, &err) == 0);
+        CHECK(ptc__model_sgd_step(fv.m, &sp, sp.lr, step, &err) == 0);
+        float *wc = all_of(&fc, 1, &n, &err), *wv = all_of(&fv, 1, &m, &err);
+        CHECK(wc && wv && n == m);
+        if (wc && wv && n == m)
+            wdiff += bits_differ(wc, wv, n);
+        free(wc);
+        free(wv);
+    }
+    CHECK_INT(gdiff, 0);
+    CHECK_INT(wdiff, 0);
+    float *before = all_of(&fv, 0, &n, &err);
+    ptc__reducer_free(rv);
+    rv = NULL;
+    float *after = all_of(&fv, 0, &m, &err);
+    CHECK(before && after && n == m && bits_differ(before, after, n) == 0);
+    free(before);
+    free(after);
+    if (rank == 0)
+        printf("views (%s, %d ranks): 3 steps, %zu gradients: %zu gradient and %zu weight bits "
+               "differ from the copying reducer\n",
+               backend, world, n, gdiff, wdiff);
+out:
+    ptc__reducer_free(rv);
+    ptc__reducer_free(rc);
+    fixture_close(&fv);
+    fixture_close(&fc);
 }
 
 /* ---- a device backend's buckets ---------------------------------------------------------------- */
@@ -658,6 +771,7 @@ int main(int argc, char **argv)
     for (char *save = NULL, *b = strtok_r(list, ",", &save); b; b = strtok_r(NULL, ",", &save))
         if (ptc__backend_find(b) && ++tested) {
             test_reducer(b);
+            test_views(b);
             test_syncbn(b);
         }
     if (!tested) { /* a build without the fast backend: the oracle then */
