@@ -140,6 +140,10 @@ typedef struct ptc__reducer_stats {
 int ptc__reducer_new(ptc__reducer **out, ptc_comm *c, ptc__model *m, const ptc__reducer_params *p,
                      ptc_error *err);
 void ptc__reducer_free(ptc__reducer *r); /* accepts NULL; removes the hook */
+/* This rank's run failed and the caller will end the job (ptc_comm_abort): ptc__reducer_free
+ * then skips the collective release of the shared buckets, which would wait for ranks that are
+ * still waiting for this one's sums (the job's end releases them). Accepts NULL. */
+void ptc__reducer_abandon(ptc__reducer *r);
 /* Rank 0's buffers to every rank (before a training forward). */
 int ptc__reducer_sync_buffers(ptc__reducer *r, ptc_error *err);
 /* Before backward: every bucket empty. */

@@ -76,6 +76,7 @@ struct ptc__reducer {
     /* All ranks on one machine, views: buckets in shared memory (see "shared memory" below) */
     int shm;
     void *shm_handle;
+    bool abandoned;       /* ptc__reducer_abandon: no collective call at free */
     unsigned char **peer; /* [world]: each rank's block as seen here */
     uint64_t gen;         /* the step's number in the flags (1, 2, ...) */
     int cursor;           /* the first bucket whose share this rank has not summed this step */
@@ -662,6 +663,12 @@ fail:
     return rc;
 }
 
+void ptc__reducer_abandon(ptc__reducer *r)
+{
+    if (r)
+        r->abandoned = true;
+}
+
 void ptc__reducer_free(ptc__reducer *r)
 {
     if (!r)
@@ -681,7 +688,7 @@ void ptc__reducer_free(ptc__reducer *r)
         else
             ptc__free(r->buckets[k].mem);
     }
-    if (r->shm_handle)
+    if (r->shm_handle && !r->abandoned)
         r->c->ops->shared_free(r->c, r->shm_handle);
     ptc__free(r->peer);
     ptc__free(r->buckets);

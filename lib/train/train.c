@@ -1227,6 +1227,8 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
     if (rc == 0)
         write_summary(&r, copy_ms);
 out:
+    if (rc < 0) /* the other ranks may be waiting for this one's sums: no collective goodbye */
+        ptc__reducer_abandon(r.reducer);
     run_free(&r);
     return rc;
 }
