@@ -148,24 +148,6 @@ static int io_err(ptc__afile *f, ptc_error *err, const char *what, int e)
     return ptc__err(err, PTC_EIO, "", -1, "cannot %s %s: %s", what, f->shown, strerror(e));
 }
 
-/* Writes all of p[0, n) to fd, retrying on EINTR and short writes. Returns 0 or an errno. */
-static int write_all(int fd, const uint8_t *p, size_t n)
-{
-    while (n > 0) {
-        ssize_t r = write(fd, p, n < AFILE_MAX_IO ? n : AFILE_MAX_IO);
-        if (r < 0) {
-            if (errno == EINTR)
-                continue;
-            return errno;
-        }
-        if (r == 0)
-            return EIO; /* a regular file never accepts 0 bytes of a non-empty write */
-        p += r;
-        n -= (size_t)r;
-    }
-    return 0;
-}
-
 /* Writes all of a[0, na) then all of b[0, nb) to fd in writev(2) calls, retrying on EINTR and
  * short writes. Returns 0 or an errno. */
 static int writev_all(int fd, const uint8_t *a, size_t na, const uint8_t *b, size_t nb)
@@ -187,12 +169,20 @@ static int writev_all(int fd, const uint8_t *a, size_t na, const uint8_t *b, siz
         if (r == 0)
             return EIO; /* a regular file never accepts 0 bytes of a non-empty write */
         size_t done = (size_t)r, from_a = done < na ? done : na;
-        a += from_a;
-        na -= from_a;
+        if (from_a) { /* a may be NULL (write_all) */
+            a += from_a;
+            na -= from_a;
+        }
         b += done - from_a;
         nb -= done - from_a;
     }
     return 0;
+}
+
+/* Writes all of p[0, n) to fd, retrying on EINTR and short writes. Returns 0 or an errno. */
+static int write_all(int fd, const uint8_t *p, size_t n)
+{
+    return writev_all(fd, NULL, 0, p, n);
 }
 
 /* Starts writing back what the file holds since the last call, every AFILE_WRITEBACK bytes. Only
