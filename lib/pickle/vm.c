@@ -181,13 +181,13 @@ struct ptc__vm {
      * NEWTRUE of the pickle (a list of 5 M None costs its item pointers, not 5 M nodes); each is
      * still counted against max_objects like any other value. */
     ptc_value *singletons[3];
-    /* Ints and tuples are immutable too: one node per int in 0..255 (the offsets, sizes,
-     * strides and numels of small tensors), one per 1-tuple of such an int (1-D sizes and
-     * strides) and one empty tuple (the args of every backward-hooks OrderedDict) serve the
-     * whole pickle, made on first use and counted like the others. A checkpoint of 20,000
-     * small tensors builds some 140,000 fewer nodes. */
+    /* Ints and the empty tuple are immutable too, and Python itself keeps one object of each
+     * int in -5..256 and of (): one node per int in 0..255 (the offsets, sizes, strides and
+     * numels of small tensors) and one empty tuple (the args of every backward-hooks
+     * OrderedDict) serve the whole pickle, made on first use and counted like the others.
+     * Other tuples are not shared: two equal (3,) are two objects in Python, and the JSON
+     * document and ptc_save tell objects apart by node. */
     ptc_value *small_ints[256];
-    ptc_value *small_tuple1[256]; /* (k,) of small_ints[k] */
     ptc_value *empty_tuple;
 };
 
@@ -977,24 +977,8 @@ static int run(ptc__vm *vm, ptc_value **root, size_t *consumed, ptc_error *err)
             size_t n = (size_t)(op - PTC__OP_TUPLE1 + 1);
             if ((rc = need(vm, n, op, err)) < 0)
                 return rc;
-            /* (k,) of a shared small int: one node for every such tuple (a 1-D size or stride). */
-            const ptc_value *top = vm->stack[vm->nstack - 1];
-            int64_t k = -1;
-            if (n == 1 && top->kind == PTC_VALUE_INT && top->u.i.fits && top->u.i.v >= 0 &&
-                top->u.i.v < 256 && vm->small_ints[top->u.i.v] == top)
-                k = top->u.i.v;
-            if (k >= 0 && vm->small_tuple1[k]) {
-                if (++vm->nobjects > lim->max_objects)
-                    return VM_STRICTER(vm, PTC_ELIMIT,
-                                       "the pickle builds more than the limit of %llu objects",
-                                       (unsigned long long)lim->max_objects);
-                vm->stack[vm->nstack - 1] = vm->small_tuple1[k];
-                break;
-            }
             if ((rc = tuple_from(vm, vm->nstack - n, err)) < 0)
                 return rc;
-            if (k >= 0)
-                vm->small_tuple1[k] = vm->stack[vm->nstack - 1];
             break;
         }
         case PTC__OP_TUPLE:

@@ -157,6 +157,12 @@ static void test_memo_and_dicts(void)
     static const char p1[] = "\x80\x02]q\x00h\x00\x86q\x01.";
     CHECK_CODE(RUN(p1, &v, &err), 0, &err);
     CHECK(ptc_value_item(v, 0) == ptc_value_item(v, 1));
+    /* ((3,), (3,)): two objects in Python, so two nodes (the JSON document and ptc_save tell
+     * objects apart by node: one node would show the second as a reference to the first). */
+    static const char p2[] = "\x80\x02K\x03\x85K\x03\x85\x86.";
+    CHECK_CODE(RUN(p2, &v, &err), 0, &err);
+    CHECK(ptc_value_item(v, 0) != ptc_value_item(v, 1));
+    CHECK_INT(ptc_value_len(ptc_value_item(v, 1)), 1);
     /* {1: 'a', True: 'b', 1.0: 'c'}: one key; Python keeps the first key and the last value. */
     pk p = {.n = 0};
     RAW(&p, "\x80\x02}(K\x01");
