@@ -88,7 +88,7 @@ int ptc__sha256_init(ptc__sha256 *s, ptc_error *err)
         return ptc__err(err, PTC_ENOMEM, "", -1, "out of memory starting a SHA-256 digest");
     if (crypto.init(c, crypto.sha256, NULL) != 1) {
         crypto.ctx_free(c);
-        return ptc__err(err, PTC_ENOMEM, "", -1, "libcrypto cannot start a SHA-256 digest");
+        return ptc__err(err, PTC_EUNSUPPORTED, "", -1, "libcrypto cannot start a SHA-256 digest");
     }
     s->ctx = c;
     return 0;
@@ -109,7 +109,7 @@ int ptc__sha256_final(ptc__sha256 *s, uint8_t digest[32], ptc_error *err)
     if (!s->ctx)
         rc = ptc__err(err, PTC_EINVAL, "", -1, "SHA-256 digest finished without a start");
     else if (s->failed || crypto.final(s->ctx, digest, &len) != 1 || len != 32)
-        rc = ptc__err(err, PTC_ENOMEM, "", -1, "libcrypto failed computing a SHA-256 digest");
+        rc = ptc__err(err, PTC_EUNSUPPORTED, "", -1, "libcrypto failed computing a SHA-256 digest");
     ptc__sha256_discard(s);
     return rc;
 }

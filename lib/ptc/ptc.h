@@ -339,7 +339,8 @@ PTC_API const void *ptc_tensor_data(const ptc_tensor *t);
 PTC_API int ptc_tensor_read(const ptc_tensor *t, void *dst, size_t dst_len, ptc_error *err);
 /* SHA-256 of the bytes ptc_tensor_read produces, into digest, by OpenSSL's libcrypto, which libptc
  * loads on the first digest (dlopen of libcrypto.so.3) and keeps. 0; PTC_EINVAL when t or digest
- * is NULL; PTC_EUNSUPPORTED when libcrypto cannot be loaded (the message says why); PTC_ENOMEM.
+ * is NULL; PTC_EUNSUPPORTED when libcrypto cannot be loaded or fails the digest (the message says
+ * why); PTC_ENOMEM.
  * A contiguous tensor is hashed in place; other layouts go through a 64 KiB buffer. */
 PTC_API int ptc_tensor_sha256(const ptc_tensor *t, uint8_t digest[32], ptc_error *err);
 
