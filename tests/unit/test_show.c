@@ -551,10 +551,12 @@ static void test_report_json(void)
         CHECK(strstr(s.buf, "\"globals\": [],\n    \"dropped\": 0\n  }") != NULL);
         if (ptc_report_nfindings(r) > 0)
             CHECK(strstr(s.buf, ptc_err_name(ptc_report_finding(r, 0)->code)) != NULL);
-        /* a write that fails stops the writing; its code comes back */
-        sink f = {.fail_after = 3};
+        /* a write that fails stops the writing; its code comes back (the report is formed in
+         * memory and handed over in one write, so that write is the first and the last) */
+        sink f = {.fail_after = 1};
         CHECK_CODE(ptc_report_json("x", r, NULL, 4, sink_write, &f, &err), PTC_EIO, &err);
-        CHECK_INT(f.writes, 3);
+        CHECK_INT(f.writes, 1);
+        CHECK_INT(f.len, 0);
         ptc_report_free(r);
     }
     printf("ptc_report_json of a malformed file:\n%s\n", s.buf);
