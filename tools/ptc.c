@@ -119,12 +119,13 @@ static int version(void)
         const ptc_plugin_info *m = &mods[i];
         const char *kind = strcmp(m->kind, "backend") == 0 ? "backend"
                            : strcmp(m->kind, "image") == 0 ? "image codecs"
+                           : strcmp(m->kind, "tool") == 0  ? "tool"
                                                            : "communicator";
         if (!m->found) {
-            printf("  %-6s %-12s not installed\n        %s\n", m->name, kind, m->why);
+            printf("  %-11s %-12s not installed\n        %s\n", m->name, kind, m->why);
             continue;
         }
-        printf("  %-6s %-12s %s\n", m->name, kind, m->path);
+        printf("  %-11s %-12s %s\n", m->name, kind, m->path);
         if (!m->loaded)
             printf("        cannot be loaded: %s\n", m->why);
         else

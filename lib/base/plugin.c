@@ -67,6 +67,7 @@ static const char *kind_name(ptc__plugin_kind kind)
     return kind == PTC__PLUGIN_BACKEND ? "backend"
            : kind == PTC__PLUGIN_COMM  ? "comm"
            : kind == PTC__PLUGIN_IMAGE ? "image"
+           : kind == PTC__PLUGIN_TOOL  ? "tool"
                                        : "?";
 }
 
@@ -74,6 +75,7 @@ static const char *kind_word(ptc__plugin_kind kind)
 {
     return kind == PTC__PLUGIN_BACKEND ? "backend"
            : kind == PTC__PLUGIN_COMM  ? "communicator"
+           : kind == PTC__PLUGIN_TOOL  ? "tool module"
                                        : "image codec module";
 }
 
@@ -234,6 +236,7 @@ static int load_file(ptc__plugin_kind kind, const char *name, const char *path,
                       d->kind == PTC__PLUGIN_BACKEND ? "backend"
                       : d->kind == PTC__PLUGIN_COMM  ? "communicator"
                       : d->kind == PTC__PLUGIN_IMAGE ? "image codec module"
+                      : d->kind == PTC__PLUGIN_TOOL  ? "tool module"
                                                      : "module of an unknown kind",
                       esc(em, sizeof em, d->name ? d->name : "(none)"), kind_word(kind),
                       esc(en, sizeof en, name));
@@ -311,7 +314,9 @@ int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err)
                  {PTC__PLUGIN_BACKEND, "cuda"},
                  {PTC__PLUGIN_COMM, "mpi"},
                  {PTC__PLUGIN_COMM, "nccl"},
-                 {PTC__PLUGIN_IMAGE, "codecs"}};
+                 {PTC__PLUGIN_IMAGE, "codecs"},
+                 {PTC__PLUGIN_TOOL, "tensorboard"},
+                 {PTC__PLUGIN_TOOL, "plot"}};
     ptc__err_clear(err);
     int n = (int)(sizeof known / sizeof *known);
     if (!out)
@@ -349,4 +354,22 @@ int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err)
             pi->can_run = 1;
     }
     return n;
+}
+
+/* ---- public: a tool module's table -------------------------------------------------------------
+ */
+
+int ptc_tool_module(const char *name, const void **ops, ptc_error *err)
+{
+    ptc__err_clear(err);
+    if (!name || !*name || !ops)
+        return ptc__err(err, PTC_EINVAL, "", -1, "ptc_tool_module: missing argument");
+    *ops = NULL;
+    const ptc__plugin *d;
+    int rc = ptc__plugin_load(PTC__PLUGIN_TOOL, name, &d, err);
+    if (rc == 0)
+        rc = ptc__plugin_probe(d, err);
+    if (rc == 0)
+        *ops = d->ops;
+    return rc;
 }

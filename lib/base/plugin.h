@@ -11,6 +11,12 @@
  *   comm-mpi.so       a communicator  (lib/dist/mpi.c)                -> libmpi
  *   comm-nccl.so      a device communicator (lib/dist/nccl.c)         -> cudart, NCCL
  *   image-codecs.so   PNG and JPEG decoding (lib/data/codecs.c)       -> libpng, libjpeg
+ *   tool-tensorboard.so  ptc train --tensorboard's event files (tools/) -> libprotobuf-c
+ *   tool-plot.so      ptc plot's figures (tools/)                     -> libcairo
+ *
+ * Tool modules serve one command of the ptc program, not the library: libptc finds and checks
+ * them like the others (ptc_tool_module) and hands the program their table, whose layout
+ * tools/toolmod.h defines; libptc itself never calls them.
  *
  * A module exports one symbol, PTC__PLUGIN_ENTRY, a function that takes libptc's host table and
  * returns the module's descriptor. The descriptor's abi must equal PTC__PLUGIN_ABI, or the module
@@ -44,7 +50,8 @@
 typedef enum ptc__plugin_kind {
     PTC__PLUGIN_BACKEND = 1, /* ops: const ptc__backend_ops * (lib/backend/backend.h) */
     PTC__PLUGIN_COMM = 2,    /* ops: const ptc__comm_plugin * (lib/dist/dist.h) */
-    PTC__PLUGIN_IMAGE = 3    /* ops: const ptc__image_ops * (lib/data/image.h) */
+    PTC__PLUGIN_IMAGE = 3,   /* ops: const ptc__image_ops * (lib/data/image.h) */
+    PTC__PLUGIN_TOOL = 4     /* ops: a table of tools/toolmod.h, opaque to libptc */
 } ptc__plugin_kind;
 
 /* What libptc hands a module. */
@@ -61,7 +68,7 @@ typedef struct ptc__host {
 typedef struct ptc__plugin {
     int abi; /* PTC__PLUGIN_ABI */
     ptc__plugin_kind kind;
-    const char *name;    /* "dnnl", "cuda", "mpi", "nccl", "codecs": the file is
+    const char *name;    /* "dnnl", "cuda", "mpi", "nccl", "codecs", "tensorboard", "plot": the file is
                               <kind>-<name>.so */
     const char *summary; /* one line for `ptc --version` */
     int experimental;    /* 1 until it has run where it is meant to run */

@@ -937,16 +937,16 @@ PTC_API void ptc_comm_close(ptc_comm *c); /* accepts NULL */
  *
  * ptc_plugins_list fills out[0..max) with every known module, loading those it finds and asking
  * each whether it can run on this machine (the one function here that loads every module), and
- * returns how many modules are known (5; out may be NULL to ask), or a negative PTC_E* code:
+ * returns how many modules are known (7; out may be NULL to ask), or a negative PTC_E* code:
  * PTC_EINVAL when max is negative. A module that is missing or cannot be loaded is not an error:
  * its entry says why. out belongs to the caller; its strings are copies (path, summary, why) or
  * static (kind, name). Any thread (the module table is locked); the modules it loads stay loaded.
  * The search path is read when a module is first loaded (PTC_PLUGIN_PATH: the one place libptc
  * reads the environment for modules).
- * kind is "backend", "comm" or "image". */
+ * kind is "backend", "comm", "image" or "tool". */
 typedef struct ptc_plugin_info {
-    const char *kind;  /* "backend", "comm" or "image" (static) */
-    const char *name;  /* "dnnl", "cuda", "mpi", "nccl", "codecs" (static) */
+    const char *kind;  /* "backend", "comm", "image" or "tool" (static) */
+    const char *name;  /* "dnnl", "cuda", "mpi", "nccl", "codecs", "tensorboard", "plot" (static) */
     int found;         /* its file exists in the search path */
     int loaded;        /* it loaded and its ABI is this libptc's */
     int can_run;       /* its probe passed: it can run on this machine */
@@ -957,6 +957,15 @@ typedef struct ptc_plugin_info {
 } ptc_plugin_info;
 
 PTC_API int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err);
+
+/* The ptc program's own modules, tool-<name>.so: "tensorboard" (the event-file writer of ptc train
+ * --tensorboard, with protobuf-c) and "plot" (ptc plot's renderer, with cairo), found and checked
+ * as above and loaded on first use, so that only the command that needs protobuf-c or cairo loads
+ * it. *ops receives the module's table, whose layout the program and its module share
+ * (tools/toolmod.h in ptc's sources; it carries its own version); libptc never calls it. Errors:
+ * PTC_EINVAL (name or ops NULL, name empty), PTC_ENOTFOUND (not installed: the message lists where
+ * it looked), PTC_EUNSUPPORTED (found but not loadable, as for backends). Any thread. */
+PTC_API int ptc_tool_module(const char *name, const void **ops, ptc_error *err);
 
 /* A caller's dataset for ptc_train and ptc_evaluate (ptc_train_params.train_source,
  * test_source): count labelled images, each h x w interleaved 8-bit RGB (HWC: row by row, R, G, B
@@ -1063,6 +1072,20 @@ typedef struct ptc_train_params {
      * pixels scaled to [0, 1]. All six 0 (default): the train source's own statistics (computed
      * over every pixel of every image, as for Fashion-MNIST). */
     double source_mean[3], source_std[3];
+    /* Rank 0: every number the run records, as it records it (the numbers of the metrics file's
+     * records, ptc-train(1) "METRICS"): a tag, the step it is recorded at, the value. Called from
+     * ptc_train's thread; NULL (default): not called.
+     *   every log_every optimizer steps, at the global step (1, 2, ... counted over the run):
+     *     "train/loss", "train/accuracy" (0..1; both over the images since the previous record),
+     *     "lr" (of the last step), "images_per_sec" (since the previous record, all processes);
+     *   after each epoch, at the epoch (1, 2, ...): "epoch/train/loss", "epoch/train/accuracy",
+     *     "epoch/lr", "epoch/images_per_sec"; after an evaluation: "test/loss", "test/accuracy";
+     *   with a GPU monitor (device_status), at the global step of each reading:
+     *     "gpu/utilization" (percent), "gpu/memory_used_gib". */
+    void (*scalar)(void *ctx, const char *tag, int64_t step, double value);
+    /* The per-step records above (scalar, and "step" lines in the metrics file) every log_every
+     * optimizer steps; 0 (default): none. */
+    int64_t log_every;
 } ptc_train_params;
 
 typedef struct ptc_train_result {
