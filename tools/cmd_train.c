@@ -19,6 +19,7 @@
 #endif
 
 #include "cli.h"
+#include "tensorboard/tb.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -78,10 +79,74 @@ static int choose_data(const char *name, const char *dir, const char **dataset, 
     return 0;
 }
 
+/* ---- --tensorboard ------------------------------------------------------------------------------ */
+
+/* The event file of --tensorboard, on rank 0: the module tool-tensorboard.so is loaded before
+ * training starts, so that a missing one stops the command at once, and only then, so that no
+ * other command maps libprotobuf-c. */
+typedef struct tb_sink {
+    const ptc__tb_ops *ops;
+    ptc__tb_writer *w;
+    int failed;    /* the first failure stops the writing; the run goes on and reports it */
+    ptc_error err; /* that failure */
+} tb_sink;
+
+/* Loads the module and opens the event file in dir: 0, or the exit status of the failure, reported
+ * (a module that is not installed: as a missing backend). */
+static int tb_start(tb_sink *t, const char *dir)
+{
+    const void *ops;
+    ptc_error err;
+    int rc = ptc_tool_module("tensorboard", &ops, &err);
+    if (rc < 0)
+        return cli_report(rc, &err);
+    t->ops = ops;
+    if (t->ops->version != PTC__TB_OPS_VERSION || t->ops->size < sizeof(ptc__tb_ops)) {
+        cli_error("the tensorboard module (table version %d, %zu bytes) is not this ptc's "
+                  "(version %d, %zu bytes): install the ptc it came with",
+                  t->ops->version, t->ops->size, PTC__TB_OPS_VERSION, sizeof(ptc__tb_ops));
+        return CLI_EXIT_REFUSED;
+    }
+    if ((rc = t->ops->open(dir, &t->w, &err)) < 0)
+        return cli_report(rc, &err);
+    return 0;
+}
+
+/* ptc_train_params.scalar: each number of the run into the event file. The epoch's and the
+ * evaluation's records are flushed to the disk at once, so that what TensorBoard shows of a
+ * finished epoch survives a crash. */
+static void tb_scalar(tb_sink *t, const char *tag, int64_t step, double value)
+{
+    if (!t->w || t->failed)
+        return;
+    int rc = t->ops->scalar(t->w, tag, step, value, &t->err);
+    if (rc == 0 && (strncmp(tag, "epoch/", 6) == 0 || strncmp(tag, "test/", 5) == 0))
+        rc = t->ops->flush(t->w, &t->err);
+    if (rc < 0) {
+        t->failed = rc;
+        cli_error("--tensorboard: %s (no more records are written there)", t->err.message);
+    }
+}
+
+/* Closes the event file (also after a failed run: what was written stays readable). 0, or the
+ * failure of the writing or of the close, reported. */
+static int tb_finish(tb_sink *t)
+{
+    if (!t->w)
+        return 0;
+    ptc_error err;
+    int rc = t->ops->close(t->w, &err);
+    t->w = NULL;
+    if (t->failed)
+        return cli_report(t->failed, &t->err);
+    return rc < 0 ? cli_report(rc, &err) : 0;
+}
+
 /* ---- progress and log -------------------------------------------------------------------------- */
 
 typedef struct ui {
     cli_progress bar;
+    tb_sink tb;
     int mode, started, epoch;
     char gpu[96];   /* the GPU's state (device_status), "" until it comes */
     char what[160]; /* "epoch 3  gpu 97% 31.2/139.8 GiB 512 W 61C": the bar reads it at each draw */
@@ -128,6 +193,13 @@ static void on_progress(void *ctx, int epoch, int64_t done, int64_t total, doubl
     cli_progress_update(&u->bar, (uint64_t)done);
 }
 
+/* ptc_train_params.scalar with --tensorboard: forwards each record to the event file. */
+static void on_scalar_tensorboard(void *ctx, const char *tag, int64_t step, double value)
+{
+    ui *u = ctx;
+    tb_scalar(&u->tb, tag, step, value);
+}
+
 /* ---- ptc train ----------------------------------------------------------------------------------- */
 
 static void train_usage(FILE *f)
@@ -163,6 +235,10 @@ static void train_usage(FILE *f)
         "  --checkpoint-all-ranks   every process also writes its own, to PATH.rank<r>\n"
         "  --resume PATH            continue from such a checkpoint\n"
         "  --metrics PATH           JSON lines: every epoch, evaluation, and a summary\n"
+        "  --log-every N            also every N steps: loss, accuracy, lr, images/s\n"
+        "                           (in the metrics file and the event file; 0: none)\n"
+        "  --tensorboard DIR        TensorBoard event files in DIR, made when missing (view:\n"
+        "                           tensorboard --logdir DIR)\n"
         "  --max-samples N          use only the first N images of each split (only those\n"
         "                           are held; Normalize's statistics stay the whole train\n"
         "                           split's, streamed)\n"
@@ -217,7 +293,9 @@ enum {
     O_PRECISION,
     O_TF32,
     O_DETERMINISTIC,
-    O_COMM
+    O_COMM,
+    O_TENSORBOARD,
+    O_LOG_EVERY
 };
 
 #define DEVICE_LONGOPTS                                                                            \
@@ -364,6 +442,8 @@ int cmd_train(int argc, char **argv)
         {"checkpoint-all-ranks", no_argument, NULL, O_CKPT_ALL_RANKS},
         {"resume", required_argument, NULL, O_RESUME},
         {"metrics", required_argument, NULL, O_METRICS},
+        {"log-every", required_argument, NULL, O_LOG_EVERY},
+        {"tensorboard", required_argument, NULL, O_TENSORBOARD},
         {"max-samples", required_argument, NULL, O_MAX_SAMPLES},
         {"threads", required_argument, NULL, O_THREADS},
         DEVICE_LONGOPTS,
@@ -376,7 +456,7 @@ int cmd_train(int argc, char **argv)
     ptc_train_params p;
     ptc_train_params_default(&p);
     env_params(&p);
-    const char *dataset = NULL, *dir = NULL;
+    const char *dataset = NULL, *dir = NULL, *tb_dir = NULL;
     ui u = {.mode = CLI_PROGRESS_AUTO};
     int c;
     int64_t v, nproc = 0;
@@ -481,6 +561,14 @@ int cmd_train(int argc, char **argv)
         case O_METRICS:
             p.metrics = optarg;
             break;
+        case O_LOG_EVERY:
+            bad = parse_int(optarg, "--log-every", 0, INT64_MAX, &p.log_every);
+            break;
+        case O_TENSORBOARD:
+            if (!*optarg)
+                return cli_usage_error("--tensorboard needs a directory");
+            tb_dir = optarg;
+            break;
         case O_MAX_SAMPLES:
             bad = parse_int(optarg, "--max-samples", 1, INT64_MAX, &p.max_samples);
             break;
@@ -529,6 +617,19 @@ int cmd_train(int argc, char **argv)
                p.data_dir ? p.data_dir : FASHION_MNIST_DIR);
         fflush(stdout);
     }
+    /* Rank 0 writes the event file; its module is loaded before training starts, so that a
+     * missing one ends the command at once. */
+    if (tb_dir && rank == 0) {
+        if ((rc = tb_start(&u.tb, tb_dir)) != 0) {
+            if (world > 1)
+                ptc_comm_abort(comm, rc);
+            ptc_comm_close(comm);
+            return rc;
+        }
+        printf("tensorboard: %s (view: tensorboard --logdir %s)\n", u.tb.ops->path(u.tb.w), tb_dir);
+        fflush(stdout);
+        p.scalar = on_scalar_tensorboard;
+    }
     p.log = on_log;
     p.progress = on_progress;
     p.device_status = on_device_status;
@@ -540,6 +641,7 @@ int cmd_train(int argc, char **argv)
         cli_progress_end(&u.bar);
     if (rc < 0) {
         int status = cli_report(rc, &err);
+        tb_finish(&u.tb);
         if (world > 1) {
             fprintf(stderr, "ptc train: rank %d of %d failed; ending every process of the job\n",
                     rank, world);
@@ -559,8 +661,9 @@ int cmd_train(int argc, char **argv)
                100.0 * (1.0 - (res.allreduce_exposed_ms < res.allreduce_ms
                                    ? res.allreduce_exposed_ms / res.allreduce_ms
                                    : 1.0)));
+    int status = tb_finish(&u.tb);
     ptc_comm_close(comm);
-    return CLI_EXIT_OK;
+    return status ? status : CLI_EXIT_OK;
 }
 
 /* ---- ptc eval ------------------------------------------------------------------------------------ */

@@ -42,6 +42,11 @@
 #   check_salvage_build.py  salvage of a tensor subclass torch.save wrote (zip and legacy: plain
 #                     tensors, the class a symbol) and of a module built by two BUILDs (the
 #                     state_dict() torch.load(weights_only=False) gives)
+#   check_tensorboard.py  ptc's TensorBoard event files read by TensorBoard's EventAccumulator and
+#                     compared record by record with torch.utils.tensorboard.SummaryWriter's (byte
+#                     for byte after wall_time); a tiny `ptc train --tensorboard` whose every tag,
+#                     step and value (within 1 float32 ulp) equals its --metrics log's (needs pip
+#                     tensorboard and the module, built when protoc-c and libprotobuf-c are found)
 #
 # Each script's output is printed; the status is 1 if any failed, 0 otherwise. A script that exits
 # 77 (it could not run: torchvision missing, say) is a failure too: the tier never passes by
@@ -82,7 +87,7 @@ case $ver in
 esac
 echo "interop: torch $ver under $("$py" -c 'import sys; print("Python", sys.version.split()[0])')"
 
-scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden bf16_golden ddp_golden check_finetune check_zip64_local check_variants check_wild check_model check_opcodes check_predict check_read_f64 check_salvage_numpy check_salvage check_salvage_build"}
+scripts=${INTEROP_SCRIPTS:-"roundtrip state_dicts byte_identity kill_save check_safetensors check_casts check_sampler check_backend_ref check_corpus_torch train_golden bf16_golden ddp_golden check_finetune check_zip64_local check_variants check_wild check_model check_opcodes check_predict check_read_f64 check_salvage_numpy check_salvage check_salvage_build check_tensorboard"}
 failed= passed=
 for s in $scripts; do
     echo
