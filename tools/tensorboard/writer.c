@@ -277,8 +277,11 @@ static int tb_open(const char *dir, ptc__tb_writer **out, ptc_error *err)
     ev.what_case = PTCTB__EVENT__WHAT_FILE_VERSION;
     ev.file_version = (char *)"brain.Event:2";
     ev.source_metadata = &src;
-    if ((rc = write_event(w, &ev, err)) != 0)
+    if ((rc = write_event(w, &ev, err)) != 0) {
+        /* An empty file would only be a stray run in TensorBoard's list. */
+        unlink(w->path);
         goto fail;
+    }
     *out = w;
     return 0;
 fail:
