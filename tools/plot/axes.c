@@ -77,8 +77,10 @@ void ptc__plot_tick_text(const ptc__ticks *t, double v, char *buf, size_t n)
         return;
     }
     double step = t->step;
-    if (fabs(v) < step * 1e-6)
-        v = 0; /* neither "-0" nor "1.4e-17" */
+    if (fabs(v) < step * 1e-6) {
+        snprintf(buf, n, "0"); /* neither "-0", "0k" nor "1.4e-17" */
+        return;
+    }
     if (step >= 1) {
         if (fmod(step, 1e6) == 0)
             snprintf(buf, n, "%.0fM", v / 1e6);

@@ -369,9 +369,35 @@ static void grid_and_ticks(fig *c, int p)
     cairo_restore(cr);
 }
 
-/* The ends of the epochs: dashed lines through every panel (those nearer than 3 pixels to the
- * previous one of their run are left out), and run 0's numbers above the top panel, every k-th
- * when they would not fit side by side. */
+/* The smallest of 1, 2, 5, 10, 20, 50, ... whose count of epochs, at span pixels each, spans at
+ * least room pixels. */
+static int64_t every_of(double span, double room)
+{
+    static const int m125[3] = {1, 2, 5};
+    for (int64_t dec = 1; dec < INT64_C(1000000000000); dec *= 10)
+        for (int k = 0; k < 3; k++)
+            if ((double)(m125[k] * dec) * span >= room)
+                return m125[k] * dec;
+    return INT64_C(1000000000000);
+}
+
+/* Pixels per epoch of run r: from step 0 to the end of its last recorded epoch; 0 without
+ * marks. */
+static double epoch_span(const fig *c, int r)
+{
+    const plot_mark *last = NULL;
+    for (size_t i = 0; i < c->f->nmarks; i++)
+        if (c->f->marks[i].run == r && (!last || c->f->marks[i].x > last->x))
+            last = &c->f->marks[i];
+    if (!last || last->epoch < 1)
+        return 0;
+    return (xpix(c, last->x) - xpix(c, fmin(0, c->L->x_min))) / (double)last->epoch;
+}
+
+/* The ends of the epochs: dashed lines through every panel, and run 0's numbers above the top
+ * panel. Where epochs are narrow, every 2nd (5th, 10th, ...) line is drawn, so that they stay 8
+ * pixels apart, and every k-th of those lines is numbered, so that the numbers do not touch; a
+ * number is put in the middle of its epoch when every epoch has one, else over its line. */
 static void epoch_marks(fig *c)
 {
     const plot_figure *f = c->f;
@@ -380,20 +406,17 @@ static void epoch_marks(fig *c)
     double s = c->s;
     const plot_box *tb = &L->panel[c->top];
     double dash[2] = {3 * s, 3 * s};
-    double last_px = -INFINITY;
-    int last_run = -1;
+    int64_t line_every[PLOT_MAX_RUNS];
+    for (int r = 0; r < f->nruns; r++)
+        line_every[r] = every_of(epoch_span(c, r), 8 * s);
+    cairo_set_dash(cr, dash, 2, 0);
+    cairo_set_line_width(cr, fmax(1, s));
     for (size_t i = 0; i < f->nmarks; i++) {
         const plot_mark *m = &f->marks[i];
         double x = xpix(c, m->x);
-        if (m->run != last_run)
-            last_px = -INFINITY;
-        last_run = m->run;
-        if (x - last_px < 3 * s || x < tb->x || x > tb->x + tb->w)
+        if (m->epoch % line_every[m->run] || x < tb->x || x > tb->x + tb->w)
             continue;
-        last_px = x;
         L->marks_drawn++;
-        cairo_set_dash(cr, dash, 2, 0);
-        cairo_set_line_width(cr, fmax(1, s));
         if (m->run == 0)
             set_rgb(cr, RGB_MARK, 1);
         else
@@ -404,30 +427,23 @@ static void epoch_marks(fig *c)
                 cairo_line_to(cr, x, L->panel[p].y + L->panel[p].h);
                 cairo_stroke(cr);
             }
-        cairo_set_dash(cr, NULL, 0, 0);
     }
-    /* Labels: the number of the epoch in the middle of its span. */
-    size_t n0 = 0;
-    double widest = 0;
+    cairo_set_dash(cr, NULL, 0, 0);
+
+    double widest = 0, span = epoch_span(c, 0);
     char buf[32];
     for (size_t i = 0; i < f->nmarks; i++)
         if (f->marks[i].run == 0) {
-            n0++;
             snprintf(buf, sizeof buf, "%lld", (long long)f->marks[i].epoch);
             widest = fmax(widest, text_width(cr, buf, c->fs_tick));
         }
-    if (!n0)
+    if (!(span > 0))
         return;
-    double span = (xpix(c, L->x_max) - xpix(c, L->x_min)) / (double)n0;
-    int64_t every = 1;
-    static const int steps125[3] = {1, 2, 5};
-    for (int64_t dec = 1; every * span < widest + 6 * s && dec < INT64_C(1000000000000); dec *= 10)
-        for (int k = 0; k < 3 && every * span < widest + 6 * s; k++)
-            every = steps125[k] * dec;
+    int64_t every = line_every[0] * every_of(span * (double)line_every[0], widest + 10 * s);
     double y = tb->y - c->fs_tick * 0.9;
     set_rgb(cr, RGB_SUBTEXT, 1);
     show(cr, "epoch", tb->x - 5 * s, y, c->fs_tick, 1, NULL);
-    double prev = L->x_min < 0 ? L->x_min : 0;
+    double prev = fmin(0, L->x_min);
     for (size_t i = 0; i < f->nmarks; i++) {
         const plot_mark *m = &f->marks[i];
         if (m->run != 0)
@@ -437,7 +453,7 @@ static void epoch_marks(fig *c)
         if (m->epoch % every || x1 < tb->x || x1 > tb->x + tb->w)
             continue;
         snprintf(buf, sizeof buf, "%lld", (long long)m->epoch);
-        show(cr, buf, (x0 + x1) / 2, y, c->fs_tick, 0.5, NULL);
+        show(cr, buf, every == 1 ? (x0 + x1) / 2 : x1, y, c->fs_tick, 0.5, NULL);
         L->marks_labelled++;
     }
 }
