@@ -440,7 +440,8 @@ static void epoch_marks(fig *c)
         }
     if (!(span > 0))
         return;
-    int64_t every = line_every[0] * every_of(span * (double)line_every[0], widest + 10 * s);
+    int64_t k = every_of(span * (double)line_every[0], widest + 10 * s);
+    int64_t every = k > INT64_MAX / line_every[0] ? INT64_MAX : line_every[0] * k;
     double y = tb->y - c->fs_tick * 0.9;
     set_rgb(cr, RGB_SUBTEXT, 1);
     show(cr, "epoch", tb->x - 5 * s, y, c->fs_tick, 1, NULL);
