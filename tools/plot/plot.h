@@ -57,7 +57,7 @@ typedef struct plot_series {
     plot_panel panel;
     plot_style style;
     int run;             /* index into plot_figure.run_names */
-    const double *x, *y; /* [n], finite, x not decreasing */
+    const double *x, *y; /* [n], finite; joined in this order (the records' order of steps) */
     size_t n;            /* 1 or more */
 } plot_series;
 

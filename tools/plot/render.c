@@ -442,7 +442,7 @@ static void epoch_marks(fig *c)
         return;
     int64_t k = every_of(span * (double)line_every[0], widest + 10 * s);
     int64_t every = k > INT64_MAX / line_every[0] ? INT64_MAX : line_every[0] * k;
-    double y = tb->y - c->fs_tick * 0.9;
+    double y = tb->y - c->fs_tick * 1.1;
     set_rgb(cr, RGB_SUBTEXT, 1);
     show(cr, "epoch", tb->x - 5 * s, y, c->fs_tick, 1, NULL);
     double prev = fmin(0, L->x_min);
