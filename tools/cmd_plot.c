@@ -453,11 +453,15 @@ int cmd_plot(int argc, char **argv)
     int npanels = L.shown[0] + L.shown[1] + L.shown[2];
     printf("%s: %s, %d x %d, %d run%s, %d panel%s\n", cli_buf_str(&b), format_names[format], width,
            height, nfiles, nfiles > 1 ? "s" : "", npanels, npanels > 1 ? "s" : "");
-    for (int r = 0; r < nfiles; r++)
-        if (runs[r].skipped || runs[r].thinned)
-            cli_error("note: %s: %lld value%s not a finite number left out%s", runs[r].path_text,
-                      (long long)runs[r].skipped, runs[r].skipped == 1 ? "" : "s",
-                      runs[r].thinned ? "; long series thinned evenly" : "");
+    for (int r = 0; r < nfiles; r++) {
+        if (runs[r].skipped)
+            cli_error("note: %s: %lld value%s not a finite number (NaN, inf, null): left out",
+                      runs[r].path_text, (long long)runs[r].skipped,
+                      runs[r].skipped == 1 ? "" : "s");
+        if (runs[r].thinned)
+            cli_error("note: %s: series of more than %d points thinned evenly", runs[r].path_text,
+                      PLOT_MAX_POINTS);
+    }
     rc = CLI_EXIT_OK;
 done:
     cli_buf_free(&b);
