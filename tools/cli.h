@@ -46,6 +46,7 @@ int cmd_load(int argc, char **argv);
 int cmd_train(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_predict(int argc, char **argv);
+int cmd_plot(int argc, char **argv);
 
 /* `ptc inspect --salvage [--json] FILE` (tools/cmd_salvage.c): the state dict ptc can take out of
  * FILE read symbolically, the symbolic globals met, and what ptc_verify says the file would run.

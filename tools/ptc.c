@@ -23,7 +23,7 @@ struct command {
     const char *summary; /* one line for `ptc help` */
 };
 
-/* Later commands (verify, convert, diff, load, train, eval, predict) are added here, in the order
+/* Later commands (verify, convert, diff, load, train, eval, predict, plot) are added here, in the order
  * `ptc help` should list them. */
 static const struct command commands[] = {
     {"inspect", cmd_inspect, "show the tensors, storages and values a checkpoint holds"},
@@ -34,6 +34,7 @@ static const struct command commands[] = {
     {"train", cmd_train, "train torchvision's ResNet-18 as the PyTorch tutorial does"},
     {"eval", cmd_eval, "test accuracy and loss of a ResNet-18 state dict"},
     {"predict", cmd_predict, "classify PNG/JPEG images and dataset records with a state dict"},
+    {"plot", cmd_plot, "draw the loss, accuracy and learning rate of training runs"},
 };
 #define NCOMMANDS (sizeof commands / sizeof commands[0])
 

@@ -16,7 +16,7 @@
  *
  * Tool modules serve one command of the ptc program, not the library: libptc finds and checks
  * them like the others (ptc_tool_module) and hands the program their table, whose layout
- * tools/toolmod.h defines; libptc itself never calls them.
+ * tools/tensorboard/tb.h and tools/plot/plot.h define; libptc itself never calls them.
  *
  * A module exports one symbol, PTC__PLUGIN_ENTRY, a function that takes libptc's host table and
  * returns the module's descriptor. The descriptor's abi must equal PTC__PLUGIN_ABI, or the module
@@ -51,7 +51,7 @@ typedef enum ptc__plugin_kind {
     PTC__PLUGIN_BACKEND = 1, /* ops: const ptc__backend_ops * (lib/backend/backend.h) */
     PTC__PLUGIN_COMM = 2,    /* ops: const ptc__comm_plugin * (lib/dist/dist.h) */
     PTC__PLUGIN_IMAGE = 3,   /* ops: const ptc__image_ops * (lib/data/image.h) */
-    PTC__PLUGIN_TOOL = 4     /* ops: a table of tools/toolmod.h, opaque to libptc */
+    PTC__PLUGIN_TOOL = 4     /* ops: a tools/<name>/ table, opaque to libptc */
 } ptc__plugin_kind;
 
 /* What libptc hands a module. */

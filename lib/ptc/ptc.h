@@ -962,9 +962,10 @@ PTC_API int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err);
  * --tensorboard, with protobuf-c) and "plot" (ptc plot's renderer, with cairo), found and checked
  * as above and loaded on first use, so that only the command that needs protobuf-c or cairo loads
  * it. *ops receives the module's table, whose layout the program and its module share
- * (tools/toolmod.h in ptc's sources; it carries its own version); libptc never calls it. Errors:
- * PTC_EINVAL (name or ops NULL, name empty), PTC_ENOTFOUND (not installed: the message lists where
- * it looked), PTC_EUNSUPPORTED (found but not loadable, as for backends). Any thread. */
+ * (tools/tensorboard/tb.h, tools/plot/plot.h in ptc's sources; each carries its own version);
+ * libptc never calls it. Errors: PTC_EINVAL (name or ops NULL, name empty), PTC_ENOTFOUND (not
+ * installed: the message lists where it looked), PTC_EUNSUPPORTED (found but not loadable, as for
+ * backends). Any thread. */
 PTC_API int ptc_tool_module(const char *name, const void **ops, ptc_error *err);
 
 /* A caller's dataset for ptc_train and ptc_evaluate (ptc_train_params.train_source,
