@@ -34,6 +34,7 @@
 #include "base/plugin.h"
 #include "dist/dist.h"
 #include "train/gpumon.h"
+#include "train/record.h"
 
 #include <math.h>
 #include <sched.h>
@@ -157,7 +158,7 @@ typedef struct run {
      * images held in its memory, the batches made there (NULL: float batches from the loader). */
     ptc__bimg *img_train, *img_test;
     ptc__normalizer nz; /* Normalize's table, for images_batch */
-    FILE *metrics;
+    ptc__recorder rec;  /* the metrics file and the scalar callback (rank 0) */
     float *logits, *dlogits;
     /* ptc__train_ex's progress, carried from one epoch to the next */
     ptc_train_result *res;
@@ -640,19 +641,6 @@ out:
 
 /* ---- the run ---------------------------------------------------------------------------------- */
 
-static void metric(run *r, const char *fmt, ...) PTC_PRINTF(2, 3);
-static void metric(run *r, const char *fmt, ...)
-{
-    if (!r->metrics)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(r->metrics, fmt, ap);
-    va_end(ap);
-    fputc('\n', r->metrics);
-    fflush(r->metrics);
-}
-
 static void run_free(run *r)
 {
     ptc__reducer_free(r->reducer);
@@ -667,8 +655,7 @@ static void run_free(run *r)
         r->ops->close(r->be);
     }
     ptc__dataset_free(r->data);
-    if (r->metrics)
-        fclose(r->metrics);
+    ptc__recorder_close(&r->rec);
     ptc__free(r->logits);
     ptc__free(r->dlogits);
 }
@@ -763,14 +750,29 @@ static void gpu_tick(run *r, int epoch, int64_t step)
     ptc__gpu_sample s;
     if (!ptc__gpumon_poll(r->mon, now(), &s) || !s.valid)
         return;
-    char text[96], json[320];
+    char text[96];
     if (r->p->device_status) {
         ptc__gpumon_text(&s, text, sizeof text);
         r->p->device_status(r->p->ctx, text);
     }
-    ptc__gpumon_json(&s, json, sizeof json);
-    metric(r, "{\"event\": \"gpu\", \"epoch\": %d, \"step\": %lld%s}", epoch, (long long)step,
-           json);
+    ptc__rec_field f[5];
+    size_t n = 0;
+    if (s.valid & PTC__GPU_UTIL)
+        f[n++] = (ptc__rec_field){.key = "gpu_util", .tag = "gpu/utilization", .value = s.util};
+    if (s.valid & PTC__GPU_MEM) {
+        f[n++] = (ptc__rec_field){.key = "gpu_mem_used_bytes",
+                                  .tag = "gpu/memory_used_gib",
+                                  .value = (double)s.mem_used,
+                                  .integer = true,
+                                  .tag_scale = 1.0 / 1073741824.0};
+        f[n++] = (ptc__rec_field){
+            .key = "gpu_mem_total_bytes", .value = (double)s.mem_total, .integer = true};
+    }
+    if (s.valid & PTC__GPU_POWER)
+        f[n++] = (ptc__rec_field){.key = "gpu_power_w", .value = s.power_w};
+    if (s.valid & PTC__GPU_TEMP)
+        f[n++] = (ptc__rec_field){.key = "gpu_temp_c", .value = s.temp_c};
+    ptc__record(&r->rec, "gpu", epoch, step, step, f, n, NULL);
 }
 
 /* One optimizer step on a batch: forward, loss, backward with the reducer's all-reduces, SGD.
@@ -811,22 +813,27 @@ typedef struct epoch_sums {
     int pending;          /* a step whose loss is still on the backend (device loss) */
     int pending_n;        /* its batch size */
     int64_t pending_seen; /* seen after it */
+    int64_t pending_step; /* its global step number */
+    double pending_lr;    /* its learning rate */
+    double pending_t;     /* when it was counted */
 } epoch_sums;
 
-/* A step's loss into the totals and the progress display (rank 0), in step order. */
+/* A step's loss into the totals, the progress display and the step records (rank 0), in step
+ * order: step is that step's number and lr its rate (on the device-loss path the loss arrives
+ * while the next step is being prepared, so neither is the run's current one). */
 static void account(run *r, epoch_sums *es, int epoch, int64_t total, int bn, int64_t seen,
-                    double loss, int64_t correct, ptc_train_result *res)
+                    double loss, int64_t correct, int64_t step, double lr, double t)
 {
     es->loss_sum += loss * bn;
     es->right += correct;
-    res->last_loss = loss;
+    r->res->last_loss = loss;
     if (r->p->progress && r->rc.rank == 0)
         r->p->progress(r->p->ctx, epoch + 1, seen, total, es->loss_sum / (double)seen);
+    ptc__recorder_step(&r->rec, epoch, step, bn, loss, correct, lr, t);
 }
 
 /* The pending step's loss from the backend (waits for that step's loss kernel only). */
-static int collect(run *r, epoch_sums *es, int epoch, int64_t total, ptc_train_result *res,
-                   ptc_error *err)
+static int collect(run *r, epoch_sums *es, int epoch, int64_t total, ptc_error *err)
 {
     if (!es->pending)
         return 0;
@@ -836,7 +843,8 @@ static int collect(run *r, epoch_sums *es, int epoch, int64_t total, ptc_train_r
     int rc = ptc__model_loss_result(r->model, &loss, &correct, err);
     if (rc < 0)
         return rc;
-    account(r, es, epoch, total, es->pending_n, es->pending_seen, loss, correct, res);
+    account(r, es, epoch, total, es->pending_n, es->pending_seen, loss, correct, es->pending_step,
+            es->pending_lr, es->pending_t);
     return 0;
 }
 
@@ -925,9 +933,9 @@ static int setup_model(run *r, int host_input, ptc_error *err)
 static int setup_outputs(run *r, ptc_error *err)
 {
     const ptc_train_params *p = r->p;
-    if (p->metrics && r->rc.rank == 0 &&
-        !(r->metrics = fopen(p->metrics, r->start_epoch ? "a" : "w")))
-        return ptc__err(err, PTC_EIO, "", -1, "cannot write %s", p->metrics);
+    int rc = ptc__recorder_open(&r->rec, p, r->rc.rank, r->rc.world, r->start_epoch > 0, err);
+    if (rc < 0)
+        return rc;
     if (r->rc.rank == 0 && r->ops->device_info) {
         void *stream;
         int dev;
@@ -996,8 +1004,11 @@ static void count_step(run *r, epoch_sums *ep, int epoch, int64_t total, int bn,
         ep->pending = 1;
         ep->pending_n = bn;
         ep->pending_seen = ep->seen;
+        ep->pending_step = r->step;
+        ep->pending_lr = r->lr;
+        ep->pending_t = now();
     } else {
-        account(r, ep, epoch, total, bn, ep->seen, loss, correct, r->res);
+        account(r, ep, epoch, total, bn, ep->seen, loss, correct, r->step, r->lr, now());
     }
     if (r->step == WARMUP_STEPS) {
         r->t_warm = now();
@@ -1021,7 +1032,7 @@ static int train_batches(run *r, ptc__loader *l, int epoch, int64_t total, epoch
         int64_t correct = 0;
         r->lr = ptc__schedule_lr(&r->sched, r->step, epoch);
         /* the previous step's loss, before this step's replaces it on the backend */
-        rc = collect(r, ep, epoch, total, r->res, err);
+        rc = collect(r, ep, epoch, total, err);
         if (rc == 0)
             rc = train_step(r, b, r->lr, r->step, &loss, &correct, err);
         int bn = b->n;
@@ -1069,7 +1080,7 @@ static int train_epoch(run *r, int epoch, epoch_sums *ep, double *secs, ptc_erro
     rc = train_batches(r, l, epoch, n, ep, err);
     ptc__loader_stop(l);
     if (rc == 0)
-        rc = collect(r, ep, epoch, n, r->res, err);
+        rc = collect(r, ep, epoch, n, err);
     if (rc == 0)
         rc = totals_over_ranks(r->rc.comm, &ep->loss_sum, &ep->right, &ep->seen, err);
     *secs = now() - t0;
@@ -1097,12 +1108,18 @@ static void report_epoch(run *r, int epoch, const epoch_sums *ep, double secs)
             say(p, "warning: %s", warn);
         ptc__gpumon_epoch_reset(r->mon);
     }
-    metric(r,
-           "{\"event\": \"epoch\", \"epoch\": %d, \"step\": %lld, \"loss\": %.6f, "
-           "\"accuracy\": %.6f, \"lr\": %.8g, \"images_per_sec\": %.1f, \"seconds\": %.3f%s}",
-           epoch + 1, (long long)r->step, seen ? loss_sum / (double)seen : 0,
-           seen ? (double)right / (double)seen : 0, r->lr, secs > 0 ? (double)seen / secs : 0, secs,
-           gpu);
+    ptc__rec_field f[] = {
+        {.key = "loss", .tag = "epoch/train/loss", .value = seen ? loss_sum / (double)seen : 0},
+        {.key = "accuracy",
+         .tag = "epoch/train/accuracy",
+         .value = seen ? (double)right / (double)seen : 0},
+        {.key = "lr", .tag = "epoch/lr", .value = r->lr},
+        {.key = "images_per_sec",
+         .tag = "epoch/images_per_sec",
+         .value = secs > 0 ? (double)seen / secs : 0},
+        {.key = "seconds", .value = secs},
+    };
+    ptc__record(&r->rec, "epoch", epoch + 1, r->step, epoch + 1, f, sizeof f / sizeof *f, gpu);
 }
 
 /* The test split after every eval_every-th epoch and after the last one. */
@@ -1120,11 +1137,13 @@ static int evaluate_epoch(run *r, int epoch, ptc_error *err)
         return rc;
     say(p, "epoch %d: test accuracy %.2f%% (%lld images), test loss %.4f", epoch + 1,
         100.0 * res->test_accuracy, (long long)count, res->test_loss);
-    metric(r,
-           "{\"event\": \"eval\", \"epoch\": %d, \"step\": %lld, \"test_accuracy\": %.6f, "
-           "\"test_loss\": %.6f, \"images\": %lld, \"images_per_sec\": %.1f}",
-           epoch + 1, (long long)r->step, res->test_accuracy, res->test_loss, (long long)count,
-           res->eval_images_per_sec);
+    ptc__rec_field f[] = {
+        {.key = "test_accuracy", .tag = "test/accuracy", .value = res->test_accuracy},
+        {.key = "test_loss", .tag = "test/loss", .value = res->test_loss},
+        {.key = "images", .value = (double)count, .integer = true},
+        {.key = "images_per_sec", .value = res->eval_images_per_sec},
+    };
+    ptc__record(&r->rec, "eval", epoch + 1, r->step, epoch + 1, f, sizeof f / sizeof *f, NULL);
     return 0;
 }
 
@@ -1145,8 +1164,10 @@ static int run_epoch(run *r, int epoch, ptc_error *err)
     if (r->p->checkpoint &&
         (rc = save_rank0(r, r->p->checkpoint, epoch + 1, r->step, r->lr, 1, err)) < 0)
         return rc;
+    double aside = now() - t_aside;
+    ptc__recorder_aside(&r->rec, aside);
     if (r->t_warm > 0)
-        r->t_other += now() - t_aside;
+        r->t_other += aside;
     return 0;
 }
 
@@ -1187,21 +1208,25 @@ static void write_summary(run *r, double copy_ms)
 {
     const ptc_train_result *res = r->res;
     const int world = r->rc.world;
-    char dist[256] = "";
-    if (world > 1)
-        snprintf(dist, sizeof dist,
-                 ", \"allreduce_ms_per_step\": %.3f, \"allreduce_exposed_ms_per_step\": %.3f, "
-                 "\"bucket_copy_ms_per_step\": %.3f, \"allreduce_hidden_fraction\": %.4f",
-                 res->allreduce_ms, res->allreduce_exposed_ms, copy_ms,
-                 res->allreduce_ms > 0
-                     ? fmax(0.0, 1.0 - res->allreduce_exposed_ms / res->allreduce_ms)
-                     : 0.0);
-    metric(r,
-           "{\"event\": \"summary\", \"train_images_per_sec\": %.1f, \"eval_images_per_sec\": "
-           "%.1f, \"epochs\": %d, \"steps\": %lld, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
-           "\"world\": %d%s}",
-           res->train_images_per_sec, res->eval_images_per_sec, res->epochs_done,
-           (long long)r->step, res->test_accuracy, res->test_loss, world, dist);
+    ptc__rec_field f[] = {
+        {.key = "train_images_per_sec", .value = res->train_images_per_sec},
+        {.key = "eval_images_per_sec", .value = res->eval_images_per_sec},
+        {.key = "epochs", .value = res->epochs_done, .integer = true},
+        {.key = "steps", .value = (double)r->step, .integer = true},
+        {.key = "test_accuracy", .value = res->test_accuracy},
+        {.key = "test_loss", .value = res->test_loss},
+        {.key = "world", .value = world, .integer = true},
+        /* several processes only (the count below leaves these four out for one) */
+        {.key = "allreduce_ms_per_step", .value = res->allreduce_ms},
+        {.key = "allreduce_exposed_ms_per_step", .value = res->allreduce_exposed_ms},
+        {.key = "bucket_copy_ms_per_step", .value = copy_ms},
+        {.key = "allreduce_hidden_fraction",
+         .value = res->allreduce_ms > 0
+                      ? fmax(0.0, 1.0 - res->allreduce_exposed_ms / res->allreduce_ms)
+                      : 0.0},
+    };
+    size_t n = sizeof f / sizeof *f - (world > 1 ? 0 : 4);
+    ptc__record(&r->rec, "summary", -1, -1, 0, f, n, NULL);
 }
 
 int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *res, ptc_error *err)
@@ -1217,6 +1242,7 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
     if ((rc = setup(&r, host_input, err)) < 0)
         goto out;
     announce(&r);
+    ptc__recorder_start(&r.rec, now());
     for (int epoch = r.start_epoch; epoch < p->epochs && !r.stop && rc == 0; epoch++)
         rc = run_epoch(&r, epoch, err);
     /* the figures also after a failed epoch; the model is saved only after a complete run */
