@@ -195,8 +195,10 @@ static void on_progress(void *ctx, int epoch, int64_t done, int64_t total, doubl
     ui *u = ctx;
     if (!u->first_epoch)
         u->first_epoch = epoch;
-    if (u->epoch != epoch && u->epoch) /* a new epoch: the last one's images are done */
+    if (u->epoch != epoch && u->epoch) { /* a new epoch: the last one's images are done */
         u->before += u->last_done;
+        u->nsamples = 0; /* the evaluation and checkpoint between are no part of the rate */
+    }
     u->last_done = done;
     u->steps++;
     if (!u->started || u->epoch != epoch) {
@@ -275,7 +277,10 @@ static void print_summary(const ui *u, const ptc_train_params *p, const ptc_trai
 {
     char text[64];
     printf("summary\n");
-    row("epochs", "%d", res->epochs_done);
+    if (res->epochs_done < p->epochs) /* --max-steps ended the run */
+        row("epochs", "%d of %d (--max-steps reached)", res->epochs_done, p->epochs);
+    else
+        row("epochs", "%d", res->epochs_done);
     if (u->evals)
         row("test accuracy", "best %.2f%% (epoch %lld), last %.2f%% (epoch %lld)",
             100.0 * u->best_acc, (long long)u->best_epoch, 100.0 * u->last_acc,

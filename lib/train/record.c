@@ -126,3 +126,78 @@ void ptc__recorder_step(ptc__recorder *rec, int epoch, int64_t step, int n, doub
     rec->right = rec->seen = 0;
     rec->t0 = now_s;
 }
+
+void ptc__record_epoch(ptc__recorder *rec, int epoch, int64_t step, double loss_sum, int64_t right,
+                       int64_t seen, double lr, double secs, const char *gpu)
+{
+    ptc__rec_field f[] = {
+        {.key = "loss", .tag = "epoch/train/loss", .value = seen ? loss_sum / (double)seen : 0},
+        {.key = "accuracy",
+         .tag = "epoch/train/accuracy",
+         .value = seen ? (double)right / (double)seen : 0},
+        {.key = "lr", .tag = "epoch/lr", .value = lr},
+        {.key = "images_per_sec",
+         .tag = "epoch/images_per_sec",
+         .value = secs > 0 ? (double)seen / secs : 0},
+        {.key = "seconds", .value = secs},
+    };
+    ptc__record(rec, "epoch", epoch, step, epoch, f, sizeof f / sizeof *f, gpu);
+}
+
+void ptc__record_eval(ptc__recorder *rec, int epoch, int64_t step, double accuracy, double loss,
+                      int64_t count, double images_per_sec)
+{
+    ptc__rec_field f[] = {
+        {.key = "test_accuracy", .tag = "test/accuracy", .value = accuracy},
+        {.key = "test_loss", .tag = "test/loss", .value = loss},
+        {.key = "images", .value = (double)count, .integer = true},
+        {.key = "images_per_sec", .value = images_per_sec},
+    };
+    ptc__record(rec, "eval", epoch, step, epoch, f, sizeof f / sizeof *f, NULL);
+}
+
+void ptc__record_gpu(ptc__recorder *rec, int epoch, int64_t step, const ptc__gpu_sample *s)
+{
+    ptc__rec_field f[5];
+    size_t n = 0;
+    if (s->valid & PTC__GPU_UTIL)
+        f[n++] = (ptc__rec_field){.key = "gpu_util", .tag = "gpu/utilization", .value = s->util};
+    if (s->valid & PTC__GPU_MEM) {
+        f[n++] = (ptc__rec_field){.key = "gpu_mem_used_bytes",
+                                  .tag = "gpu/memory_used_gib",
+                                  .value = (double)s->mem_used,
+                                  .integer = true,
+                                  .tag_scale = 1.0 / 1073741824.0};
+        f[n++] = (ptc__rec_field){
+            .key = "gpu_mem_total_bytes", .value = (double)s->mem_total, .integer = true};
+    }
+    if (s->valid & PTC__GPU_POWER)
+        f[n++] = (ptc__rec_field){.key = "gpu_power_w", .value = s->power_w};
+    if (s->valid & PTC__GPU_TEMP)
+        f[n++] = (ptc__rec_field){.key = "gpu_temp_c", .value = s->temp_c};
+    ptc__record(rec, "gpu", epoch, step, step, f, n, NULL);
+}
+
+void ptc__record_summary(ptc__recorder *rec, const ptc_train_result *res, int64_t steps, int world,
+                         double copy_ms)
+{
+    ptc__rec_field f[] = {
+        {.key = "train_images_per_sec", .value = res->train_images_per_sec},
+        {.key = "eval_images_per_sec", .value = res->eval_images_per_sec},
+        {.key = "epochs", .value = res->epochs_done, .integer = true},
+        {.key = "steps", .value = (double)steps, .integer = true},
+        {.key = "test_accuracy", .value = res->test_accuracy},
+        {.key = "test_loss", .value = res->test_loss},
+        {.key = "world", .value = world, .integer = true},
+        /* several processes only (the count below leaves these four out for one) */
+        {.key = "allreduce_ms_per_step", .value = res->allreduce_ms},
+        {.key = "allreduce_exposed_ms_per_step", .value = res->allreduce_exposed_ms},
+        {.key = "bucket_copy_ms_per_step", .value = copy_ms},
+        {.key = "allreduce_hidden_fraction",
+         .value = res->allreduce_ms > 0
+                      ? fmax(0.0, 1.0 - res->allreduce_exposed_ms / res->allreduce_ms)
+                      : 0.0},
+    };
+    size_t n = sizeof f / sizeof *f - (world > 1 ? 0 : 4);
+    ptc__record(rec, "summary", -1, -1, 0, f, n, NULL);
+}

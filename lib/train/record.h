@@ -18,6 +18,7 @@
 #define PTC_TRAIN_RECORD_H
 
 #include "base/base.h"
+#include "train/gpumon.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -67,5 +68,20 @@ void ptc__recorder_aside(ptc__recorder *rec, double secs);
  * multiple of log_every. Steps must come in step order. */
 void ptc__recorder_step(ptc__recorder *rec, int epoch, int64_t step, int n, double loss,
                         int64_t correct, double lr, double now_s);
+
+/* The records of ptc-train(1) METRICS, each with its members and tags: */
+/* after an epoch (1-based) at global step: its training totals over every rank (loss sum,
+ * correct, images), its last learning rate and seconds; gpu: the epoch's GPU members ("" or
+ * ptc__gpumon_json's), in the file only. */
+void ptc__record_epoch(ptc__recorder *rec, int epoch, int64_t step, double loss_sum, int64_t right,
+                       int64_t seen, double lr, double secs, const char *gpu);
+/* after an evaluation of count images at the end of epoch (1-based) */
+void ptc__record_eval(ptc__recorder *rec, int epoch, int64_t step, double accuracy, double loss,
+                      int64_t count, double images_per_sec);
+/* a GPU reading at a global step */
+void ptc__record_gpu(ptc__recorder *rec, int epoch, int64_t step, const ptc__gpu_sample *s);
+/* the file's last line: the run's figures (copy_ms: the per-step bucket copy, several ranks) */
+void ptc__record_summary(ptc__recorder *rec, const ptc_train_result *res, int64_t steps, int world,
+                         double copy_ms);
 
 #endif /* PTC_TRAIN_RECORD_H */
