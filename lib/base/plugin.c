@@ -310,12 +310,9 @@ int ptc_plugins_list(ptc_plugin_info *out, int max, ptc_error *err)
     static const struct {
         ptc__plugin_kind kind;
         const char *name;
-    } known[] = {{PTC__PLUGIN_BACKEND, "dnnl"},
-                 {PTC__PLUGIN_BACKEND, "cuda"},
-                 {PTC__PLUGIN_COMM, "mpi"},
-                 {PTC__PLUGIN_COMM, "nccl"},
-                 {PTC__PLUGIN_IMAGE, "codecs"},
-                 {PTC__PLUGIN_TOOL, "tensorboard"},
+    } known[] = {{PTC__PLUGIN_BACKEND, "dnnl"}, {PTC__PLUGIN_BACKEND, "cuda"},
+                 {PTC__PLUGIN_COMM, "mpi"},     {PTC__PLUGIN_COMM, "nccl"},
+                 {PTC__PLUGIN_IMAGE, "codecs"}, {PTC__PLUGIN_TOOL, "tensorboard"},
                  {PTC__PLUGIN_TOOL, "plot"}};
     ptc__err_clear(err);
     int n = (int)(sizeof known / sizeof *known);

@@ -68,7 +68,7 @@ typedef struct ptc__host {
 typedef struct ptc__plugin {
     int abi; /* PTC__PLUGIN_ABI */
     ptc__plugin_kind kind;
-    const char *name;    /* "dnnl", "cuda", "mpi", "nccl", "codecs", "tensorboard", "plot": the file is
+    const char *name; /* "dnnl", "cuda", "mpi", "nccl", "codecs", "tensorboard", "plot": the file is
                               <kind>-<name>.so */
     const char *summary; /* one line for `ptc --version` */
     int experimental;    /* 1 until it has run where it is meant to run */
