@@ -291,12 +291,17 @@ static void print_summary(const ui *u, const ptc_train_params *p, const ptc_trai
         row("test loss", "%.4f (last)", u->last_test_loss);
     format_wall(text, sizeof text, wall);
     row("wall time", "%s", text);
-    if (res->train_images_per_sec > 0)
-        row("training", "%lld steps, %.1f images/s after warm-up%s", (long long)res->steps,
-            res->train_images_per_sec, world > 1 ? " (all processes)" : "");
+    char steps[96]; /* this run's, and with a resumed run the checkpoint's too */
+    if (u->steps < res->steps)
+        snprintf(steps, sizeof steps, "%lld steps (%lld with the resumed ones)",
+                 (long long)u->steps, (long long)res->steps);
     else
-        row("training", "%lld steps (too few for a rate: the first 10 are warm-up)",
-            (long long)res->steps);
+        snprintf(steps, sizeof steps, "%lld steps", (long long)res->steps);
+    if (res->train_images_per_sec > 0)
+        row("training", "%s, %.1f images/s after warm-up%s", steps, res->train_images_per_sec,
+            world > 1 ? " (all processes)" : "");
+    else
+        row("training", "%s (too few for a rate: the first 10 are warm-up)", steps);
     if (world > 1 && res->allreduce_ms > 0)
         row("all-reduce",
             "%.1f ms per step alone, %.1f ms of it not hidden behind backward (%.0f%% hidden)",

@@ -1096,8 +1096,9 @@ typedef struct ptc_train_result {
     int64_t steps;
     double last_loss;
     double test_accuracy, test_loss; /* of the last evaluation; -1 when none ran */
-    double train_images_per_sec;     /* after 10 warm-up steps, evaluations and saves left out;
-                                        all processes together */
+    double train_images_per_sec;     /* after this run's first 10 steps (warm-up, also when
+                                        resumed), evaluations and saves left out; all
+                                        processes together */
     double eval_images_per_sec;
     int world;                   /* processes */
     double allreduce_ms;         /* one step's all-reduces run alone, nothing hidden (world > 1) */

@@ -159,9 +159,10 @@ typedef struct run {
     ptc__schedule sched;
     int start_epoch;     /* from the checkpoint resumed, else 0 */
     int64_t step;        /* optimizer steps taken, the resumed ones included */
+    int64_t start_step;  /* the resumed ones (0 for a fresh run) */
     double lr;           /* the last step's learning rate (rc.lr before the first step) */
     bool stop;           /* max_steps reached */
-    double t_warm;       /* when the WARMUP_STEPS-th step ended (0: not yet) */
+    double t_warm;       /* when this run's WARMUP_STEPS-th step ended (0: not yet) */
     double t_other;      /* seconds spent on evaluations and checkpoints after t_warm */
     int64_t images;      /* images trained on by this rank in this run */
     int64_t warm_images; /* images at t_warm */
@@ -677,7 +678,7 @@ static void count_step(run *r, epoch_sums *ep, int epoch, int64_t total, int bn,
     } else {
         account(r, ep, epoch, total, bn, ep->seen, loss, correct, r->step, r->lr, now());
     }
-    if (r->step == WARMUP_STEPS) {
+    if (r->step - r->start_step == WARMUP_STEPS) { /* a resumed run warms up too */
         r->t_warm = now();
         r->warm_images = r->images;
     }
@@ -867,6 +868,7 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
     if ((rc = setup(&r, host_input, err)) < 0)
         goto out;
     announce(&r);
+    r.start_step = r.step;
     ptc__recorder_start(&r.rec, now());
     for (int epoch = r.start_epoch; epoch < p->epochs && !r.stop && rc == 0; epoch++)
         rc = run_epoch(&r, epoch, err);
