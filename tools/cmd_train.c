@@ -163,9 +163,10 @@ static void update_rate(ui *u, int epoch, int64_t done, int64_t total)
         if (u->nsamples < RATE_SAMPLES)
             u->nsamples++;
     }
-    int oldest = (u->next + RATE_SAMPLES - u->nsamples) % RATE_SAMPLES;
-    for (int k = 0; k < u->nsamples - 1; k++) { /* the oldest within the window */
-        int i = (oldest + k) % RATE_SAMPLES;
+    /* the oldest sample within the window (the newest one when all are older) */
+    int first = (u->next + RATE_SAMPLES - u->nsamples) % RATE_SAMPLES, oldest = first;
+    for (int k = 0; k < u->nsamples - 1; k++) {
+        int i = (first + k) % RATE_SAMPLES;
         if (t - u->t[i] <= RATE_WINDOW_S)
             break;
         oldest = (i + 1) % RATE_SAMPLES;
