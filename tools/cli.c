@@ -16,8 +16,10 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -398,27 +400,109 @@ static int64_t now_ns(void)
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+int cli_terminal_width(void)
+{
+    struct winsize ws;
+    if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0)
+        return ws.ws_col;
+    const char *c = getenv("COLUMNS");
+    char *end;
+    long v = c ? strtol(c, &end, 10) : 0;
+    if (c && *c && *end == '\0' && v > 0 && v <= 100000)
+        return (int)v;
+    return 80;
+}
+
+/* The first bytes of s that fill at most cols columns (whole UTF-8 characters). */
+static size_t cut_to_columns(const char *s, size_t cols)
+{
+    const uint8_t *u = (const uint8_t *)s;
+    size_t n = strlen(s), i = 0, w = 0;
+    uint32_t cp;
+    while (i < n) {
+        size_t k = utf8_decode(u + i, n - i, &cp);
+        size_t cw = k ? (size_t)(is_wide(cp) ? 2 : 1) : 1;
+        if (w + cw > cols)
+            break;
+        w += cw;
+        i += k ? k : 1;
+    }
+    return i;
+}
+
+#define PROGRESS_LINE_MAX 512 /* bytes of a drawn line: wider terminals get this much */
+
 static void progress_draw(cli_progress *p)
 {
-    char line[160];
-    int n;
-    if (p->total > 0)
-        n = snprintf(line, sizeof line, "%s: %s %u%% (%llu/%llu)", g_prog, p->what,
-                     (unsigned)(p->done >= p->total ? 100 : p->done * 100.0 / p->total),
-                     (unsigned long long)p->done, (unsigned long long)p->total);
-    else
-        n = snprintf(line, sizeof line, "%s: %s %llu", g_prog, p->what,
-                     (unsigned long long)p->done);
-    if (n < 0)
-        return;
-    size_t len = (size_t)n < sizeof line ? (size_t)n : sizeof line - 1;
+    /* the parts: [0] "<prog>: <what> <percent>" (always), [1] the count, [2..] the fields */
+    char head[256], count[64];
+    const char *part[2 + CLI_PROGRESS_FIELDS];
+    int rank[2 + CLI_PROGRESS_FIELDS], keep[2 + CLI_PROGRESS_FIELDS];
+    size_t width[2 + CLI_PROGRESS_FIELDS];
+    int n = 0;
+    if (p->total > 0) {
+        snprintf(head, sizeof head, "%s: %s %u%%", g_prog, p->what,
+                 (unsigned)(p->done >= p->total ? 100 : p->done * 100.0 / p->total));
+        snprintf(count, sizeof count, "(%llu/%llu)", (unsigned long long)p->done,
+                 (unsigned long long)p->total);
+    } else {
+        snprintf(head, sizeof head, "%s: %s %llu", g_prog, p->what, (unsigned long long)p->done);
+        count[0] = '\0';
+    }
+    part[n] = head, rank[n++] = INT_MAX;
+    part[n] = count, rank[n++] = p->count_rank;
+    for (int i = 0; i < p->nfields; i++)
+        part[n] = p->fields[i] ? p->fields[i] : "", rank[n++] = p->ranks[i];
+    size_t cols = (size_t)cli_terminal_width(), room = cols > 1 ? cols - 1 : 1, total = 0;
+    for (int i = 0; i < n; i++) {
+        keep[i] = part[i][0] != '\0';
+        width[i] = cli_display_width(part[i]);
+        total += keep[i] ? width[i] + (i > 0) : 0;
+    }
+    /* least important first, until the line fits or only the head is left */
+    while (total > room) {
+        int drop = -1;
+        for (int i = 1; i < n; i++)
+            if (keep[i] && (drop < 0 || rank[i] < rank[drop]))
+                drop = i;
+        if (drop < 0)
+            break;
+        keep[drop] = 0;
+        total -= width[drop] + 1;
+    }
+    char line[PROGRESS_LINE_MAX];
+    size_t len = 0;
+    for (int i = 0; i < n; i++) {
+        if (!keep[i])
+            continue;
+        int k = snprintf(line + len, sizeof line - len, "%s%s", len ? " " : "", part[i]);
+        if (k < 0 || (size_t)k >= sizeof line - len) {
+            len = strlen(line);
+            break;
+        }
+        len += (size_t)k;
+    }
+    len = cut_to_columns(line, room); /* a head wider than the terminal, cut */
+    line[len] = '\0';
+    size_t w = cli_display_width(line);
     /* Plain carriage return and space padding rather than terminal escape sequences, so the line
-     * also works on terminals without ANSI support. */
+     * also works on terminals without ANSI support; the padding, too, stops short of the edge. */
     fprintf(stderr, "\r%s", line);
-    for (size_t i = len; i < p->drawn; i++)
+    for (size_t i = w; i < p->drawn && i < room; i++)
         fputc(' ', stderr);
     fflush(stderr);
-    p->drawn = len > p->drawn ? len : p->drawn;
+    p->drawn = w > p->drawn ? w : p->drawn;
+}
+
+void cli_progress_set_fields(cli_progress *p, const char *const *fields, const int *ranks, int n,
+                             int count_rank)
+{
+    p->nfields = n < 0 ? 0 : n > CLI_PROGRESS_FIELDS ? CLI_PROGRESS_FIELDS : n;
+    for (int i = 0; i < p->nfields; i++) {
+        p->fields[i] = fields[i];
+        p->ranks[i] = ranks[i];
+    }
+    p->count_rank = count_rank;
 }
 
 void cli_progress_start(cli_progress *p, const char *what, uint64_t total)
@@ -450,8 +534,9 @@ void cli_progress_update(cli_progress *p, uint64_t done)
 void cli_progress_end(cli_progress *p)
 {
     if (p->enabled && p->drawn > 0) {
+        size_t cols = (size_t)cli_terminal_width(), room = cols > 1 ? cols - 1 : 1;
         fputc('\r', stderr);
-        for (size_t i = 0; i < p->drawn; i++)
+        for (size_t i = 0; i < p->drawn && i < room; i++)
             fputc(' ', stderr);
         fputc('\r', stderr);
         fflush(stderr);

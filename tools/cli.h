@@ -140,6 +140,7 @@ uint64_t cli_add_sat(uint64_t a, uint64_t b);
  * A one-line progress display on stderr, redrawn at most ten times a second, only when stderr is a
  * terminal: in a pipe or a log it prints nothing. cli_error clears an active line first so that
  * messages never mix with it. Only one progress line is active at a time. */
+#define CLI_PROGRESS_FIELDS 8
 typedef struct cli_progress {
     int enabled;
     const char *what; /* "hashing", borrowed */
@@ -147,8 +148,17 @@ typedef struct cli_progress {
     uint64_t done;
     int64_t last_ns; /* monotonic time of the last redraw */
     size_t drawn;    /* characters on the line now */
+    /* cli_progress_set_fields: texts drawn after the count, in order, each with a drop rank */
+    const char *fields[CLI_PROGRESS_FIELDS];
+    int ranks[CLI_PROGRESS_FIELDS];
+    int nfields;
+    int count_rank; /* the "(done/total)" part's drop rank (0 until set: dropped first) */
 } cli_progress;
 
+/* The line is "<prog>: <what> <percent> (<done>/<total>) <fields>..." and never wider than the
+ * terminal (cli_terminal_width, less one column, so that the cursor never waits to wrap): when it
+ * would be, the count and the fields are left out lowest rank first, and what is still too wide
+ * is cut. <prog>: <what> <percent> is never left out. */
 void cli_progress_start(cli_progress *p, const char *what, uint64_t total);
 void cli_progress_update(cli_progress *p, uint64_t done);
 /* Erases the line; safe to call twice or on a progress that never drew. */
@@ -159,6 +169,14 @@ void cli_progress_end(cli_progress *p);
  * a terminal (what cli_progress_start does). */
 enum { CLI_PROGRESS_NEVER = 0, CLI_PROGRESS_ALWAYS = 1, CLI_PROGRESS_AUTO = -1 };
 void cli_progress_start_mode(cli_progress *p, const char *what, uint64_t total, int mode);
+/* After a start: n (at most CLI_PROGRESS_FIELDS) texts drawn after the count, in this order, such
+ * as "1190 img/s" or "ETA 6m12s"; borrowed (the caller may rewrite them between updates; NULL or ""
+ * is not drawn). ranks[i] orders what goes first when the line is too wide (lowest first), and
+ * count_rank places the "(done/total)" part among them. */
+void cli_progress_set_fields(cli_progress *p, const char *const *fields, const int *ranks, int n,
+                             int count_rank);
+/* Columns of the terminal on stderr (TIOCGWINSZ), else $COLUMNS, else 80. */
+int cli_terminal_width(void);
 
 /* ---- paths ------------------------------------------------------------------------------------
  * Appends ptc_key_text(key): the path segment ptc_walk_next writes for a dict key (raw; escape the

@@ -4,8 +4,9 @@
  *
  * The work is lib/train's; this file parses options (defaults are the tutorial's), chooses the
  * dataset (CIFAR-10 when ./data/cifar-10-batches-bin exists, else Fashion-MNIST from
- * /usr/share/datasets/fashion-mnist) and says which on its first line, draws a progress bar on a
- * terminal and prints one line per epoch and evaluation. Options are documented in ptc-train(1).
+ * /usr/share/datasets/fashion-mnist) and says which on its first line, draws a progress line on a
+ * terminal (epoch, images/s, loss, ETA; never wider than the terminal), prints one line per epoch
+ * and evaluation, and ends with a summary table (rank 0). Options are documented in ptc-train(1).
  *
  * Several processes: under an MPI launcher (`mpirun -np N ptc train ...`) every process opens the
  * MPI communicator and lib/train runs DistributedDataParallel's recipe; rank 0 alone prints.
@@ -25,7 +26,9 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define CIFAR_DEFAULT_DIR "./data/cifar-10-batches-bin"
@@ -142,19 +145,53 @@ static int tb_finish(tb_sink *t)
     return rc < 0 ? cli_report(rc, &err) : 0;
 }
 
-/* ---- progress and log -------------------------------------------------------------------------- */
+/* ---- progress, records and log --------------------------------------------------------------- */
+
+#define RATE_WINDOW_S 5.0 /* the progress line's images/s: over about this many last seconds */
+#define RATE_SAMPLES  32  /* (time, images) pairs kept for it, one every RATE_SAMPLE_S at most */
+#define RATE_SAMPLE_S 0.25
 
 typedef struct ui {
     cli_progress bar;
     tb_sink tb;
     int mode, started, epoch;
-    char gpu[96];   /* the GPU's state (device_status), "" until it comes */
-    char what[160]; /* "epoch 3  gpu 97% 31.2/139.8 GiB 512 W 61C": the bar reads it at each draw */
+    int epochs, batch;   /* of the run, for the ETA */
+    int64_t max_steps;   /* 0: none */
+    int64_t first_epoch; /* the first epoch the progress saw (1, or the one resumed at) */
+    int64_t steps;       /* progress calls: one per step of rank 0 */
+    int64_t before;      /* images of the epochs finished before the current one */
+    int64_t last_done;   /* the current epoch's images so far */
+    double t[RATE_SAMPLES];
+    int64_t img[RATE_SAMPLES];
+    int nsamples, next; /* the ring of (time, images) */
+    char what[32];      /* "epoch 3/10" */
+    char rate[32];      /* "1190 img/s" */
+    char loss[32];      /* "loss 0.4123" */
+    char eta[32];       /* "ETA 6m12s" */
+    char gpu[96];       /* the GPU's state (device_status), "" until it comes */
+    /* what the summary needs, from the records (on_scalar) */
+    int evals;
+    double best_acc, last_acc, last_test_loss;
+    int64_t best_epoch, last_epoch;
 } ui;
 
-static void set_what(ui *u)
+static double now_s(void)
 {
-    snprintf(u->what, sizeof u->what, "epoch %d%s%s", u->epoch, u->gpu[0] ? "  " : "", u->gpu);
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* "45s", "6m12s", "2h05m". */
+static void format_eta(char *buf, size_t n, double secs)
+{
+    long s = secs > 0 && secs < 1e8 ? (long)(secs + 0.5) : 0;
+    if (s < 60)
+        snprintf(buf, n, "%lds", s);
+    else if (s < 3600)
+        snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+    else
+        snprintf(buf, n, "%ldh%02ldm", s / 3600, s / 60 % 60);
 }
 
 /* lib/train's GPU readings, shown on the progress line until the next ones. */
@@ -162,8 +199,6 @@ static void on_device_status(void *ctx, const char *text)
 {
     ui *u = ctx;
     snprintf(u->gpu, sizeof u->gpu, "%s", text);
-    if (u->started)
-        set_what(u);
 }
 
 static void on_log(void *ctx, const char *line)
@@ -178,26 +213,186 @@ static void on_log(void *ctx, const char *line)
     fflush(stdout);
 }
 
+/* The images/s of the last RATE_WINDOW_S seconds (rank 0's; of the whole window kept when it is
+ * younger), and from it the ETA of the remaining steps of every epoch (or up to --max-steps):
+ * evaluations and checkpoints are not predicted. */
+static void update_rate(ui *u, int epoch, int64_t done, int64_t total)
+{
+    double t = now_s();
+    int64_t images = u->before + done;
+    int last = (u->next + RATE_SAMPLES - 1) % RATE_SAMPLES;
+    if (u->nsamples == 0 || t - u->t[last] >= RATE_SAMPLE_S) {
+        u->t[u->next] = t;
+        u->img[u->next] = images;
+        u->next = (u->next + 1) % RATE_SAMPLES;
+        if (u->nsamples < RATE_SAMPLES)
+            u->nsamples++;
+    }
+    /* the oldest sample within the window (the newest one when all are older) */
+    int first = (u->next + RATE_SAMPLES - u->nsamples) % RATE_SAMPLES, oldest = first;
+    for (int k = 0; k < u->nsamples - 1; k++) {
+        int i = (first + k) % RATE_SAMPLES;
+        if (t - u->t[i] <= RATE_WINDOW_S)
+            break;
+        oldest = (i + 1) % RATE_SAMPLES;
+    }
+    double dt = t - u->t[oldest];
+    u->rate[0] = u->eta[0] = '\0';
+    if (dt <= 0 || images <= u->img[oldest])
+        return;
+    double rate = (double)(images - u->img[oldest]) / dt;
+    snprintf(u->rate, sizeof u->rate, "%.0f img/s", rate);
+    double left = (double)(total - done) + (double)(u->epochs - epoch) * (double)total;
+    if (u->max_steps > 0 && u->batch > 0) {
+        /* the steps taken: those of the epochs before this run's first (a resumed run) and ours */
+        int64_t per_epoch = (total + u->batch - 1) / u->batch;
+        int64_t taken = (u->first_epoch - 1) * per_epoch + u->steps;
+        double by_steps = (double)(u->max_steps - taken) * u->batch;
+        if (by_steps < left)
+            left = by_steps > 0 ? by_steps : 0;
+    }
+    char e[24];
+    format_eta(e, sizeof e, left / rate);
+    snprintf(u->eta, sizeof u->eta, "ETA %s", e);
+}
+
 static void on_progress(void *ctx, int epoch, int64_t done, int64_t total, double loss)
 {
     ui *u = ctx;
+    if (!u->first_epoch)
+        u->first_epoch = epoch;
+    if (u->epoch != epoch && u->epoch) { /* a new epoch: the last one's images are done */
+        u->before += u->last_done;
+        u->nsamples = 0; /* the evaluation and checkpoint between are no part of the rate */
+    }
+    u->last_done = done;
+    u->steps++;
     if (!u->started || u->epoch != epoch) {
         if (u->started)
             cli_progress_end(&u->bar);
         u->epoch = epoch;
-        set_what(u);
+        snprintf(u->what, sizeof u->what, "epoch %d/%d", epoch, u->epochs);
         cli_progress_start_mode(&u->bar, u->what, (uint64_t)total, u->mode);
+        /* drawn in this order; when the terminal is narrow the GPU goes first, then the count,
+         * images/s, the loss and the ETA */
+        static const int ranks[] = {3, 4, 5, 1};
+        const char *fields[] = {u->rate, u->loss, u->eta, u->gpu};
+        cli_progress_set_fields(&u->bar, fields, ranks, 4, 2);
         u->started = 1;
     }
-    (void)loss;
+    if (u->bar.enabled) {
+        update_rate(u, epoch, done, total);
+        snprintf(u->loss, sizeof u->loss, "loss %.4f", loss);
+    }
     cli_progress_update(&u->bar, (uint64_t)done);
 }
 
-/* ptc_train_params.scalar with --tensorboard: forwards each record to the event file. */
-static void on_scalar_tensorboard(void *ctx, const char *tag, int64_t step, double value)
+/* lib/train's records (ptc_train_params.scalar: every tag at its step, rank 0), each as the
+ * metrics file has it. This keeps what the end-of-run summary needs; the --tensorboard writer
+ * takes the same four arguments, forwarded from here. Kept small on purpose. */
+static void on_scalar(void *ctx, const char *tag, int64_t step, double value)
 {
     ui *u = ctx;
-    tb_scalar(&u->tb, tag, step, value);
+    tb_scalar(&u->tb, tag, step, value);     /* nothing without --tensorboard */
+    if (strcmp(tag, "test/accuracy") == 0) { /* step: the epoch */
+        if (!u->evals || value > u->best_acc) {
+            u->best_acc = value;
+            u->best_epoch = step;
+        }
+        u->last_acc = value;
+        u->last_epoch = step;
+        u->evals++;
+    } else if (strcmp(tag, "test/loss") == 0) {
+        u->last_test_loss = value;
+    }
+}
+
+/* ---- the end-of-run summary ------------------------------------------------------------------- */
+
+#define SUMMARY_LABEL_W 15 /* the label column: the longest label ("test accuracy") and a gap */
+
+/* One row: the label padded to the column, then the value (a path from the command line is
+ * escaped like any text that reaches the terminal). */
+static void row(const char *label, const char *fmt, ...) CLI_PRINTF(2, 3);
+static void row(const char *label, const char *fmt, ...)
+{
+    char value[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(value, sizeof value, fmt, ap);
+    va_end(ap);
+    printf("  %-*s", SUMMARY_LABEL_W, label);
+    cli_escape_put(stdout, value, strlen(value), 0);
+    putchar('\n');
+}
+
+/* "16.1 s", "6m12s", "2h05m07s". */
+static void format_wall(char *buf, size_t n, double secs)
+{
+    long s = (long)secs;
+    if (secs < 60)
+        snprintf(buf, n, "%.1f s", secs);
+    else if (s < 3600)
+        snprintf(buf, n, "%ldm%02lds", s / 60, s % 60);
+    else
+        snprintf(buf, n, "%ldh%02ldm%02lds", s / 3600, s / 60 % 60, s % 60);
+}
+
+/* Rank 0, after a run that completed: a table a person reads at a glance. */
+static void print_summary(const ui *u, const ptc_train_params *p, const ptc_train_result *res,
+                          int world, double wall)
+{
+    char text[64];
+    printf("summary\n");
+    if (res->epochs_done < p->epochs) /* --max-steps ended the run */
+        row("epochs", "%d of %d (--max-steps reached)", res->epochs_done, p->epochs);
+    else
+        row("epochs", "%d", res->epochs_done);
+    if (u->evals)
+        row("test accuracy", "best %.2f%% (epoch %lld), last %.2f%% (epoch %lld)",
+            100.0 * u->best_acc, (long long)u->best_epoch, 100.0 * u->last_acc,
+            (long long)u->last_epoch);
+    else
+        row("test accuracy", "none (no evaluation ran)");
+    if (u->evals)
+        row("test loss", "%.4f (last)", u->last_test_loss);
+    format_wall(text, sizeof text, wall);
+    row("wall time", "%s", text);
+    char steps[96]; /* this run's, and with a resumed run the checkpoint's too */
+    if (u->steps < res->steps)
+        snprintf(steps, sizeof steps, "%lld steps (%lld with the resumed ones)",
+                 (long long)u->steps, (long long)res->steps);
+    else
+        snprintf(steps, sizeof steps, "%lld steps", (long long)res->steps);
+    if (res->train_images_per_sec > 0)
+        row("training", "%s, %.1f images/s after warm-up%s", steps, res->train_images_per_sec,
+            world > 1 ? " (all processes)" : "");
+    else
+        row("training", "%s (too few for a rate: the first 10 are warm-up)", steps);
+    if (world > 1 && res->allreduce_ms > 0)
+        row("all-reduce",
+            "%.1f ms per step alone, %.1f ms of it not hidden behind backward (%.0f%% hidden)",
+            res->allreduce_ms, res->allreduce_exposed_ms,
+            100.0 * (1.0 - (res->allreduce_exposed_ms < res->allreduce_ms
+                                ? res->allreduce_exposed_ms / res->allreduce_ms
+                                : 1.0)));
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) == 0) {
+        cli_format_bytes(text, sizeof text, (uint64_t)ru.ru_maxrss * 1024); /* KiB on Linux */
+        row("peak memory", "%s%s", text,
+            world > 1 ? " (rank 0's resident set; each process has its own)" : " (resident set)");
+    }
+    /* The files written, one a row. */
+    row("state dict", "%s", p->save);
+    if (p->checkpoint)
+        row("checkpoint", "%s%s", p->checkpoint,
+            p->checkpoint_all_ranks && world > 1 ? " (and .rank<r> of every rank)" : "");
+    if (p->metrics)
+        row("metrics", "%s", p->metrics);
+    if (u->tb.w)
+        row("events", "%s%s", u->tb.ops->path(u->tb.w),
+            u->tb.failed ? " (incomplete: a write failed, see above)" : "");
+    fflush(stdout);
 }
 
 /* ---- ptc train ----------------------------------------------------------------------------------- */
@@ -235,8 +430,8 @@ static void train_usage(FILE *f)
         "  --checkpoint-all-ranks   every process also writes its own, to PATH.rank<r>\n"
         "  --resume PATH            continue from such a checkpoint\n"
         "  --metrics PATH           JSON lines: every epoch, evaluation, and a summary\n"
-        "  --log-every N            also every N steps: loss, accuracy, lr, images/s\n"
-        "                           (in the metrics file and the event file; 0: none)\n"
+        "  --log-every N            also a record of the loss, accuracy, lr and images/s\n"
+        "                           every N steps (20; 0: none; see METRICS in ptc-train(1))\n"
         "  --tensorboard DIR        TensorBoard event files in DIR, made when missing (view:\n"
         "                           tensorboard --logdir DIR)\n"
         "  --max-samples N          use only the first N images of each split (only those\n"
@@ -252,7 +447,10 @@ static void train_usage(FILE *f)
         "  --deterministic          only algorithms whose results do not depend on scheduling\n"
         "  --comm auto|nccl|host    what carries the gradients of several processes (auto:\n"
         "                           nccl for the cuda backend, MPI for the others)\n"
-        "  --progress | --no-progress  progress bar (default: on a terminal)\n");
+        "  --progress | --no-progress  progress line: epoch, images/s, loss, ETA (default: on\n"
+        "                           a terminal)\n"
+        "At the end a summary: epochs, best and last test accuracy, wall time, images/s,\n"
+        "peak memory and the files written.\n");
 }
 
 enum {
@@ -453,9 +651,11 @@ int cmd_train(int argc, char **argv)
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
+    double t_start = now_s(); /* the summary's wall time: the whole command */
     ptc_train_params p;
     ptc_train_params_default(&p);
     env_params(&p);
+    p.log_every = 20;
     const char *dataset = NULL, *dir = NULL, *tb_dir = NULL;
     ui u = {.mode = CLI_PROGRESS_AUTO};
     int c;
@@ -562,7 +762,7 @@ int cmd_train(int argc, char **argv)
             p.metrics = optarg;
             break;
         case O_LOG_EVERY:
-            bad = parse_int(optarg, "--log-every", 0, INT64_MAX, &p.log_every);
+            bad = parse_int(optarg, "--log-every", 0, 1000000000, &p.log_every);
             break;
         case O_TENSORBOARD:
             if (!*optarg)
@@ -628,12 +828,15 @@ int cmd_train(int argc, char **argv)
         }
         printf("tensorboard: %s (view: tensorboard --logdir %s)\n", u.tb.ops->path(u.tb.w), tb_dir);
         fflush(stdout);
-        p.scalar = on_scalar_tensorboard;
     }
     p.log = on_log;
     p.progress = on_progress;
     p.device_status = on_device_status;
+    p.scalar = on_scalar;
     p.ctx = &u;
+    u.epochs = p.epochs;
+    u.batch = p.batch_size;
+    u.max_steps = p.max_steps;
     p.comm = world > 1 ? comm : NULL;
     ptc_train_result res;
     rc = ptc_train(&p, &res, &err);
@@ -651,16 +854,8 @@ int cmd_train(int argc, char **argv)
         ptc_comm_close(comm);
         return status;
     }
-    if (rank == 0 && res.train_images_per_sec > 0)
-        printf("training: %lld steps, %.1f images/s after warm-up%s\n", (long long)res.steps,
-               res.train_images_per_sec, world > 1 ? " (all processes)" : "");
-    if (rank == 0 && world > 1 && res.allreduce_ms > 0)
-        printf("all-reduce: %.1f ms per step alone, %.1f ms of it not hidden behind backward "
-               "(%.0f%% hidden)\n",
-               res.allreduce_ms, res.allreduce_exposed_ms,
-               100.0 * (1.0 - (res.allreduce_exposed_ms < res.allreduce_ms
-                                   ? res.allreduce_exposed_ms / res.allreduce_ms
-                                   : 1.0)));
+    if (rank == 0)
+        print_summary(&u, &p, &res, world, now_s() - t_start);
     int status = tb_finish(&u.tb);
     ptc_comm_close(comm);
     return status ? status : CLI_EXIT_OK;

@@ -1077,12 +1077,15 @@ typedef struct ptc_train_params {
      * records, ptc-train(1) "METRICS"): a tag, the step it is recorded at, the value. Called from
      * ptc_train's thread; NULL (default): not called.
      *   every log_every optimizer steps, at the global step (1, 2, ... counted over the run):
-     *     "train/loss", "train/accuracy" (0..1; both over the images since the previous record),
-     *     "lr" (of the last step), "images_per_sec" (since the previous record, all processes);
+     *     "train/loss", "train/accuracy" (0..1; both over the images since the previous record,
+     *     rank 0's own batches), "lr" (of the last step), "images_per_sec" (since the previous
+     *     record, evaluations and checkpoints left out, times the processes); an epoch's steps
+     *     after its last multiple of log_every go into the next epoch's first record;
      *   after each epoch, at the epoch (1, 2, ...): "epoch/train/loss", "epoch/train/accuracy",
      *     "epoch/lr", "epoch/images_per_sec"; after an evaluation: "test/loss", "test/accuracy";
      *   with a GPU monitor (device_status), at the global step of each reading:
-     *     "gpu/utilization" (percent), "gpu/memory_used_gib". */
+     *     "gpu/utilization" (percent), "gpu/memory_used_gib".
+     *   Each value is the number as the metrics file prints it (9 significant digits). */
     void (*scalar)(void *ctx, const char *tag, int64_t step, double value);
     /* The per-step records above (scalar, and "step" lines in the metrics file) every log_every
      * optimizer steps; 0 (default): none. */
@@ -1094,8 +1097,9 @@ typedef struct ptc_train_result {
     int64_t steps;
     double last_loss;
     double test_accuracy, test_loss; /* of the last evaluation; -1 when none ran */
-    double train_images_per_sec;     /* after 10 warm-up steps, evaluations and saves left out;
-                                        all processes together */
+    double train_images_per_sec;     /* after this run's first 10 steps (warm-up, also when
+                                        resumed), evaluations and saves left out; all
+                                        processes together */
     double eval_images_per_sec;
     int world;                   /* processes */
     double allreduce_ms;         /* one step's all-reduces run alone, nothing hidden (world > 1) */

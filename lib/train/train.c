@@ -10,15 +10,8 @@
  * derives from (seed, epoch, sample), so a run resumed from the checkpoint of epoch k reaches the
  * same weights as a run that never stopped.
  *
- * Checkpoint layout (torch.load reads it; PyTorch's usual keys): {"epoch": epochs completed,
- * "step": optimizer steps, "model_state_dict": OrderedDict, "optimizer_state_dict": exactly
- * torch.optim.SGD.state_dict() ({"state": {i: {"momentum_buffer": tensor}}, "param_groups":
- * [{"lr", "momentum", "dampening", "weight_decay", "nesterov", "maximize", "foreach",
- * "differentiable", "fused", "params": [0..61]}]}), "seed", "arch", "world"}. A checkpoint to
- * resume from is hostile input like any file: epoch must be at most the epochs asked for, step at
- * most 2^22 per completed epoch (one step per sample of the largest split), world from 1 to 65536
- * and equal to this run's, the optimizer state at most one entry per parameter keyed by its index,
- * one parameter group; anything else is refused with the key and its range named (resume()).
+ * The training checkpoints, their layout and how a hostile one is refused are checkpoint.c's; the
+ * records (metrics file, scalar callback) record.c's.
  *
  * Several processes (p->comm of size > 1) run DistributedDataParallel's recipe: rank r trains on
  * DistributedSampler's shard r of every epoch with its own augmentation stream, lib/dist's
@@ -33,7 +26,9 @@
 #include "base/env.h"
 #include "base/plugin.h"
 #include "dist/dist.h"
+#include "train/checkpoint.h"
 #include "train/gpumon.h"
+#include "train/record.h"
 
 #include <math.h>
 #include <sched.h>
@@ -157,16 +152,17 @@ typedef struct run {
      * images held in its memory, the batches made there (NULL: float batches from the loader). */
     ptc__bimg *img_train, *img_test;
     ptc__normalizer nz; /* Normalize's table, for images_batch */
-    FILE *metrics;
+    ptc__recorder rec;  /* the metrics file and the scalar callback (rank 0) */
     float *logits, *dlogits;
     /* ptc__train_ex's progress, carried from one epoch to the next */
     ptc_train_result *res;
     ptc__schedule sched;
     int start_epoch;     /* from the checkpoint resumed, else 0 */
     int64_t step;        /* optimizer steps taken, the resumed ones included */
+    int64_t start_step;  /* the resumed ones (0 for a fresh run) */
     double lr;           /* the last step's learning rate (rc.lr before the first step) */
     bool stop;           /* max_steps reached */
-    double t_warm;       /* when the WARMUP_STEPS-th step ended (0: not yet) */
+    double t_warm;       /* when this run's WARMUP_STEPS-th step ended (0: not yet) */
     double t_other;      /* seconds spent on evaluations and checkpoints after t_warm */
     int64_t images;      /* images trained on by this rank in this run */
     int64_t warm_images; /* images at t_warm */
@@ -211,45 +207,6 @@ static int open_backend(const ptc_train_params *p, int threads, const ptc__backe
     /* bf16: dnnl (where the CPU has bf16 instructions) and cuda compute in it; ref refuses it
      * in its open, with the reason, rather than silently train in float32. */
     return (*ops)->open(be, &bp, err);
-}
-
-/* The state dict inside whatever a file holds: the root, or its "model_state_dict" / "state_dict"
- * / "model" entry (training checkpoints). */
-static const ptc_value *find_state_dict(const ptc_value *root)
-{
-    static const char *const keys[] = {"model_state_dict", "state_dict", "model"};
-    for (size_t i = 0; i < sizeof keys / sizeof *keys; i++) {
-        const ptc_value *v = ptc_dict_get(root, keys[i]);
-        if (v && ptc_value_kind_of(v) == PTC_VALUE_DICT)
-            return v;
-    }
-    return root;
-}
-
-/* "module." when every key carries it (a DDP checkpoint), else NULL. */
-static const char *ddp_prefix(const ptc_value *sd)
-{
-    size_t n = ptc_value_len(sd);
-    for (size_t i = 0; i < n; i++)
-        if (!ptc__key_has_prefix(ptc_dict_key(sd, i), "module."))
-            return NULL;
-    return n ? "module." : NULL;
-}
-
-static int load_weights(ptc__model *m, const char *path, ptc_error *err)
-{
-    ptc_ckpt *c;
-    int rc = ptc_ckpt_open(&c, path, NULL, err);
-    if (rc < 0) {
-        ptc__err_prefix(err, "%s: ", path);
-        return rc;
-    }
-    const ptc_value *sd = find_state_dict(ptc_ckpt_root(c));
-    rc = ptc__model_load_state_dict(m, sd, ddp_prefix(sd), 1, err);
-    if (rc < 0)
-        ptc__err_prefix(err, "%s: ", path);
-    ptc_ckpt_close(c);
-    return rc;
 }
 
 /* ---- input ------------------------------------------------------------------------------------ */
@@ -364,294 +321,7 @@ out:
     return rc;
 }
 
-/* ---- checkpoints ------------------------------------------------------------------------------ */
-
-static ptc_value *dstr(ptc_doc *d, const char *s)
-{
-    return ptc_doc_str(d, s, (size_t)-1);
-}
-
-static int set(ptc_doc *d, ptc_value *dict, const char *key, ptc_value *v)
-{
-    return v ? ptc_doc_set(d, dict, dstr(d, key), v) : -1;
-}
-
-/* torch.optim.SGD.state_dict(): {"state": {i: {"momentum_buffer": t}}, "param_groups": [...]}. */
-static int optimizer_state(ptc__model *m, const ptc__sgd_params *sp, double lr, ptc_doc *d,
-                           ptc_value **out, ptc_error *err)
-{
-    ptc_value *state = ptc_doc_dict(d, 0), *groups = ptc_doc_seq(d, PTC_VALUE_LIST);
-    ptc_value *g = ptc_doc_dict(d, 0), *params = ptc_doc_seq(d, PTC_VALUE_LIST);
-    if (!state || !groups || !g || !params)
-        goto doc_fail;
-    int64_t idx = 0;
-    for (size_t i = 0; i < ptc__model_nentries(m); i++) {
-        ptc__entry *e = ptc__model_entry(m, i);
-        if (e->kind != PTC__ENTRY_PARAM)
-            continue;
-        if (ptc_doc_push(d, params, ptc_doc_int(d, idx)) < 0)
-            goto doc_fail;
-        if (e->momentum) {
-            ptc_storage *s = ptc_doc_storage(d, PTC_FLOAT32, e->numel * 4, NULL, 1, NULL);
-            if (!s)
-                goto doc_fail;
-            if (ptc__model_read_momentum(m, e, ptc_storage_mutable(s), err) < 0)
-                return err->code;
-            ptc_value *t = ptc_doc_tensor(d, s, PTC_FLOAT32, e->ndim, e->shape, NULL, 0, 0);
-            ptc_value *st = ptc_doc_dict(d, 0);
-            if (!t || !st || set(d, st, "momentum_buffer", t) < 0 ||
-                ptc_doc_set(d, state, ptc_doc_int(d, idx), st) < 0)
-                goto doc_fail;
-        }
-        idx++;
-    }
-    if (set(d, g, "lr", ptc_doc_float(d, lr)) < 0 ||
-        set(d, g, "momentum", ptc_doc_float(d, sp->momentum)) < 0 ||
-        set(d, g, "dampening", ptc_doc_float(d, sp->dampening)) < 0 ||
-        set(d, g, "weight_decay", ptc_doc_float(d, sp->weight_decay)) < 0 ||
-        set(d, g, "nesterov", ptc_doc_bool(d, sp->nesterov)) < 0 ||
-        set(d, g, "maximize", ptc_doc_bool(d, 0)) < 0 ||
-        set(d, g, "foreach", ptc_doc_none(d)) < 0 ||
-        set(d, g, "differentiable", ptc_doc_bool(d, 0)) < 0 ||
-        set(d, g, "fused", ptc_doc_none(d)) < 0 || set(d, g, "params", params) < 0 ||
-        ptc_doc_push(d, groups, g) < 0)
-        goto doc_fail;
-    ptc_value *o = ptc_doc_dict(d, 0);
-    if (!o || set(d, o, "state", state) < 0 || set(d, o, "param_groups", groups) < 0)
-        goto doc_fail;
-    *out = o;
-    return 0;
-doc_fail:
-    *err = *ptc_doc_error(d);
-    return err->code;
-}
-
-static int save_file(ptc__model *m, const recipe *p, const char *path, int epoch, int64_t step,
-                     double lr, int full, ptc_error *err)
-{
-    ptc_doc *d;
-    int rc = ptc_doc_new(&d, err);
-    if (rc < 0)
-        return rc;
-    ptc_value *sd = NULL, *root = NULL, *opt = NULL;
-    rc = ptc__model_state_dict(m, d, &sd, err);
-    if (rc == 0 && full) {
-        root = ptc_doc_dict(d, 0);
-        rc = optimizer_state(m, &p->sgd, lr, d, &opt, err);
-        if (rc == 0 && (!root || set(d, root, "epoch", ptc_doc_int(d, epoch)) < 0 ||
-                        set(d, root, "step", ptc_doc_int(d, step)) < 0 ||
-                        set(d, root, "model_state_dict", sd) < 0 ||
-                        set(d, root, "optimizer_state_dict", opt) < 0 ||
-                        set(d, root, "seed", ptc_doc_int(d, (int64_t)p->p->seed)) < 0 ||
-                        set(d, root, "arch", dstr(d, ptc__arch_name(p->arch))) < 0 ||
-                        set(d, root, "world", ptc_doc_int(d, p->world)) < 0)) {
-            *err = *ptc_doc_error(d);
-            rc = err->code;
-        }
-    } else if (rc == 0) {
-        root = sd;
-    }
-    if (rc == 0) {
-        ptc_save_params sp;
-        ptc_save_params_default(&sp);
-        sp.format = PTC_SAVE_PTH;
-        rc = ptc_save(root, path, &sp, err);
-        if (rc < 0)
-            ptc__err_prefix(err, "%s: ", path);
-    }
-    ptc_doc_free(d);
-    return rc;
-}
-
-/* Most optimizer steps one epoch can take: one per sample of the largest split the data layer
- * accepts (batch size 1, one process). */
-#define MAX_STEPS_PER_EPOCH PTC__DATA_MAX_SAMPLES
-#define MAX_WORLD           65536
-
-/* root[key] as an integer in [lo, hi]: 0, or PTC_EFORMAT naming the key, the value and the range
- * (why says what the range comes from). A missing key is *out = dflt when dflt >= 0. */
-static int checked_int(const ptc_value *root, const char *key, int64_t lo, int64_t hi, int64_t dflt,
-                       const char *why, const char *path, int64_t *out, ptc_error *err)
-{
-    const ptc_value *v = ptc_dict_get(root, key);
-    if (!v && dflt >= 0) {
-        *out = dflt;
-        return 0;
-    }
-    if (!v)
-        return ptc__err(err, PTC_EFORMAT, "", -1,
-                        "%s is not a ptc training checkpoint: \"%s\" is missing (epoch, step, "
-                        "model_state_dict and optimizer_state_dict are needed)",
-                        path, key);
-    int64_t x;
-    int rc = ptc_value_kind_of(v) == PTC_VALUE_INT ? ptc_value_int(v, &x) : PTC_EFORMAT;
-    if (rc == PTC_ERANGE)
-        return ptc__err(err, PTC_EFORMAT, "", -1,
-                        "%s: \"%s\" does not fit in 64 bits; it must be from %lld to %lld (%s)",
-                        path, key, (long long)lo, (long long)hi, why);
-    if (rc < 0)
-        return ptc__err(err, PTC_EFORMAT, "", -1, "%s: \"%s\" is not an integer", path, key);
-    if (x < lo || x > hi)
-        return ptc__err(err, PTC_EFORMAT, "", -1,
-                        "%s: \"%s\" is %lld; it must be from %lld to %lld (%s)", path, key,
-                        (long long)x, (long long)lo, (long long)hi, why);
-    *out = x;
-    return 0;
-}
-
-/* Loads a checkpoint written by save_file(full): weights, momentum buffers, epochs and steps. The
- * file is as hostile as any other: every number in it is range-checked before it is used (epoch
- * against the epochs asked for, step against what that many epochs can take, so that nothing
- * after can overflow; world against the processes running; the optimizer's state against the
- * model's parameters). */
-static int resume(ptc__model *m, const char *path, int world, int epochs, int *epoch, int64_t *step,
-                  ptc_error *err)
-{
-    ptc_ckpt *c;
-    int rc = ptc_ckpt_open(&c, path, NULL, err);
-    if (rc < 0) {
-        ptc__err_prefix(err, "%s: ", path);
-        return rc;
-    }
-    const ptc_value *root = ptc_ckpt_root(c);
-    const ptc_value *sd = ptc_dict_get(root, "model_state_dict");
-    const ptc_value *opt = ptc_dict_get(root, "optimizer_state_dict");
-    int64_t e = -1, s = -1, w = 1, nparams = 0;
-    for (size_t i = 0; i < ptc__model_nentries(m); i++)
-        nparams += ptc__model_entry(m, i)->kind == PTC__ENTRY_PARAM;
-    const ptc_value *state = opt ? ptc_dict_get(opt, "state") : NULL;
-    const ptc_value *groups = opt ? ptc_dict_get(opt, "param_groups") : NULL;
-    if (ptc_value_kind_of(root) != PTC_VALUE_DICT || !sd || !opt ||
-        ptc_value_kind_of(sd) != PTC_VALUE_DICT || ptc_value_kind_of(opt) != PTC_VALUE_DICT) {
-        rc = ptc__err(err, PTC_EFORMAT, "", -1,
-                      "%s is not a ptc training checkpoint (epoch, step, model_state_dict and "
-                      "optimizer_state_dict are needed)",
-                      path);
-        goto out;
-    }
-    /* Checkpoints before "world" was written came from one process. */
-    if ((rc = checked_int(root, "epoch", 0, epochs, -1,
-                          "the epochs completed, at most the epochs this run is asked for", path,
-                          &e, err)) < 0 ||
-        (rc = checked_int(root, "step", 0, e * MAX_STEPS_PER_EPOCH, -1,
-                          "steps taken: at most 4194304 per completed epoch", path, &s, err)) < 0 ||
-        (rc = checked_int(root, "world", 1, MAX_WORLD, 1, "a process count", path, &w, err)) < 0)
-        goto out;
-    if (w != world) {
-        rc = ptc__err(err, PTC_EINVAL, "", -1,
-                      "%s was written by a run of %lld process(es); resuming it with %d would "
-                      "change every epoch's sample order (use the same number of processes)",
-                      path, (long long)w, world);
-        goto out;
-    }
-    /* torch.optim.SGD.state_dict(): at most one state per parameter, keyed by its index; one
-     * parameter group listing every parameter. */
-    if (state &&
-        (ptc_value_kind_of(state) != PTC_VALUE_DICT || (int64_t)ptc_value_len(state) > nparams)) {
-        rc = ptc__err(err, PTC_EFORMAT, "", -1,
-                      "%s: optimizer_state_dict.state is not a dict of at most %lld entries (one "
-                      "per parameter of the model)",
-                      path, (long long)nparams);
-        goto out;
-    }
-    if (groups && (ptc_value_kind_of(groups) != PTC_VALUE_LIST || ptc_value_len(groups) != 1)) {
-        rc = ptc__err(err, PTC_EFORMAT, "", -1,
-                      "%s: optimizer_state_dict.param_groups is not a list of one group (ptc "
-                      "trains with one)",
-                      path);
-        goto out;
-    }
-    const ptc_value *g0 = groups ? ptc_value_item(groups, 0) : NULL;
-    if (g0 && ptc_value_kind_of(g0) != PTC_VALUE_DICT) {
-        rc = ptc__err(err, PTC_EFORMAT, "", -1,
-                      "%s: optimizer_state_dict.param_groups[0] (of kind %s) is not a dict of the "
-                      "group's settings",
-                      path, ptc_value_kind_name(ptc_value_kind_of(g0)));
-        goto out;
-    }
-    uint8_t seen[1024] = {0};
-    for (size_t k = 0; state && k < ptc_value_len(state); k++) {
-        int64_t key;
-        const ptc_value *kv = ptc_dict_key(state, k);
-        const ptc_value *sv = ptc_dict_value(state, k);
-        const ptc_value *mb = ptc_dict_get(sv, "momentum_buffer");
-        if (ptc_value_kind_of(sv) != PTC_VALUE_DICT ||
-            (mb && ptc_value_kind_of(mb) != PTC_VALUE_TENSOR)) {
-            rc = ptc__err(err, PTC_EFORMAT, "", -1,
-                          "%s: optimizer_state_dict.state entry %zu is not a dict whose "
-                          "momentum_buffer is a tensor",
-                          path, k);
-            goto out;
-        }
-        if (ptc_value_kind_of(kv) != PTC_VALUE_INT || ptc_value_int(kv, &key) < 0 || key < 0 ||
-            key >= nparams || key >= (int64_t)sizeof seen || seen[key]++) {
-            rc = ptc__err(err, PTC_EFORMAT, "", -1,
-                          "%s: optimizer_state_dict.state entry %zu: its key is not a parameter "
-                          "index from 0 to %lld, or repeats one",
-                          path, k, (long long)nparams - 1);
-            goto out;
-        }
-    }
-    rc = ptc__model_load_state_dict(m, sd, NULL, 1, err);
-    float *buf = NULL;
-    int64_t idx = 0;
-    for (size_t i = 0; rc == 0 && i < ptc__model_nentries(m); i++) {
-        ptc__entry *e2 = ptc__model_entry(m, i);
-        if (e2->kind != PTC__ENTRY_PARAM)
-            continue;
-        const ptc_value *st = NULL;
-        for (size_t k = 0; state && k < ptc_value_len(state); k++) {
-            int64_t key;
-            if (ptc_value_int(ptc_dict_key(state, k), &key) == 0 && key == idx)
-                st = ptc_dict_value(state, k);
-        }
-        idx++;
-        const ptc_tensor *t = ptc_value_tensor(ptc_dict_get(st, "momentum_buffer"));
-        if (!t)
-            continue;
-        if (ptc_tensor_numel(t) != e2->numel) {
-            rc = ptc__err(err, PTC_EFORMAT, "", -1, "%s: momentum buffer of %s has %lld elements",
-                          path, e2->name, (long long)ptc_tensor_numel(t));
-            break;
-        }
-        if (ptc_tensor_dtype(t) != PTC_FLOAT32) {
-            rc = ptc__err(err, PTC_EFORMAT, "", -1, "%s: momentum buffer of %s is not float32",
-                          path, e2->name);
-            break;
-        }
-        float *nb = ptc__realloc(buf, (size_t)e2->numel * sizeof *nb);
-        if (!nb) {
-            rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
-            break;
-        }
-        buf = nb;
-        if ((rc = ptc_tensor_read(t, buf, (size_t)e2->numel * 4, err)) == 0)
-            rc = ptc__model_write_momentum(m, e2, buf, err);
-    }
-    ptc__free(buf);
-out:
-    ptc_ckpt_close(c);
-    if (rc == 0) {
-        *epoch = (int)e; /* e <= epochs, an int */
-        *step = s;
-    }
-    return rc;
-}
-
 /* ---- the run ---------------------------------------------------------------------------------- */
-
-static void metric(run *r, const char *fmt, ...) PTC_PRINTF(2, 3);
-static void metric(run *r, const char *fmt, ...)
-{
-    if (!r->metrics)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vfprintf(r->metrics, fmt, ap);
-    va_end(ap);
-    fputc('\n', r->metrics);
-    fflush(r->metrics);
-}
 
 static void run_free(run *r)
 {
@@ -667,8 +337,7 @@ static void run_free(run *r)
         r->ops->close(r->be);
     }
     ptc__dataset_free(r->data);
-    if (r->metrics)
-        fclose(r->metrics);
+    ptc__recorder_close(&r->rec);
     ptc__free(r->logits);
     ptc__free(r->dlogits);
 }
@@ -697,14 +366,16 @@ static int load_data(const recipe *re, bool test_only, ptc__dataset **out, ptc_e
 static int save_rank0(run *r, const char *path, int epoch, int64_t step, double lr, int full,
                       ptc_error *err)
 {
+    const ptc__train_ckpt_info info = {
+        .sgd = &r->rc.sgd, .seed = r->p->seed, .arch = r->rc.arch, .world = r->rc.world};
     int rc = r->rc.comm ? r->rc.comm->ops->barrier(r->rc.comm, err) : 0;
     if (rc == 0 && r->rc.rank == 0)
-        rc = save_file(r->model, &r->rc, path, epoch, step, lr, full, err);
+        rc = ptc__train_save(r->model, &info, path, epoch, step, lr, full, err);
     if (rc == 0 && full && r->p->checkpoint_all_ranks && r->rc.world > 1) {
         char own[4096];
         if (snprintf(own, sizeof own, "%s.rank%d", path, r->rc.rank) >= (int)sizeof own)
             return ptc__err(err, PTC_EINVAL, "", -1, "checkpoint path too long: %s", path);
-        rc = save_file(r->model, &r->rc, own, epoch, step, lr, full, err);
+        rc = ptc__train_save(r->model, &info, own, epoch, step, lr, full, err);
     }
     return rc;
 }
@@ -763,14 +434,12 @@ static void gpu_tick(run *r, int epoch, int64_t step)
     ptc__gpu_sample s;
     if (!ptc__gpumon_poll(r->mon, now(), &s) || !s.valid)
         return;
-    char text[96], json[320];
+    char text[96];
     if (r->p->device_status) {
         ptc__gpumon_text(&s, text, sizeof text);
         r->p->device_status(r->p->ctx, text);
     }
-    ptc__gpumon_json(&s, json, sizeof json);
-    metric(r, "{\"event\": \"gpu\", \"epoch\": %d, \"step\": %lld%s}", epoch, (long long)step,
-           json);
+    ptc__record_gpu(&r->rec, epoch, step, &s);
 }
 
 /* One optimizer step on a batch: forward, loss, backward with the reducer's all-reduces, SGD.
@@ -811,22 +480,27 @@ typedef struct epoch_sums {
     int pending;          /* a step whose loss is still on the backend (device loss) */
     int pending_n;        /* its batch size */
     int64_t pending_seen; /* seen after it */
+    int64_t pending_step; /* its global step number */
+    double pending_lr;    /* its learning rate */
+    double pending_t;     /* when it was counted */
 } epoch_sums;
 
-/* A step's loss into the totals and the progress display (rank 0), in step order. */
+/* A step's loss into the totals, the progress display and the step records (rank 0), in step
+ * order: step is that step's number and lr its rate (on the device-loss path the loss arrives
+ * while the next step is being prepared, so neither is the run's current one). */
 static void account(run *r, epoch_sums *es, int epoch, int64_t total, int bn, int64_t seen,
-                    double loss, int64_t correct, ptc_train_result *res)
+                    double loss, int64_t correct, int64_t step, double lr, double t)
 {
     es->loss_sum += loss * bn;
     es->right += correct;
-    res->last_loss = loss;
+    r->res->last_loss = loss;
     if (r->p->progress && r->rc.rank == 0)
         r->p->progress(r->p->ctx, epoch + 1, seen, total, es->loss_sum / (double)seen);
+    ptc__recorder_step(&r->rec, epoch, step, bn, loss, correct, lr, t);
 }
 
 /* The pending step's loss from the backend (waits for that step's loss kernel only). */
-static int collect(run *r, epoch_sums *es, int epoch, int64_t total, ptc_train_result *res,
-                   ptc_error *err)
+static int collect(run *r, epoch_sums *es, int epoch, int64_t total, ptc_error *err)
 {
     if (!es->pending)
         return 0;
@@ -836,7 +510,8 @@ static int collect(run *r, epoch_sums *es, int epoch, int64_t total, ptc_train_r
     int rc = ptc__model_loss_result(r->model, &loss, &correct, err);
     if (rc < 0)
         return rc;
-    account(r, es, epoch, total, es->pending_n, es->pending_seen, loss, correct, res);
+    account(r, es, epoch, total, es->pending_n, es->pending_seen, loss, correct, es->pending_step,
+            es->pending_lr, es->pending_t);
     return 0;
 }
 
@@ -907,9 +582,10 @@ static int setup_model(run *r, int host_input, ptc_error *err)
     if (rc == 0 && !host_input)
         rc = upload_splits(r, false, err);
     if (rc == 0 && p->init)
-        rc = load_weights(r->model, p->init, err);
+        rc = ptc__train_load_weights(r->model, p->init, err);
     if (rc == 0 && p->resume)
-        rc = resume(r->model, p->resume, r->rc.world, p->epochs, &r->start_epoch, &r->step, err);
+        rc = ptc__train_resume(r->model, p->resume, r->rc.world, p->epochs, &r->start_epoch,
+                               &r->step, err);
     if (rc == 0 && r->rc.world > 1) {
         ptc__reducer_params rp = {.first_bucket_bytes = (size_t)1 << 20,
                                   .bucket_bytes = (size_t)(p->bucket_cap_mb * 1048576.0),
@@ -925,9 +601,9 @@ static int setup_model(run *r, int host_input, ptc_error *err)
 static int setup_outputs(run *r, ptc_error *err)
 {
     const ptc_train_params *p = r->p;
-    if (p->metrics && r->rc.rank == 0 &&
-        !(r->metrics = fopen(p->metrics, r->start_epoch ? "a" : "w")))
-        return ptc__err(err, PTC_EIO, "", -1, "cannot write %s", p->metrics);
+    int rc = ptc__recorder_open(&r->rec, p, r->rc.rank, r->rc.world, r->start_epoch > 0, err);
+    if (rc < 0)
+        return rc;
     if (r->rc.rank == 0 && r->ops->device_info) {
         void *stream;
         int dev;
@@ -996,10 +672,13 @@ static void count_step(run *r, epoch_sums *ep, int epoch, int64_t total, int bn,
         ep->pending = 1;
         ep->pending_n = bn;
         ep->pending_seen = ep->seen;
+        ep->pending_step = r->step;
+        ep->pending_lr = r->lr;
+        ep->pending_t = now();
     } else {
-        account(r, ep, epoch, total, bn, ep->seen, loss, correct, r->res);
+        account(r, ep, epoch, total, bn, ep->seen, loss, correct, r->step, r->lr, now());
     }
-    if (r->step == WARMUP_STEPS) {
+    if (r->step - r->start_step == WARMUP_STEPS) { /* a resumed run warms up too */
         r->t_warm = now();
         r->warm_images = r->images;
     }
@@ -1021,7 +700,7 @@ static int train_batches(run *r, ptc__loader *l, int epoch, int64_t total, epoch
         int64_t correct = 0;
         r->lr = ptc__schedule_lr(&r->sched, r->step, epoch);
         /* the previous step's loss, before this step's replaces it on the backend */
-        rc = collect(r, ep, epoch, total, r->res, err);
+        rc = collect(r, ep, epoch, total, err);
         if (rc == 0)
             rc = train_step(r, b, r->lr, r->step, &loss, &correct, err);
         int bn = b->n;
@@ -1069,7 +748,7 @@ static int train_epoch(run *r, int epoch, epoch_sums *ep, double *secs, ptc_erro
     rc = train_batches(r, l, epoch, n, ep, err);
     ptc__loader_stop(l);
     if (rc == 0)
-        rc = collect(r, ep, epoch, n, r->res, err);
+        rc = collect(r, ep, epoch, n, err);
     if (rc == 0)
         rc = totals_over_ranks(r->rc.comm, &ep->loss_sum, &ep->right, &ep->seen, err);
     *secs = now() - t0;
@@ -1097,12 +776,7 @@ static void report_epoch(run *r, int epoch, const epoch_sums *ep, double secs)
             say(p, "warning: %s", warn);
         ptc__gpumon_epoch_reset(r->mon);
     }
-    metric(r,
-           "{\"event\": \"epoch\", \"epoch\": %d, \"step\": %lld, \"loss\": %.6f, "
-           "\"accuracy\": %.6f, \"lr\": %.8g, \"images_per_sec\": %.1f, \"seconds\": %.3f%s}",
-           epoch + 1, (long long)r->step, seen ? loss_sum / (double)seen : 0,
-           seen ? (double)right / (double)seen : 0, r->lr, secs > 0 ? (double)seen / secs : 0, secs,
-           gpu);
+    ptc__record_epoch(&r->rec, epoch + 1, r->step, loss_sum, right, seen, r->lr, secs, gpu);
 }
 
 /* The test split after every eval_every-th epoch and after the last one. */
@@ -1120,11 +794,8 @@ static int evaluate_epoch(run *r, int epoch, ptc_error *err)
         return rc;
     say(p, "epoch %d: test accuracy %.2f%% (%lld images), test loss %.4f", epoch + 1,
         100.0 * res->test_accuracy, (long long)count, res->test_loss);
-    metric(r,
-           "{\"event\": \"eval\", \"epoch\": %d, \"step\": %lld, \"test_accuracy\": %.6f, "
-           "\"test_loss\": %.6f, \"images\": %lld, \"images_per_sec\": %.1f}",
-           epoch + 1, (long long)r->step, res->test_accuracy, res->test_loss, (long long)count,
-           res->eval_images_per_sec);
+    ptc__record_eval(&r->rec, epoch + 1, r->step, res->test_accuracy, res->test_loss, count,
+                     res->eval_images_per_sec);
     return 0;
 }
 
@@ -1145,8 +816,10 @@ static int run_epoch(run *r, int epoch, ptc_error *err)
     if (r->p->checkpoint &&
         (rc = save_rank0(r, r->p->checkpoint, epoch + 1, r->step, r->lr, 1, err)) < 0)
         return rc;
+    double aside = now() - t_aside;
+    ptc__recorder_aside(&r->rec, aside);
     if (r->t_warm > 0)
-        r->t_other += now() - t_aside;
+        r->t_other += aside;
     return 0;
 }
 
@@ -1182,28 +855,6 @@ static int save_model(run *r, ptc_error *err)
     return rc;
 }
 
-/* The metrics file's last record. */
-static void write_summary(run *r, double copy_ms)
-{
-    const ptc_train_result *res = r->res;
-    const int world = r->rc.world;
-    char dist[256] = "";
-    if (world > 1)
-        snprintf(dist, sizeof dist,
-                 ", \"allreduce_ms_per_step\": %.3f, \"allreduce_exposed_ms_per_step\": %.3f, "
-                 "\"bucket_copy_ms_per_step\": %.3f, \"allreduce_hidden_fraction\": %.4f",
-                 res->allreduce_ms, res->allreduce_exposed_ms, copy_ms,
-                 res->allreduce_ms > 0
-                     ? fmax(0.0, 1.0 - res->allreduce_exposed_ms / res->allreduce_ms)
-                     : 0.0);
-    metric(r,
-           "{\"event\": \"summary\", \"train_images_per_sec\": %.1f, \"eval_images_per_sec\": "
-           "%.1f, \"epochs\": %d, \"steps\": %lld, \"test_accuracy\": %.6f, \"test_loss\": %.6f, "
-           "\"world\": %d%s}",
-           res->train_images_per_sec, res->eval_images_per_sec, res->epochs_done,
-           (long long)r->step, res->test_accuracy, res->test_loss, world, dist);
-}
-
 int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *res, ptc_error *err)
 {
     ptc__err_clear(err);
@@ -1217,6 +868,8 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
     if ((rc = setup(&r, host_input, err)) < 0)
         goto out;
     announce(&r);
+    r.start_step = r.step;
+    ptc__recorder_start(&r.rec, now());
     for (int epoch = r.start_epoch; epoch < p->epochs && !r.stop && rc == 0; epoch++)
         rc = run_epoch(&r, epoch, err);
     /* the figures also after a failed epoch; the model is saved only after a complete run */
@@ -1225,7 +878,7 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
     if (rc == 0)
         rc = save_model(&r, err);
     if (rc == 0)
-        write_summary(&r, copy_ms);
+        ptc__record_summary(&r.rec, res, r.step, r.rc.world, copy_ms); /* the file's last */
 out:
     if (rc < 0) /* the other ranks may be waiting for this one's sums: no collective goodbye */
         ptc__reducer_abandon(r.reducer);
@@ -1260,7 +913,7 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
     if (rc == 0)
         rc = upload_splits(&r, true, err);
     if (rc == 0)
-        rc = load_weights(r.model, weights, err);
+        rc = ptc__train_load_weights(r.model, weights, err);
     double ips;
     if (rc == 0)
         rc = evaluate(r.model, r.data, r.img_test, &r.nz, p->batch_size, NULL, accuracy, loss,

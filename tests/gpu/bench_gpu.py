@@ -7,8 +7,8 @@ targets of issue 14 section 6 (one H200):
   float32 images/s >= torch eager float32 (both with TF32 off); peak memory <= torch's.
 
 ptc: `ptc train` on the carried Fashion-MNIST subset (its own input pipeline: dataset held on the
-device, shuffle and augmentation on the GPU), float32 and --precision bf16, its "training: N steps,
-X images/s after warm-up" line (10 warm-up steps left out). torch: a full SGD training step (zero_grad,
+device, shuffle and augmentation on the GPU), float32 and --precision bf16, its summary's "training  N steps,
+X images/s after warm-up" row (10 warm-up steps left out). torch: a full SGD training step (zero_grad,
 forward, cross-entropy, backward, SGD momentum 0.9 weight decay 5e-4) of torchvision
 resnet18(num_classes=10) on 32x32 inputs already on the GPU, cudnn.benchmark on, in three kinds:
 eager float32 (TF32 off, as ptc's float32), eager channels_last with bf16 autocast, and
@@ -107,7 +107,7 @@ def ptc_run(clock, batch, prec, steps, data, extra):
                                                                  'e-ptc-%s-%d.log' % (prec, batch)))
     if rc is None:
         return name, None, 'no result after %d s' % t
-    m = re.search(r'training: \d+ steps, ([\d.]+) images/s after warm-up', out)
+    m = re.search(r'training:? +\d+ steps, ([\d.]+) images/s after warm-up', out)
     if rc != 0 or not m:
         return name, None, 'exit %s%s: %s' % (rc, '' if m else ', no images/s line',
                                               out.strip()[-200:])

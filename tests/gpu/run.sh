@@ -249,8 +249,10 @@ elif [ -x "$work/bin/ptc" ] && [ -f "$carry/recipe.txt" ]; then
     recipe=$(cat "$carry/recipe.txt")
     data="$carry/data/fashion-mnist"
     if [ "$selftest" = 1 ]; then recipe="$recipe --max-samples 512"; fi
-    # --progress: the progress line on a file as on a terminal (it carries the gpu field)
-    part d "recipe accuracy vs dnnl (1 point)" 90 "$work/bin/ptc" train $recipe --data "$data" \
+    # --progress: the progress line on a file as on a terminal (it carries the gpu field); a file
+    # has no width, so COLUMNS gives one wide enough that the gpu field is not left out
+    part d "recipe accuracy vs dnnl (1 point)" 90 env COLUMNS=200 "$work/bin/ptc" train $recipe \
+        --data "$data" \
         $backend --save "$work/recipe.pth" --metrics "$work/recipe.metrics" --progress
     rc=$?
     acc=$(sed -n 's/.*test accuracy \([0-9.]*\)%.*/\1/p' "$work/logs/d.log" 2>/dev/null | tail -1)

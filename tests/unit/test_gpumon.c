@@ -3,15 +3,18 @@
  * from the build tree through ptc__gpumon_open_lib): the device picked for a CUDA ordinal (with
  * and without a CUDA_VISIBLE_DEVICES value), the sample fields, the progress text and the JSON
  * members, calls that fail, the sampling interval, the epoch's summary and the under-50% warning,
- * and no monitor (and no error) when the library is missing or NVML does not start. No GPU needed.
+ * no monitor (and no error) when the library is missing or NVML does not start, and a reading as
+ * the training loop records it (metrics line and scalar tags, lib/train/record.c). No GPU needed.
  */
 #include "ptc/ptc.h"
 #include "train/gpumon.h"
+#include "train/record.h"
 
 #include "check.h"
 
 #include <dlfcn.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 typedef struct fake_nvml_state {
     unsigned util[4];
@@ -202,6 +205,79 @@ static void test_epoch(void)
     CHECK_INT(fake->inits, 0);
 }
 
+typedef struct seen_scalar {
+    char tag[32][40];
+    long long step[32];
+    double value[32];
+    int n;
+} seen_scalar;
+
+static void on_scalar(void *ctx, const char *tag, int64_t step, double value)
+{
+    seen_scalar *sc = ctx;
+    if (sc->n < 32) {
+        snprintf(sc->tag[sc->n], sizeof sc->tag[0], "%s", tag);
+        sc->step[sc->n] = step;
+        sc->value[sc->n++] = value;
+    }
+}
+
+/* A reading as the training loop records it (lib/train/record.c): the "gpu" line of the metrics
+ * file and, at the same step, gpu/utilization (percent) and gpu/memory_used_gib (its bytes / 2^30)
+ * to the scalar callback; rank 0 only. */
+static void test_record(void)
+{
+    reset_fake();
+    ptc__gpumon *m = ptc__gpumon_open_lib(lib_path, 0, NULL, 2.0);
+    CHECK(m != NULL);
+    if (!m)
+        return;
+    ptc__gpu_sample s;
+    CHECK_INT(ptc__gpumon_poll(m, 100.0, &s), 1);
+    char path[] = "/tmp/ptc-gpurec-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    seen_scalar sc = {.n = 0};
+    ptc_train_params p;
+    ptc_train_params_default(&p);
+    p.metrics = path;
+    p.scalar = on_scalar;
+    p.ctx = &sc;
+    ptc__recorder rec, other;
+    ptc_error err;
+    CHECK_INT(ptc__recorder_open(&rec, &p, 0, 2, false, &err), 0);
+    CHECK_INT(ptc__recorder_open(&other, &p, 1, 2, true, &err), 0); /* rank 1: nothing */
+    ptc__record_gpu(&rec, 3, 1234, &s);
+    ptc__record_gpu(&other, 3, 1234, &s);
+    ptc__recorder_close(&rec);
+    ptc__recorder_close(&other);
+    char line[512] = "", want[512];
+    FILE *f = fopen(path, "r");
+    if (f) {
+        if (!fgets(line, sizeof line, f))
+            line[0] = '\0';
+        CHECK(fgetc(f) == EOF); /* one line: rank 1 wrote none */
+        fclose(f);
+    }
+    snprintf(want, sizeof want,
+             "{\"event\": \"gpu\", \"epoch\": 3, \"step\": 1234, \"gpu_util\": 97, "
+             "\"gpu_mem_used_bytes\": %llu, \"gpu_mem_total_bytes\": %llu, \"gpu_power_w\": 512, "
+             "\"gpu_temp_c\": 61}\n",
+             fake->mem_used[0], fake->mem_total);
+    CHECK_STR(line, want);
+    CHECK_INT(sc.n, 2);
+    CHECK_STR(sc.tag[0], "gpu/utilization");
+    CHECK_STR(sc.tag[1], "gpu/memory_used_gib");
+    CHECK_INT(sc.step[0], 1234);
+    CHECK_INT(sc.step[1], 1234);
+    CHECK(sc.value[0] == 97.0);
+    CHECK(sc.value[1] == (double)fake->mem_used[0] / GIB);
+    unlink(path);
+    ptc__gpumon_close(m);
+}
+
 int main(void)
 {
     const char *top = getenv("top_builddir");
@@ -219,6 +295,7 @@ int main(void)
     test_device_choice();
     test_fields();
     test_epoch();
+    test_record();
     dlclose(h);
     return check_exit("test_gpumon");
 }
