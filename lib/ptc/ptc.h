@@ -1081,8 +1081,10 @@ typedef struct ptc_train_params {
      *     rank 0's own batches), "lr" (of the last step), "images_per_sec" (since the previous
      *     record, evaluations and checkpoints left out, times the processes); an epoch's steps
      *     after its last multiple of log_every go into the next epoch's first record;
-     *   after each epoch, at the epoch (1, 2, ...): "epoch/train/loss", "epoch/train/accuracy",
-     *     "epoch/lr", "epoch/images_per_sec"; after an evaluation: "test/loss", "test/accuracy";
+     *   after each epoch, at its last global step (as SummaryWriter users log everything at the
+     *     global step, so that every chart shares one x axis): "epoch/train/loss",
+     *     "epoch/train/accuracy", "epoch/lr", "epoch/images_per_sec"; after an evaluation, at the
+     *     same step: "test/loss", "test/accuracy";
      *   with a GPU monitor (device_status), at the global step of each reading:
      *     "gpu/utilization" (percent), "gpu/memory_used_gib".
      *   Each value is the number as the metrics file prints it (9 significant digits). */

@@ -141,7 +141,7 @@ void ptc__record_epoch(ptc__recorder *rec, int epoch, int64_t step, double loss_
          .value = secs > 0 ? (double)seen / secs : 0},
         {.key = "seconds", .value = secs},
     };
-    ptc__record(rec, "epoch", epoch, step, epoch, f, sizeof f / sizeof *f, gpu);
+    ptc__record(rec, "epoch", epoch, step, step, f, sizeof f / sizeof *f, gpu);
 }
 
 void ptc__record_eval(ptc__recorder *rec, int epoch, int64_t step, double accuracy, double loss,
@@ -153,7 +153,7 @@ void ptc__record_eval(ptc__recorder *rec, int epoch, int64_t step, double accura
         {.key = "images", .value = (double)count, .integer = true},
         {.key = "images_per_sec", .value = images_per_sec},
     };
-    ptc__record(rec, "eval", epoch, step, epoch, f, sizeof f / sizeof *f, NULL);
+    ptc__record(rec, "eval", epoch, step, step, f, sizeof f / sizeof *f, NULL);
 }
 
 void ptc__record_gpu(ptc__recorder *rec, int epoch, int64_t step, const ptc__gpu_sample *s)

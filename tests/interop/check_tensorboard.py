@@ -15,7 +15,7 @@ against TensorBoard 2.18's own reader and torch.utils.tensorboard.SummaryWriter 
    M --tensorboard D): every (tag, step) of the event file equals the metrics log's, mapped as
    lib/ptc/ptc.h's ptc_train_params.scalar says (step lines: train/loss, train/accuracy, lr,
    images_per_sec at the step; epoch lines: epoch/train/loss, epoch/train/accuracy, epoch/lr,
-   epoch/images_per_sec at the epoch; eval lines: test/loss, test/accuracy at the epoch; gpu
+   epoch/images_per_sec at the step; eval lines: test/loss, test/accuracy at the step; gpu
    lines: gpu/utilization, gpu/memory_used_gib at the step), each value within 1 float32 ulp of
    float32(the metrics value). A table of tags, counts and the largest difference is printed.
    Records missing from either side fail (never skipped).
@@ -255,7 +255,7 @@ def check_train(tmp):
         ev = rec.get("event")
         if ev not in MAP:
             continue
-        step = rec["step"] if ev in ("step", "gpu") else rec["epoch"]
+        step = rec["step"]  # every record's tags are at its global step
         for key, tag in MAP[ev]:
             if key not in rec:
                 continue

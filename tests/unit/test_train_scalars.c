@@ -6,7 +6,8 @@
  * that every step has its own learning rate).
  *   1. log_every 3: the exact sequence of tags and steps (step records at 3, 6, ..., 21, the
  *      epoch's last partial window carried into the next epoch's first record; epoch and eval
- *      records at their epoch), and every callback value equal to the metrics file's.
+ *      records at the global step of their epoch's end), and every callback value equal to the
+ *      metrics file's.
  *   2. log_every 1 of the same run: each step record of (1) is the image-weighted mean of the
  *      loss and accuracy of the steps it covers, with the learning rate of its last step.
  *   3. log_every 0: no step records (callback and file), the epoch and eval records still.
@@ -142,10 +143,10 @@ static int match_file(json_t **lines, int nlines, const recs *rs)
             nstep++;
         } else if (strcmp(ev, "epoch") == 0) {
             tags = EPOCH_TAGS, nt = 4;
-            at = json_integer_value(json_object_get(lines[i], "epoch"));
+            at = json_integer_value(json_object_get(lines[i], "step"));
         } else if (strcmp(ev, "eval") == 0) {
             tags = EVAL_TAGS, nt = 2;
-            at = json_integer_value(json_object_get(lines[i], "epoch"));
+            at = json_integer_value(json_object_get(lines[i], "step"));
         }
         for (size_t t = 0; t < nt; t++, k++) {
             json_t *v = json_object_get(lines[i], tags[t][1]);
@@ -230,11 +231,12 @@ int main(void)
             if (st % 3 == 0)
                 for (int t = 0; t < 4; t++)
                     snprintf(want[nw++], sizeof want[0], "%s@%d", STEP_TAGS[t][0], st);
+        const int end = e * STEPS_PER_EPOCH; /* the epoch's last global step */
         for (int t = 0; t < 4; t++)
-            snprintf(want[nw++], sizeof want[0], "%s@%d", EPOCH_TAGS[t][0], e);
+            snprintf(want[nw++], sizeof want[0], "%s@%d", EPOCH_TAGS[t][0], end);
         if (e % 2 == 0 || e == EPOCHS)
             for (int t = 0; t < 2; t++)
-                snprintf(want[nw++], sizeof want[0], "%s@%d", EVAL_TAGS[t][0], e);
+                snprintf(want[nw++], sizeof want[0], "%s@%d", EVAL_TAGS[t][0], end);
     }
     CHECK_INT(r3.n, nw);
     for (int i = 0; i < nw && i < r3.n; i++) {
