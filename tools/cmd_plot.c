@@ -196,6 +196,52 @@ static int add_marks(figure *g, const plot_run *runs, int nruns)
     return 0;
 }
 
+/* Whether run r's name is also another run's. */
+static int name_repeats(const plot_run *runs, int nruns, int r)
+{
+    for (int i = 0; i < nruns; i++)
+        if (i != r && strcmp(runs[i].name, runs[r].name) == 0)
+            return 1;
+    return 0;
+}
+
+/* Runs of the same base name (run-a/metrics.jsonl, run-b/metrics.jsonl) would get identical
+ * legend entries: such a run is named by its folder and base name, and where that still repeats,
+ * by its place among the files as well ("metrics.jsonl #2"). */
+static int distinct_names(plot_run *runs, char *const *paths, int nruns)
+{
+    for (int pass = 0; pass < 2; pass++) {
+        int same[PLOT_MAX_RUNS] = {0};
+        for (int r = 0; r < nruns; r++)
+            same[r] = name_repeats(runs, nruns, r);
+        for (int r = 0; r < nruns; r++) {
+            if (!same[r])
+                continue;
+            cli_buf b = {0};
+            if (pass == 0) {
+                /* The path's last two components, as given ("run-a/metrics.jsonl"). */
+                const char *p = paths[r], *end = p + strlen(p);
+                while (end > p && end[-1] == '/')
+                    end--;
+                const char *start = end;
+                int slashes = 0;
+                while (start > p && !(start[-1] == '/' && ++slashes == 2))
+                    start--;
+                cli_buf_escape(&b, start, (size_t)(end - start), 0);
+            } else {
+                cli_buf_printf(&b, "%s #%d", runs[r].name, r + 1);
+            }
+            char *name = b.oom ? NULL : strdup(cli_buf_str(&b));
+            cli_buf_free(&b);
+            if (!name)
+                return CLI_EXIT_NOMEM;
+            free(runs[r].name);
+            runs[r].name = name;
+        }
+    }
+    return 0;
+}
+
 static int build(figure *g, const plot_run *runs, int nruns)
 {
     int rc;
@@ -235,6 +281,15 @@ static json_t *rgb_json(uint32_t rgb)
     return json_string(hex);
 }
 
+/* An axis' tick labels (NUL-terminated by the renderer; n is clamped to the table's room). */
+static json_t *ticks_json(const char (*text)[PLOT_TICK_TEXT], int n)
+{
+    json_t *a = json_array();
+    for (int k = 0; a && k < n && k < PLOT_MAX_TICKS; k++)
+        json_array_append_new(a, json_stringn(text[k], strnlen(text[k], PLOT_TICK_TEXT)));
+    return a;
+}
+
 static int write_layout(const char *path, const figure *g, const plot_layout *L, const char *out)
 {
     const plot_figure *f = &g->f;
@@ -244,10 +299,11 @@ static int write_layout(const char *path, const figure *g, const plot_layout *L,
         goto nomem;
     for (int p = 0; p < PLOT_NPANELS; p++)
         if (L->shown[p])
-            json_array_append_new(panels, json_pack("{s:s, s:o, s:f, s:f, s:b, s:i}", "name",
-                                                    panel_keys[p], "box", box_json(&L->panel[p]),
-                                                    "y_min", L->y_min[p], "y_max", L->y_max[p],
-                                                    "log", L->y_log[p], "ticks", L->ny_ticks[p]));
+            json_array_append_new(
+                panels, json_pack("{s:s, s:o, s:f, s:f, s:b, s:i, s:o}", "name", panel_keys[p],
+                                  "box", box_json(&L->panel[p]), "y_min", L->y_min[p], "y_max",
+                                  L->y_max[p], "log", L->y_log[p], "ticks", L->ny_ticks[p],
+                                  "tick_text", ticks_json(L->y_tick_text[p], L->ny_ticks[p])));
     for (int r = 0; r < f->nruns; r++)
         json_array_append_new(runs, json_pack("{s:s, s:o}", "name", f->run_names[r], "color",
                                               rgb_json(L->run_rgb[r])));
@@ -272,8 +328,10 @@ static int write_layout(const char *path, const figure *g, const plot_layout *L,
     json_object_set_new(root, "title",
                         json_pack("{s:s, s:o}", "text", f->title, "box", box_json(&L->title)));
     json_object_set_new(root, "x",
-                        json_pack("{s:s, s:f, s:f, s:i}", "unit", f->x_epochs ? "epoch" : "step",
-                                  "min", L->x_min, "max", L->x_max, "ticks", L->nx_ticks));
+                        json_pack("{s:s, s:f, s:f, s:i, s:o}", "unit",
+                                  f->x_epochs ? "epoch" : "step", "min", L->x_min, "max", L->x_max,
+                                  "ticks", L->nx_ticks, "tick_text",
+                                  ticks_json(L->x_tick_text, L->nx_ticks)));
     json_object_set_new(root, "panels", panels);
     json_object_set_new(root, "runs", runs);
     json_object_set_new(root, "series", series);
@@ -320,6 +378,13 @@ static int renderer(const plot_ops **out)
         cli_error("tool-plot.so has a table of version %d, this ptc needs version %d (install "
                   "the module built with this ptc)",
                   t->version, PLOT_OPS_VERSION);
+        return CLI_EXIT_REFUSED;
+    }
+    /* Every function of the table, so that a broken build is refused rather than called. */
+    if (!t->render) {
+        cli_error("tool-plot.so has a table of version %d without its render function (a broken "
+                  "build: install the module built with this ptc)",
+                  t->version);
         return CLI_EXIT_REFUSED;
     }
     *out = t;
@@ -406,10 +471,23 @@ int cmd_plot(int argc, char **argv)
                                  cli_buf_str(&b));
             goto done;
         }
+    /* The layout is written after the figure: it must overwrite neither it nor an input. */
+    for (int i = 0; layout_path && i <= nfiles; i++)
+        if (same_file(layout_path, i < nfiles ? inputs[i] : out)) {
+            cli_buf_msg_name(&b, layout_path, strlen(layout_path));
+            rc = cli_usage_error(i < nfiles ? "--layout-json %s is a metrics file given: the "
+                                              "layout would overwrite it"
+                                            : "--layout-json %s is the figure: the layout would "
+                                              "overwrite it",
+                                 cli_buf_str(&b));
+            goto done;
+        }
 
     for (int i = 0; i < nfiles; i++)
         if ((rc = plot_run_read(inputs[i], &runs[i])))
             goto done;
+    if ((rc = distinct_names(runs, inputs, nfiles)))
+        goto done;
     g.f.width = width;
     g.f.height = height;
     g.f.format = format;
@@ -458,6 +536,10 @@ int cmd_plot(int argc, char **argv)
             cli_error("note: %s: %lld value%s not a finite number (NaN, inf, null): left out",
                       runs[r].path_text, (long long)runs[r].skipped,
                       runs[r].skipped == 1 ? "" : "s");
+        if (runs[r].out_of_range)
+            cli_error("note: %s: %lld value%s beyond +-%g (a corrupted or hand-made log): left out",
+                      runs[r].path_text, (long long)runs[r].out_of_range,
+                      runs[r].out_of_range == 1 ? "" : "s", PLOT_MAX_VALUE);
         if (runs[r].thinned)
             cli_error("note: %s: series of more than %d points thinned evenly", runs[r].path_text,
                       PLOT_MAX_POINTS);

@@ -42,14 +42,20 @@ enum {
     SER_COUNT
 };
 
+/* The largest magnitude plotted: a value beyond it (only a hand-made or corrupted file holds
+ * one: float32 ends at 3.4e38) is left out with a note, so that an axis' range, its padding and
+ * the accuracy in percent (x 100) stay far from overflow. */
+#define PLOT_MAX_VALUE 1e300
+
 typedef struct plot_run {
     char *name;      /* the file's base name, escaped for a terminal and for the figure */
     char *path_text; /* the path, escaped, for messages */
     plot_ser ser[SER_COUNT];
-    int64_t lines;   /* lines read */
-    int64_t records; /* records of the kinds plotted (step, epoch, eval) */
-    int64_t skipped; /* points left out for a value that is not a finite number */
-    int thinned;     /* 1 when a series reached PLOT_MAX_POINTS */
+    int64_t lines;        /* lines read */
+    int64_t records;      /* records of the kinds plotted (step, epoch, eval) */
+    int64_t skipped;      /* points left out for a value that is not a finite number */
+    int64_t out_of_range; /* points left out for a value beyond +-PLOT_MAX_VALUE */
+    int thinned;          /* 1 when a series reached PLOT_MAX_POINTS */
 } plot_run;
 
 /* Reads the metrics file path into run (zeroed first). Messages go to stderr ("ptc plot:

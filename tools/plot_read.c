@@ -72,6 +72,10 @@ static int ser_add(plot_run *run, int which, double step, double epoch, double y
         run->skipped++;
         return 0;
     }
+    if (fabs(y) > PLOT_MAX_VALUE) {
+        run->out_of_range++;
+        return 0;
+    }
     if (!s->stride)
         s->stride = 1;
     if (s->seen++ % s->stride)

@@ -22,7 +22,7 @@
 
 #include <ptc/ptc.h>
 
-#define PLOT_OPS_VERSION 1
+#define PLOT_OPS_VERSION 2
 
 /* Caps shared by both sides: the program refuses or thins what exceeds them, the module refuses
  * a figure that does not keep to them. */
@@ -33,6 +33,8 @@
 #define PLOT_MAX_SIDE   8192
 #define PLOT_MAX_AREA   (8192 * 4096) /* a PNG's pixels: 128 MiB at 4 bytes each */
 #define PLOT_MAX_LEGEND (PLOT_MAX_RUNS + 4)
+#define PLOT_MAX_TICKS  32 /* ticks on one axis */
+#define PLOT_TICK_TEXT  32 /* bytes of one tick label, its NUL included */
 
 typedef enum plot_format { PLOT_PNG = 1, PLOT_SVG = 2, PLOT_PDF = 3 } plot_format;
 
@@ -105,6 +107,9 @@ typedef struct plot_layout {
     double y_min[PLOT_NPANELS], y_max[PLOT_NPANELS];
     int y_log[PLOT_NPANELS]; /* 1: logarithmic (the learning rate over decades) */
     int nx_ticks, ny_ticks[PLOT_NPANELS];
+    /* The labels of those ticks, as drawn. */
+    char x_tick_text[PLOT_MAX_TICKS][PLOT_TICK_TEXT];
+    char y_tick_text[PLOT_NPANELS][PLOT_MAX_TICKS][PLOT_TICK_TEXT];
     uint32_t run_rgb[PLOT_MAX_RUNS];
     plot_box legend;
     int nlegend;

@@ -315,8 +315,13 @@ static void layout(fig *c)
     L->x_min = xlo;
     L->x_max = xhi + (xhi - xlo) * 0.02;
     L->nx_ticks = c->xt.n;
-    for (int p = 0; p < PLOT_NPANELS; p++)
+    for (int k = 0; k < c->xt.n; k++)
+        ptc__plot_tick_text(&c->xt, c->xt.v[k], L->x_tick_text[k], PLOT_TICK_TEXT);
+    for (int p = 0; p < PLOT_NPANELS; p++) {
         L->ny_ticks[p] = L->shown[p] ? c->yt[p].n : 0;
+        for (int k = 0; k < L->ny_ticks[p]; k++)
+            ptc__plot_tick_text(&c->yt[p], c->yt[p].v[k], L->y_tick_text[p][k], PLOT_TICK_TEXT);
+    }
 }
 
 /* ---- drawing ---------------------------------------------------------------------------------
