@@ -30,11 +30,14 @@
 #include "train/gpumon.h"
 #include "train/record.h"
 
+#include <errno.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WARMUP_STEPS 10
 #define GPU_SAMPLE_S 2.0 /* between two readings of the GPU's state (NVML) */
@@ -136,6 +139,19 @@ static void say(const ptc_train_params *p, const char *fmt, ...)
     vsnprintf(line, sizeof line, fmt, ap);
     va_end(ap);
     p->log(p->ctx, line);
+}
+
+/* v with prec decimals, or "nan" / "inf" / "-inf" (printf would print a NaN's sign bit: "-nan",
+ * which reads as a minus). Returns buf. */
+static const char *fixed(char *buf, size_t n, int prec, double v)
+{
+    if (isnan(v))
+        snprintf(buf, n, "nan");
+    else if (isinf(v))
+        snprintf(buf, n, "%s", v > 0 ? "inf" : "-inf");
+    else
+        snprintf(buf, n, "%.*f", prec, v);
+    return buf;
 }
 
 typedef struct run {
@@ -617,11 +633,77 @@ static int setup_outputs(run *r, ptc_error *err)
     return 0;
 }
 
+/* The directory of an output file exists and this process may create files in it (save and
+ * checkpoint are written beside and renamed; an existing metrics file needs only to be writable): checked before the first step,
+ * so that a wrong --save does not throw a finished run away. what names the file ("save"). */
+static int check_output(const char *what, const char *path, ptc_error *err)
+{
+    if (!path)
+        return 0;
+    struct stat st;
+    /* the metrics file is written in place: an existing one needs only to be writable itself */
+    if (strcmp(what, "metrics") == 0 && stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+        return access(path, W_OK) == 0 ? 0
+                                       : ptc__err(err, PTC_EIO, "", -1,
+                                                  "cannot write the metrics file %s: %s (checked "
+                                                  "before training)",
+                                                  path, strerror(errno));
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else if ((size_t)(slash - path) >= sizeof dir)
+        return ptc__err(err, PTC_EINVAL, "", -1, "the %s file's path is too long: %s", what, path);
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (stat(dir, &st) < 0)
+        return ptc__err(err, PTC_EIO, "", -1,
+                        "cannot write the %s file %s: its directory %s: %s (checked before "
+                        "training)",
+                        what, path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return ptc__err(err, PTC_EIO, "", -1,
+                        "cannot write the %s file %s: %s is not a directory (checked before "
+                        "training)",
+                        what, path, dir);
+    if (access(dir, W_OK | X_OK) < 0)
+        return ptc__err(err, PTC_EIO, "", -1,
+                        "cannot write the %s file %s: no permission to create files in %s: %s "
+                        "(checked before training)",
+                        what, path, dir, strerror(errno));
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return ptc__err(err, PTC_EIO, "", -1,
+                        "cannot write the %s file %s: it is a directory (checked before "
+                        "training)",
+                        what, path);
+    return 0;
+}
+
+/* Every file the run writes, before anything else (rank 0's; every rank's own checkpoint with
+ * checkpoint_all_ranks). */
+static int check_outputs(const run *r, ptc_error *err)
+{
+    const ptc_train_params *p = r->p;
+    int rc = 0;
+    if (r->rc.rank == 0) {
+        rc = check_output("save", p->save, err);
+        if (rc == 0)
+            rc = check_output("metrics", p->metrics, err);
+    }
+    if (rc == 0 && (r->rc.rank == 0 || p->checkpoint_all_ranks))
+        rc = check_output("checkpoint", p->checkpoint, err);
+    return rc;
+}
+
 /* Everything a run holds, in this order; what is opened is released by run_free, also on
  * failure. */
 static int setup(run *r, int host_input, ptc_error *err)
 {
-    int rc = setup_compute(r, err);
+    int rc = check_outputs(r, err);
+    if (rc == 0)
+        rc = setup_compute(r, err);
     if (rc == 0)
         rc = load_data(&r->rc, false, &r->data, err);
     if (rc == 0)
@@ -763,9 +845,11 @@ static void report_epoch(run *r, int epoch, const epoch_sums *ep, double secs)
     const ptc_train_params *p = r->p;
     const double loss_sum = ep->loss_sum;
     const int64_t right = ep->right, seen = ep->seen;
-    say(p, "epoch %d/%d: loss %.4f, train accuracy %.2f%%, %.0f images/s, %.1f s", epoch + 1,
-        p->epochs, seen ? loss_sum / (double)seen : 0,
-        seen ? 100.0 * (double)right / (double)seen : 0, secs > 0 ? (double)seen / secs : 0, secs);
+    char l[32], a[32];
+    say(p, "epoch %d/%d: loss %s, train accuracy %s%%, %.0f images/s, %.1f s", epoch + 1, p->epochs,
+        fixed(l, sizeof l, 4, seen ? loss_sum / (double)seen : 0),
+        fixed(a, sizeof a, 2, seen ? 100.0 * (double)right / (double)seen : 0),
+        secs > 0 ? (double)seen / secs : 0, secs);
     char gpu[320] = ""; /* the epoch's GPU readings: utilisation and power averaged */
     if (r->mon) {
         ptc__gpu_sample es;
@@ -792,8 +876,10 @@ static int evaluate_epoch(run *r, int epoch, ptc_error *err)
                       &res->test_accuracy, &res->test_loss, &count, &res->eval_images_per_sec, err);
     if (rc < 0)
         return rc;
-    say(p, "epoch %d: test accuracy %.2f%% (%lld images), test loss %.4f", epoch + 1,
-        100.0 * res->test_accuracy, (long long)count, res->test_loss);
+    char a[32], l[32];
+    say(p, "epoch %d: test accuracy %s%% (%lld images), test loss %s", epoch + 1,
+        fixed(a, sizeof a, 2, 100.0 * res->test_accuracy), (long long)count,
+        fixed(l, sizeof l, 4, res->test_loss));
     ptc__record_eval(&r->rec, epoch + 1, r->step, res->test_accuracy, res->test_loss, count,
                      res->eval_images_per_sec);
     return 0;
@@ -879,6 +965,10 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
         rc = save_model(&r, err);
     if (rc == 0)
         ptc__record_summary(&r.rec, res, r.step, r.rc.world, copy_ms); /* the file's last */
+    /* a metrics file that could not be written in full: reported after the run and the save */
+    ptc__recorder_close(&r.rec);
+    if (rc == 0)
+        rc = ptc__recorder_status(&r.rec, err);
 out:
     if (rc < 0) /* the other ranks may be waiting for this one's sums: no collective goodbye */
         ptc__reducer_abandon(r.reducer);
