@@ -112,7 +112,7 @@ static void write_record(ptc__recorder *rec, const char *line, size_t len)
         if (k2 < 0)
             e = errno;
     }
-    bool cut = ftruncate(rec->metrics, (off_t)rec->size) == 0;
+    bool cut = k <= 0 || ftruncate(rec->metrics, (off_t)rec->size) == 0; /* k > 0: partial */
     rec->failed = true;
     snprintf(rec->why, sizeof rec->why, "cannot write at byte %lld: %s%s", (long long)rec->size,
              strerror(e), cut ? "" : " (and the partial record could not be cut off)");
