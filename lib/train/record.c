@@ -1,6 +1,7 @@
 /*
  * record.c - the records of a training run: the metrics file's lines and the scalar callback,
- * from one place (see record.h).
+ * from one place (see record.h); and the check, before training, that the run's output files
+ * can be written.
  */
 #include "train/record.h"
 
@@ -296,4 +297,66 @@ void ptc__record_summary(ptc__recorder *rec, const ptc_train_result *res, int64_
     };
     size_t n = sizeof f / sizeof *f - (world > 1 ? 0 : 4);
     ptc__record(rec, "summary", -1, -1, 0, f, n, NULL);
+}
+
+/* The directory of an output file exists and this process may create files in it (save and
+ * checkpoint are written beside and renamed; an existing metrics file needs only to be
+ * writable): checked before the first step, so that a wrong --save does not throw a finished run
+ * away. what names the file ("save"). */
+static int check_output(const char *what, const char *path, ptc_error *err)
+{
+    if (!path)
+        return 0;
+    struct stat st;
+    /* the metrics file is written in place: an existing one needs only to be writable itself */
+    if (strcmp(what, "metrics") == 0 && stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
+        return access(path, W_OK) == 0 ? 0
+                                       : ptc__err(err, PTC_EIO, "", -1,
+                                                  "cannot write the metrics file %s: %s (checked "
+                                                  "before training)",
+                                                  path, strerror(errno));
+    char dir[4096];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        snprintf(dir, sizeof dir, ".");
+    else if (slash == path)
+        snprintf(dir, sizeof dir, "/");
+    else if ((size_t)(slash - path) >= sizeof dir)
+        return ptc__err(err, PTC_EINVAL, "", -1, "the %s file's path is too long: %s", what, path);
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
+    if (stat(dir, &st) < 0)
+        return ptc__err(err, PTC_EIO, "", -1,
+                        "cannot write the %s file %s: its directory %s: %s (checked before "
+                        "training)",
+                        what, path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return ptc__err(err, PTC_EIO, "", -1,
+                        "cannot write the %s file %s: %s is not a directory (checked before "
+                        "training)",
+                        what, path, dir);
+    if (access(dir, W_OK | X_OK) < 0)
+        return ptc__err(err, PTC_EIO, "", -1,
+                        "cannot write the %s file %s: no permission to create files in %s: %s "
+                        "(checked before training)",
+                        what, path, dir, strerror(errno));
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return ptc__err(err, PTC_EIO, "", -1,
+                        "cannot write the %s file %s: it is a directory (checked before "
+                        "training)",
+                        what, path);
+    return 0;
+}
+
+int ptc__train_check_outputs(const ptc_train_params *p, int rank, ptc_error *err)
+{
+    int rc = 0;
+    if (rank == 0) {
+        rc = check_output("save", p->save, err);
+        if (rc == 0)
+            rc = check_output("metrics", p->metrics, err);
+    }
+    if (rc == 0 && (rank == 0 || p->checkpoint_all_ranks))
+        rc = check_output("checkpoint", p->checkpoint, err);
+    return rc;
 }

@@ -95,4 +95,10 @@ void ptc__record_gpu(ptc__recorder *rec, int epoch, int64_t step, const ptc__gpu
 void ptc__record_summary(ptc__recorder *rec, const ptc_train_result *res, int64_t steps, int world,
                          double copy_ms);
 
+/* Before training: every file the run writes (save, metrics on rank 0; checkpoint on rank 0, and
+ * on every rank with checkpoint_all_ranks) has a directory that exists and in which this process
+ * may create files (an existing metrics file, written in place, needs only to be writable itself).
+ * PTC_EIO naming the file and the reason, else 0. */
+int ptc__train_check_outputs(const ptc_train_params *p, int rank, ptc_error *err);
+
 #endif /* PTC_TRAIN_RECORD_H */

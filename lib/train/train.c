@@ -30,14 +30,11 @@
 #include "train/gpumon.h"
 #include "train/record.h"
 
-#include <errno.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
 
 #define WARMUP_STEPS 10
 #define GPU_SAMPLE_S 2.0 /* between two readings of the GPU's state (NVML) */
@@ -633,75 +630,11 @@ static int setup_outputs(run *r, ptc_error *err)
     return 0;
 }
 
-/* The directory of an output file exists and this process may create files in it (save and
- * checkpoint are written beside and renamed; an existing metrics file needs only to be writable): checked before the first step,
- * so that a wrong --save does not throw a finished run away. what names the file ("save"). */
-static int check_output(const char *what, const char *path, ptc_error *err)
-{
-    if (!path)
-        return 0;
-    struct stat st;
-    /* the metrics file is written in place: an existing one needs only to be writable itself */
-    if (strcmp(what, "metrics") == 0 && stat(path, &st) == 0 && !S_ISDIR(st.st_mode))
-        return access(path, W_OK) == 0 ? 0
-                                       : ptc__err(err, PTC_EIO, "", -1,
-                                                  "cannot write the metrics file %s: %s (checked "
-                                                  "before training)",
-                                                  path, strerror(errno));
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        snprintf(dir, sizeof dir, ".");
-    else if (slash == path)
-        snprintf(dir, sizeof dir, "/");
-    else if ((size_t)(slash - path) >= sizeof dir)
-        return ptc__err(err, PTC_EINVAL, "", -1, "the %s file's path is too long: %s", what, path);
-    else
-        snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    if (stat(dir, &st) < 0)
-        return ptc__err(err, PTC_EIO, "", -1,
-                        "cannot write the %s file %s: its directory %s: %s (checked before "
-                        "training)",
-                        what, path, dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode))
-        return ptc__err(err, PTC_EIO, "", -1,
-                        "cannot write the %s file %s: %s is not a directory (checked before "
-                        "training)",
-                        what, path, dir);
-    if (access(dir, W_OK | X_OK) < 0)
-        return ptc__err(err, PTC_EIO, "", -1,
-                        "cannot write the %s file %s: no permission to create files in %s: %s "
-                        "(checked before training)",
-                        what, path, dir, strerror(errno));
-    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
-        return ptc__err(err, PTC_EIO, "", -1,
-                        "cannot write the %s file %s: it is a directory (checked before "
-                        "training)",
-                        what, path);
-    return 0;
-}
-
-/* Every file the run writes, before anything else (rank 0's; every rank's own checkpoint with
- * checkpoint_all_ranks). */
-static int check_outputs(const run *r, ptc_error *err)
-{
-    const ptc_train_params *p = r->p;
-    int rc = 0;
-    if (r->rc.rank == 0) {
-        rc = check_output("save", p->save, err);
-        if (rc == 0)
-            rc = check_output("metrics", p->metrics, err);
-    }
-    if (rc == 0 && (r->rc.rank == 0 || p->checkpoint_all_ranks))
-        rc = check_output("checkpoint", p->checkpoint, err);
-    return rc;
-}
-
 /* Everything a run holds, in this order; what is opened is released by run_free, also on
  * failure. */
 static int setup(run *r, int host_input, ptc_error *err)
 {
-    int rc = check_outputs(r, err);
+    int rc = ptc__train_check_outputs(r->p, r->rc.rank, err);
     if (rc == 0)
         rc = setup_compute(r, err);
     if (rc == 0)
