@@ -517,10 +517,16 @@ int cmd_train(int argc, char **argv)
         return rc;
     }
     train_watch_attach(u, &p);
+    if (rank == 0 && p.resume && p.metrics) /* the best of the epochs before, for the summary */
+        train_watch_history(u, p.metrics);
     p.comm = world > 1 ? comm : NULL;
-    ptc_train_result res;
+    ptc_train_result res = {0}; /* read after a failure too */
     rc = ptc_train(&p, &res, &err);
     train_watch_end_progress(u);
+    /* Rank 0: the summary, also after a run that failed once it had begun (what was done, which
+     * files were written), before the error. */
+    if (rank == 0 && (rc == 0 || res.steps > 0))
+        train_watch_summary(u, &p, &res, world, train_watch_now() - t_start, rc < 0 ? &err : NULL);
     if (rc < 0) {
         int status = cli_report(rc, &err);
         train_watch_free(u);
@@ -533,8 +539,6 @@ int cmd_train(int argc, char **argv)
         ptc_comm_close(comm);
         return status;
     }
-    if (rank == 0)
-        train_watch_summary(u, &p, &res, world, train_watch_now() - t_start);
     int status = train_watch_free(u);
     ptc_comm_close(comm);
     return status ? status : CLI_EXIT_OK;

@@ -13,10 +13,12 @@
 
 #include "tensorboard/tb.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 /* ---- --tensorboard ------------------------------------------------------------------------------ */
@@ -109,8 +111,30 @@ struct train_watch {
     /* what the summary needs, from the records (on_scalar) */
     int evals;
     double best_acc, last_acc, last_test_loss;
-    int64_t best_epoch, last_epoch;
+    int64_t best_epoch, last_epoch, first_eval_epoch;
+    int metrics_failed; /* lib/train warned that a metrics write failed */
+    /* A resumed run's earlier evaluations, from the metrics file it appends to (epoch order; a
+     * run resumed from an earlier epoch replaces the later ones): the best covers the whole run. */
+    struct past_eval {
+        int64_t epoch;
+        double acc;
+    } * past;
+    int npast, past_cap;
+    int past_read; /* the file was read (its evaluations are the earlier epochs') */
 };
+
+/* v with prec decimals, or "nan" / "inf" / "-inf" (printf prints a NaN's sign bit as "-nan",
+ * which reads as a minus). Returns buf. */
+static const char *fixed(char *buf, size_t n, int prec, double v)
+{
+    if (isnan(v))
+        snprintf(buf, n, "nan");
+    else if (isinf(v))
+        snprintf(buf, n, "%s", v > 0 ? "inf" : "-inf");
+    else
+        snprintf(buf, n, "%.*f", prec, v);
+    return buf;
+}
 
 double train_watch_now(void)
 {
@@ -141,6 +165,8 @@ static void on_device_status(void *ctx, const char *text)
 static void on_log(void *ctx, const char *line)
 {
     train_watch *u = ctx;
+    if (strncmp(line, "warning: the metrics file ", 26) == 0) /* lib/train/record.c's */
+        u->metrics_failed = 1;
     if (u->started) {
         cli_progress_end(&u->bar);
         u->started = 0;
@@ -219,7 +245,8 @@ static void on_progress(void *ctx, int epoch, int64_t done, int64_t total, doubl
     }
     if (u->bar.enabled) {
         update_rate(u, epoch, done, total);
-        snprintf(u->loss, sizeof u->loss, "loss %.4f", loss);
+        char l[24];
+        snprintf(u->loss, sizeof u->loss, "loss %s", fixed(l, sizeof l, 4, loss));
     }
     cli_progress_update(&u->bar, (uint64_t)done);
 }
@@ -238,10 +265,77 @@ static void on_scalar(void *ctx, const char *tag, int64_t step, double value)
         }
         u->last_acc = value;
         u->last_epoch = step;
+        if (!u->evals)
+            u->first_eval_epoch = step;
         u->evals++;
     } else if (strcmp(tag, "test/loss") == 0) {
         u->last_test_loss = value;
     }
+}
+
+/* ---- a resumed run's earlier evaluations ---------------------------------------------------- */
+
+#define PAST_LINE_MAX 4096  /* a record of ours is shorter (lib/train/record.c); longer: skipped */
+#define PAST_MAX      65536 /* evaluations kept (one an epoch at most); beyond: the oldest dropped */
+
+/* One "eval" record as lib/train/record.c writes it ({"event": "eval", "epoch": E, ...,
+ * "test_accuracy": A, ...}): 1 and its epoch and accuracy, else 0 (any other line, junk). */
+static int parse_eval(const char *line, int64_t *epoch, double *acc)
+{
+    static const char head[] = "{\"event\": \"eval\", \"epoch\": ";
+    if (strncmp(line, head, sizeof head - 1) != 0)
+        return 0;
+    char *end;
+    long long e = strtoll(line + sizeof head - 1, &end, 10);
+    const char *a = strstr(end, "\"test_accuracy\": ");
+    if (end == line + sizeof head - 1 || e < 1 || !a)
+        return 0;
+    a += strlen("\"test_accuracy\": ");
+    double v = strtod(a, &end);
+    if (end == a || !isfinite(v))
+        return 0;
+    *epoch = e;
+    *acc = v;
+    return 1;
+}
+
+static void past_add(train_watch *u, int64_t epoch, double acc)
+{
+    while (u->npast > 0 && u->past[u->npast - 1].epoch >= epoch) /* a run resumed from before */
+        u->npast--;
+    if (u->npast == PAST_MAX) {
+        memmove(u->past, u->past + 1, (size_t)(PAST_MAX - 1) * sizeof *u->past);
+        u->npast--;
+    }
+    if (u->npast == u->past_cap) {
+        int cap = u->past_cap ? 2 * u->past_cap : 64;
+        void *q = realloc(u->past, (size_t)cap * sizeof *u->past);
+        if (!q)
+            return; /* the summary then labels its best as this process's (see summary) */
+        u->past = q;
+        u->past_cap = cap;
+    }
+    u->past[u->npast++] = (struct past_eval){.epoch = epoch, .acc = acc};
+}
+
+void train_watch_history(train_watch *u, const char *metrics)
+{
+    FILE *f = fopen(metrics, "r");
+    if (!f)
+        return;
+    char line[PAST_LINE_MAX];
+    int whole = 1; /* line starts a line of the file */
+    while (fgets(line, sizeof line, f)) {
+        size_t n = strlen(line);
+        int ends = n > 0 && line[n - 1] == '\n';
+        int64_t e;
+        double a;
+        if (whole && ends && parse_eval(line, &e, &a))
+            past_add(u, e, a);
+        whole = ends;
+    }
+    u->past_read = !ferror(f);
+    fclose(f);
 }
 
 /* ---- the end-of-run summary ------------------------------------------------------------------- */
@@ -275,24 +369,69 @@ static void format_wall(char *buf, size_t n, double secs)
         snprintf(buf, n, "%ldh%02ldm%02lds", s / 3600, s / 60 % 60, s % 60);
 }
 
-/* Rank 0, after a run that completed: a table a person reads at a glance. */
+/* The test accuracy row: the best and the last evaluation. A resumed run's best covers the
+ * earlier epochs too when their records were read from the metrics file (train_watch_history),
+ * else the row says which epochs it covers. */
+static void accuracy_row(const train_watch *u, const ptc_train_params *p)
+{
+    double best = u->best_acc;
+    int64_t best_epoch = u->best_epoch;
+    int n = u->evals;
+    int64_t before = u->evals ? u->first_eval_epoch : u->first_epoch > 0 ? u->first_epoch : 1;
+    for (int i = 0; u->past_read && i < u->npast && u->past[i].epoch < before; i++) {
+        if (!n || u->past[i].acc > best ||
+            (u->past[i].acc == best && u->past[i].epoch < best_epoch)) {
+            best = u->past[i].acc;
+            best_epoch = u->past[i].epoch;
+        }
+        n++;
+    }
+    if (!n) {
+        row("test accuracy", "none (no evaluation ran)");
+        return;
+    }
+    char b[32], l[32], range[96] = "";
+    if (p->resume && n == u->evals && u->first_eval_epoch > 1) /* this process's epochs only */
+        snprintf(range, sizeof range, "; best of epochs %lld-%lld only",
+                 (long long)u->first_eval_epoch, (long long)u->last_epoch);
+    if (u->evals)
+        row("test accuracy", "best %s%% (epoch %lld%s), last %s%% (epoch %lld)",
+            fixed(b, sizeof b, 2, 100.0 * best), (long long)best_epoch, range,
+            fixed(l, sizeof l, 2, 100.0 * u->last_acc), (long long)u->last_epoch);
+    else
+        row("test accuracy", "best %s%% (epoch %lld, before this process; none in it)",
+            fixed(b, sizeof b, 2, 100.0 * best), (long long)best_epoch);
+}
+
+/* The metrics file a write to failed: lib/train's warning, or its error at the end. */
+static int metrics_incomplete(const train_watch *u, const ptc_error *failure)
+{
+    return u->metrics_failed || (failure && failure->code == PTC_EIO &&
+                                 strncmp(failure->message, "the metrics file ", 17) == 0);
+}
+
+/* Rank 0, after a run: a table a person reads at a glance. failure: the run's error (NULL: none);
+ * a run whose only failure is an incomplete metrics file completed, any other failure marks the
+ * run as failed and the files it did not write. */
 void train_watch_summary(const train_watch *u, const ptc_train_params *p,
-                         const ptc_train_result *res, int world, double wall)
+                         const ptc_train_result *res, int world, double wall,
+                         const ptc_error *failure)
 {
     char text[64];
+    int failed = failure && !(failure->code == PTC_EIO &&
+                              strncmp(failure->message, "the metrics file ", 17) == 0);
     printf("summary\n");
-    if (res->epochs_done < p->epochs) /* --max-steps ended the run */
+    if (failed)
+        row("result", "failed (the error follows)");
+    if (res->epochs_done < p->epochs && !failed) /* --max-steps ended the run */
         row("epochs", "%d of %d (--max-steps reached)", res->epochs_done, p->epochs);
+    else if (res->epochs_done < p->epochs)
+        row("epochs", "%d of %d", res->epochs_done, p->epochs);
     else
         row("epochs", "%d", res->epochs_done);
+    accuracy_row(u, p);
     if (u->evals)
-        row("test accuracy", "best %.2f%% (epoch %lld), last %.2f%% (epoch %lld)",
-            100.0 * u->best_acc, (long long)u->best_epoch, 100.0 * u->last_acc,
-            (long long)u->last_epoch);
-    else
-        row("test accuracy", "none (no evaluation ran)");
-    if (u->evals)
-        row("test loss", "%.4f (last)", u->last_test_loss);
+        row("test loss", "%s (last)", fixed(text, sizeof text, 4, u->last_test_loss));
     format_wall(text, sizeof text, wall);
     row("wall time", "%s", text);
     char steps[96]; /* this run's, and with a resumed run the checkpoint's too */
@@ -306,9 +445,10 @@ void train_watch_summary(const train_watch *u, const ptc_train_params *p,
             world > 1 ? " (all processes)" : "");
     else
         row("training", "%s (too few for a rate: the first 10 are warm-up)", steps);
-    if (world > 1 && res->allreduce_ms > 0)
+    if (world > 1 && res->allreduce_ms > 0) /* two measures, each against its own base */
         row("all-reduce",
-            "%.1f ms per step alone, %.1f ms of it not hidden behind backward (%.0f%% hidden)",
+            "%.1f ms per step run alone; %.1f ms per step waited for after backward (%.0f%% "
+            "hidden)",
             res->allreduce_ms, res->allreduce_exposed_ms,
             100.0 * (1.0 - (res->allreduce_exposed_ms < res->allreduce_ms
                                 ? res->allreduce_exposed_ms / res->allreduce_ms
@@ -319,13 +459,17 @@ void train_watch_summary(const train_watch *u, const ptc_train_params *p,
         row("peak memory", "%s%s", text,
             world > 1 ? " (rank 0's resident set; each process has its own)" : " (resident set)");
     }
-    /* The files written, one a row. */
-    row("state dict", "%s", p->save);
+    /* The files written, one a row (a failed run: which were not). */
+    struct stat st;
+    row("state dict", "%s%s", p->save, failed ? " (not written: the run failed)" : "");
     if (p->checkpoint)
         row("checkpoint", "%s%s", p->checkpoint,
-            p->checkpoint_all_ranks && world > 1 ? " (and .rank<r> of every rank)" : "");
+            failed && stat(p->checkpoint, &st) != 0 ? " (not written)"
+            : p->checkpoint_all_ranks && world > 1  ? " (and .rank<r> of every rank)"
+                                                    : "");
     if (p->metrics)
-        row("metrics", "%s", p->metrics);
+        row("metrics", "%s%s", p->metrics,
+            metrics_incomplete(u, failure) ? " (incomplete: a write failed, see above)" : "");
     if (u->tb.w)
         row("events", "%s%s", u->tb.ops->path(u->tb.w),
             u->tb.failed ? " (incomplete: a write failed, see above)" : "");
@@ -358,7 +502,12 @@ int train_watch_tensorboard(train_watch *u, const char *dir)
 {
     int rc = tb_start(&u->tb, dir);
     if (rc == 0) {
-        printf("tensorboard: %s (view: tensorboard --logdir %s)\n", u->tb.ops->path(u->tb.w), dir);
+        const char *path = u->tb.ops->path(u->tb.w);
+        fputs("tensorboard: ", stdout); /* the user's path, escaped as the summary's row has it */
+        cli_escape_put(stdout, path, strlen(path), 0);
+        fputs(" (view: tensorboard --logdir ", stdout);
+        cli_escape_put(stdout, dir, strlen(dir), 0);
+        fputs(")\n", stdout);
         fflush(stdout);
     }
     return rc;
@@ -377,6 +526,7 @@ int train_watch_free(train_watch *u)
         return 0;
     train_watch_end_progress(u);
     int status = tb_finish(&u->tb);
+    free(u->past);
     free(u);
     return status;
 }

@@ -20,9 +20,15 @@ void train_watch_attach(train_watch *u, ptc_train_params *p);
 int train_watch_tensorboard(train_watch *u, const char *dir);
 /* Erases the progress line (the run has ended). */
 void train_watch_end_progress(train_watch *u);
-/* Rank 0, after a run that completed: the summary table on stdout (wall: the command's seconds). */
+/* Rank 0 of a run that resumes and appends to its metrics file: reads the earlier evaluations
+ * there (bounded, junk skipped), so that the summary's best covers the whole run. */
+void train_watch_history(train_watch *u, const char *metrics);
+/* Rank 0, after a run: the summary table on stdout (wall: the command's seconds; failure: the
+ * run's error, NULL for none: a failed run is marked, with the files it did not write; a metrics
+ * file whose writing failed is marked incomplete). */
 void train_watch_summary(const train_watch *u, const ptc_train_params *p,
-                         const ptc_train_result *res, int world, double wall);
+                         const ptc_train_result *res, int world, double wall,
+                         const ptc_error *failure);
 /* Seconds on the monotonic clock. */
 double train_watch_now(void);
 /* Closes the event file (also after a failed run: what was written stays readable) and frees u

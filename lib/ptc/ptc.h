@@ -1117,7 +1117,12 @@ PTC_API void ptc_train_params_default(ptc_train_params *p);
  * library's, an unknown dataset, arch, backend, precision, schedule or lr_scaling, a value out of
  * range); PTC_ENOTFOUND / PTC_EUNSUPPORTED (the backend's or communicator's module is not
  * installed / cannot run here; bf16 on ref, or on dnnl without AVX512_BF16 / AMX); PTC_EIO (the
- * dataset, init, resume, save, checkpoint or metrics files, a device failure); the load errors of
+ * dataset, init, resume, save, checkpoint or metrics files, a device failure; the directory of
+ * save, checkpoint or metrics missing or not writable is refused before training, rank 0; and
+ * when a write of the metrics file failed during the run: the failure goes to the log callback
+ * as a warning at once, the file is cut back to its last whole record and no more are written,
+ * the run goes on and saves its model, and ptc_train then returns PTC_EIO with *res filled, its
+ * message beginning "the metrics file" and saying why it is incomplete); the load errors of
  * init and resume (PTC_EFORMAT ...); PTC_ECOMM (a collective failed: end the job with
  * ptc_comm_abort); PTC_ENOMEM. Several threads may each run ptc_train with its own params and its
  * own (or no) communicator.

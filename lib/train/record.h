@@ -21,7 +21,7 @@
 #include "train/gpumon.h"
 
 #include <stdbool.h>
-#include <stdio.h>
+#include <stdint.h>
 
 /* One member of a record. */
 typedef struct ptc__rec_field {
@@ -34,8 +34,15 @@ typedef struct ptc__rec_field {
 } ptc__rec_field;
 
 typedef struct ptc__recorder {
-    bool on; /* rank 0 */
-    FILE *metrics;
+    bool on;          /* rank 0 */
+    int metrics;      /* the metrics file's descriptor, -1: none (or closed) */
+    const char *path; /* its name (the caller's string) */
+    int64_t size;     /* its length: every record in it is whole */
+    /* The first write that failed: the file was cut back to its last whole record and no more are
+     * written; the run goes on and ptc_train reports it at the end (PTC_EIO). */
+    bool failed;
+    char why[320];
+    void (*log)(void *ctx, const char *line);
     void (*scalar)(void *ctx, const char *tag, int64_t step, double value);
     void *ctx;
     int64_t log_every;
@@ -47,11 +54,15 @@ typedef struct ptc__recorder {
 } ptc__recorder;
 
 /* Opens rank 0's recorder from p (metrics file appended to with append, else truncated; scalar,
- * ctx, log_every). Other ranks get a recorder that does nothing. PTC_EIO when the metrics file
- * cannot be opened. */
+ * log, ctx, log_every). Appending, a last line without its newline (a run that ended while
+ * writing it) is cut off first. Other ranks get a recorder that does nothing. PTC_EIO when the
+ * metrics file cannot be opened. */
 int ptc__recorder_open(ptc__recorder *rec, const ptc_train_params *p, int rank, int world,
                        bool append, ptc_error *err);
 void ptc__recorder_close(ptc__recorder *rec);
+/* PTC_EIO when a write of the metrics file failed (the file is incomplete; err says where and
+ * why), else 0. */
+int ptc__recorder_status(const ptc__recorder *rec, ptc_error *err);
 
 /* {"event": EVENT[, "epoch": epoch][, "step": step], fields..., extra}: epoch < 0 or step < 0
  * leave the member out; extra is raw JSON members, each with a leading ", " (NULL: none). Each
@@ -83,5 +94,11 @@ void ptc__record_gpu(ptc__recorder *rec, int epoch, int64_t step, const ptc__gpu
 /* the file's last line: the run's figures (copy_ms: the per-step bucket copy, several ranks) */
 void ptc__record_summary(ptc__recorder *rec, const ptc_train_result *res, int64_t steps, int world,
                          double copy_ms);
+
+/* Before training: every file the run writes (save, metrics on rank 0; checkpoint on rank 0, and
+ * on every rank with checkpoint_all_ranks) has a directory that exists and in which this process
+ * may create files (an existing metrics file, written in place, needs only to be writable itself).
+ * PTC_EIO naming the file and the reason, else 0. */
+int ptc__train_check_outputs(const ptc_train_params *p, int rank, ptc_error *err);
 
 #endif /* PTC_TRAIN_RECORD_H */

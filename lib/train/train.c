@@ -138,6 +138,19 @@ static void say(const ptc_train_params *p, const char *fmt, ...)
     p->log(p->ctx, line);
 }
 
+/* v with prec decimals, or "nan" / "inf" / "-inf" (printf would print a NaN's sign bit: "-nan",
+ * which reads as a minus). Returns buf. */
+static const char *fixed(char *buf, size_t n, int prec, double v)
+{
+    if (isnan(v))
+        snprintf(buf, n, "nan");
+    else if (isinf(v))
+        snprintf(buf, n, "%s", v > 0 ? "inf" : "-inf");
+    else
+        snprintf(buf, n, "%.*f", prec, v);
+    return buf;
+}
+
 typedef struct run {
     const ptc_train_params *p;
     recipe rc;
@@ -621,7 +634,9 @@ static int setup_outputs(run *r, ptc_error *err)
  * failure. */
 static int setup(run *r, int host_input, ptc_error *err)
 {
-    int rc = setup_compute(r, err);
+    int rc = ptc__train_check_outputs(r->p, r->rc.rank, err);
+    if (rc == 0)
+        rc = setup_compute(r, err);
     if (rc == 0)
         rc = load_data(&r->rc, false, &r->data, err);
     if (rc == 0)
@@ -763,9 +778,11 @@ static void report_epoch(run *r, int epoch, const epoch_sums *ep, double secs)
     const ptc_train_params *p = r->p;
     const double loss_sum = ep->loss_sum;
     const int64_t right = ep->right, seen = ep->seen;
-    say(p, "epoch %d/%d: loss %.4f, train accuracy %.2f%%, %.0f images/s, %.1f s", epoch + 1,
-        p->epochs, seen ? loss_sum / (double)seen : 0,
-        seen ? 100.0 * (double)right / (double)seen : 0, secs > 0 ? (double)seen / secs : 0, secs);
+    char l[32], a[32];
+    say(p, "epoch %d/%d: loss %s, train accuracy %s%%, %.0f images/s, %.1f s", epoch + 1, p->epochs,
+        fixed(l, sizeof l, 4, seen ? loss_sum / (double)seen : 0),
+        fixed(a, sizeof a, 2, seen ? 100.0 * (double)right / (double)seen : 0),
+        secs > 0 ? (double)seen / secs : 0, secs);
     char gpu[320] = ""; /* the epoch's GPU readings: utilisation and power averaged */
     if (r->mon) {
         ptc__gpu_sample es;
@@ -792,8 +809,10 @@ static int evaluate_epoch(run *r, int epoch, ptc_error *err)
                       &res->test_accuracy, &res->test_loss, &count, &res->eval_images_per_sec, err);
     if (rc < 0)
         return rc;
-    say(p, "epoch %d: test accuracy %.2f%% (%lld images), test loss %.4f", epoch + 1,
-        100.0 * res->test_accuracy, (long long)count, res->test_loss);
+    char a[32], l[32];
+    say(p, "epoch %d: test accuracy %s%% (%lld images), test loss %s", epoch + 1,
+        fixed(a, sizeof a, 2, 100.0 * res->test_accuracy), (long long)count,
+        fixed(l, sizeof l, 4, res->test_loss));
     ptc__record_eval(&r->rec, epoch + 1, r->step, res->test_accuracy, res->test_loss, count,
                      res->eval_images_per_sec);
     return 0;
@@ -879,6 +898,10 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
         rc = save_model(&r, err);
     if (rc == 0)
         ptc__record_summary(&r.rec, res, r.step, r.rc.world, copy_ms); /* the file's last */
+    /* a metrics file that could not be written in full: reported after the run and the save */
+    ptc__recorder_close(&r.rec);
+    if (rc == 0)
+        rc = ptc__recorder_status(&r.rec, err);
 out:
     if (rc < 0) /* the other ranks may be waiting for this one's sums: no collective goodbye */
         ptc__reducer_abandon(r.reducer);
