@@ -258,15 +258,17 @@ static void on_scalar(void *ctx, const char *tag, int64_t step, double value)
 {
     train_watch *u = ctx;
     tb_scalar(&u->tb, tag, step, value);     /* nothing without --tensorboard */
-    if (strcmp(tag, "test/accuracy") == 0) { /* step: the epoch */
+    if (strcmp(tag, "test/accuracy") == 0) {
+        /* step is the global step; the evaluation follows the epoch the progress last showed */
+        int64_t epoch = u->epoch;
         if (!u->evals || value > u->best_acc) {
             u->best_acc = value;
-            u->best_epoch = step;
+            u->best_epoch = epoch;
         }
         u->last_acc = value;
-        u->last_epoch = step;
+        u->last_epoch = epoch;
         if (!u->evals)
-            u->first_eval_epoch = step;
+            u->first_eval_epoch = epoch;
         u->evals++;
     } else if (strcmp(tag, "test/loss") == 0) {
         u->last_test_loss = value;
