@@ -257,7 +257,7 @@ static void on_progress(void *ctx, int epoch, int64_t done, int64_t total, doubl
 static void on_scalar(void *ctx, const char *tag, int64_t step, double value)
 {
     train_watch *u = ctx;
-    tb_scalar(&u->tb, tag, step, value);     /* nothing without --tensorboard */
+    tb_scalar(&u->tb, tag, step, value); /* nothing without --tensorboard */
     if (strcmp(tag, "test/accuracy") == 0) {
         /* step is the global step; the evaluation follows the epoch the progress last showed */
         int64_t epoch = u->epoch;

@@ -27,6 +27,7 @@
 #include "base/plugin.h"
 #include "dist/dist.h"
 #include "train/checkpoint.h"
+#include "train/evaluate.h"
 #include "train/gpumon.h"
 #include "train/record.h"
 
@@ -116,13 +117,6 @@ static int resolve(const ptc_train_params *p, recipe *re, ptc_error *err)
                         p->lr_scaling);
     re->lr = ptc__lr_scale(p->lr, ls, re->world);
     return 0;
-}
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static void say(const ptc_train_params *p, const char *fmt, ...) PTC_PRINTF(2, 3);
@@ -242,98 +236,6 @@ static int upload_splits(run *r, bool test_only, ptc_error *err)
     return rc;
 }
 
-/* Forward of a loader batch: its float images written to the model's input, or, with im, the
- * images made by the backend from the uint8 dataset im and the batch's draws. */
-static int forward_batch(ptc__model *m, const ptc__bimg *im, const ptc__normalizer *nz,
-                         const ptc__batch *b, int train, float *logits, ptc_error *err)
-{
-    if (!im)
-        return ptc__model_forward(m, b->images, b->n, train, logits, err);
-    ptc__bt *x;
-    int rc = ptc__model_input(m, b->n, &x, err);
-    if (rc == 0)
-        rc = ptc__model_ops(m)->images_batch(ptc__model_be(m), im, b->sample, b->top, b->left,
-                                             b->flip, b->n, &nz->lut[0][0], x, err);
-    return rc < 0 ? rc : ptc__model_forward_filled(m, b->n, train, logits, err);
-}
-
-/* ---- evaluation ------------------------------------------------------------------------------- */
-
-/* A loss sum, correct count and image count over every rank (each rank's own when alone): an
- * epoch's training totals, an evaluation's. */
-static int totals_over_ranks(ptc_comm *comm, double *loss_sum, int64_t *right, int64_t *seen,
-                             ptc_error *err)
-{
-    if (!comm || comm->size == 1)
-        return 0;
-    int64_t counts[2] = {*right, *seen};
-    int rc = comm->ops->allreduce(comm, counts, 2, PTC__C_I64, PTC__C_SUM, err);
-    if (rc == 0)
-        rc = comm->ops->allreduce(comm, loss_sum, 1, PTC__C_F64, PTC__C_SUM, err);
-    *right = counts[0];
-    *seen = counts[1];
-    return rc;
-}
-
-/* The test split, sharded over the ranks without padding (rank r takes r, r + world, ...); the
- * counts and the loss sum are all-reduced, so every rank gets the totals over every image once. */
-static int evaluate(ptc__model *m, const ptc__dataset *d, const ptc__bimg *im,
-                    const ptc__normalizer *nz, int batch, ptc_comm *comm, double *acc, double *loss,
-                    int64_t *count, double *ips, ptc_error *err)
-{
-    int64_t *idx = NULL, n = 0;
-    ptc__loader *l = NULL;
-    float *logits = NULL;
-    double t0 = 0, total = 0;
-    int64_t right = 0, seen = 0;
-    int rc = ptc__eval_shard(d->test.n, ptc_comm_size(comm), ptc_comm_rank(comm), &idx, &n, err);
-    if (rc < 0)
-        goto out;
-    ptc__loader_params lp = {.split = &d->test,
-                             .indices = idx,
-                             .nindices = n,
-                             .batch_size = batch,
-                             .nbuffers = 2,
-                             .augment = false,
-                             .draws_only = im != NULL};
-    memcpy(lp.mean, d->norm_mean, sizeof lp.mean);
-    memcpy(lp.std, d->norm_std, sizeof lp.std);
-    if (!(logits = ptc__malloc((size_t)batch * (size_t)d->classes * sizeof *logits))) {
-        rc = ptc__err(err, PTC_ENOMEM, "", -1, "out of memory");
-        goto out;
-    }
-    if ((rc = ptc__loader_start(&l, &lp, err)) < 0)
-        goto out;
-    t0 = now();
-    ptc__batch *b;
-    while ((rc = ptc__loader_next(l, &b, err)) > 0) {
-        double bl = 0;
-        int64_t bc = 0;
-        rc = forward_batch(m, im, nz, b, 0, logits, err);
-        if (rc == 0)
-            rc = ptc__cross_entropy(logits, b->labels, b->n, d->classes, &bl, NULL, &bc, err);
-        int bn = b->n;
-        ptc__loader_release(b);
-        if (rc < 0)
-            break;
-        total += bl * bn; /* the batch mean times its size: the sum over samples */
-        right += bc;
-        seen += bn;
-    }
-    if (rc < 0 || (rc = totals_over_ranks(comm, &total, &right, &seen, err)) < 0)
-        goto out;
-    double dt = now() - t0;
-    *count = seen;
-    *acc = seen ? (double)right / (double)seen : 0;
-    *loss = seen ? total / (double)seen : 0;
-    *ips = dt > 0 ? (double)seen / dt : 0;
-out:
-    ptc__loader_stop(l);
-    ptc__free(logits);
-    ptc__free(idx);
-    return rc;
-}
-
 /* ---- the run ---------------------------------------------------------------------------------- */
 
 static void run_free(run *r)
@@ -445,7 +347,7 @@ static int sum_over_ranks(void *ctx, double *buf, size_t n, ptc_error *err)
 static void gpu_tick(run *r, int epoch, int64_t step)
 {
     ptc__gpu_sample s;
-    if (!ptc__gpumon_poll(r->mon, now(), &s) || !s.valid)
+    if (!ptc__gpumon_poll(r->mon, ptc__train_now(), &s) || !s.valid)
         return;
     char text[96];
     if (r->p->device_status) {
@@ -469,7 +371,8 @@ static int train_step(run *r, const ptc__batch *b, double lr, int64_t step, doub
     if (r->reducer && !r->p->no_broadcast_buffers)
         rc = ptc__reducer_sync_buffers(r->reducer, err);
     if (rc == 0)
-        rc = forward_batch(r->model, r->img_train, &r->nz, b, 1, dev ? NULL : r->logits, err);
+        rc = ptc__train_forward_batch(r->model, r->img_train, &r->nz, b, 1, dev ? NULL : r->logits,
+                                      err);
     if (rc == 0)
         rc = dev ? ptc__model_loss(r->model, b->labels, err)
                  : ptc__cross_entropy(r->logits, b->labels, b->n, r->data->classes, loss,
@@ -689,12 +592,12 @@ static void count_step(run *r, epoch_sums *ep, int epoch, int64_t total, int bn,
         ep->pending_seen = ep->seen;
         ep->pending_step = r->step;
         ep->pending_lr = r->lr;
-        ep->pending_t = now();
+        ep->pending_t = ptc__train_now();
     } else {
-        account(r, ep, epoch, total, bn, ep->seen, loss, correct, r->step, r->lr, now());
+        account(r, ep, epoch, total, bn, ep->seen, loss, correct, r->step, r->lr, ptc__train_now());
     }
     if (r->step - r->start_step == WARMUP_STEPS) { /* a resumed run warms up too */
-        r->t_warm = now();
+        r->t_warm = ptc__train_now();
         r->warm_images = r->images;
     }
     if (r->mon)
@@ -759,14 +662,14 @@ static int train_epoch(run *r, int epoch, epoch_sums *ep, double *secs, ptc_erro
     memcpy(lp.std, d->norm_std, sizeof lp.std);
     if ((rc = ptc__loader_start(&l, &lp, err)) < 0)
         goto out;
-    double t0 = now();
+    double t0 = ptc__train_now();
     rc = train_batches(r, l, epoch, n, ep, err);
     ptc__loader_stop(l);
     if (rc == 0)
         rc = collect(r, ep, epoch, n, err);
     if (rc == 0)
-        rc = totals_over_ranks(r->rc.comm, &ep->loss_sum, &ep->right, &ep->seen, err);
-    *secs = now() - t0;
+        rc = ptc__train_totals(r->rc.comm, &ep->loss_sum, &ep->right, &ep->seen, err);
+    *secs = ptc__train_now() - t0;
 out:
     ptc__free(idx);
     return rc;
@@ -805,8 +708,9 @@ static int evaluate_epoch(run *r, int epoch, ptc_error *err)
     if (!(p->eval_every > 0 && (epoch + 1) % p->eval_every == 0) && !last)
         return 0;
     int64_t count;
-    int rc = evaluate(r->model, r->data, r->img_test, &r->nz, p->batch_size, r->rc.comm,
-                      &res->test_accuracy, &res->test_loss, &count, &res->eval_images_per_sec, err);
+    int rc = ptc__train_evaluate(r->model, r->data, r->img_test, &r->nz, p->batch_size, r->rc.comm,
+                                 &res->test_accuracy, &res->test_loss, &count,
+                                 &res->eval_images_per_sec, err);
     if (rc < 0)
         return rc;
     char a[32], l[32];
@@ -829,13 +733,13 @@ static int run_epoch(run *r, int epoch, ptc_error *err)
         return rc;
     r->res->epochs_done = epoch + 1;
     report_epoch(r, epoch, &ep, secs);
-    double t_aside = now();
+    double t_aside = ptc__train_now();
     if ((rc = evaluate_epoch(r, epoch, err)) < 0)
         return rc;
     if (r->p->checkpoint &&
         (rc = save_rank0(r, r->p->checkpoint, epoch + 1, r->step, r->lr, 1, err)) < 0)
         return rc;
-    double aside = now() - t_aside;
+    double aside = ptc__train_now() - t_aside;
     ptc__recorder_aside(&r->rec, aside);
     if (r->t_warm > 0)
         r->t_other += aside;
@@ -849,7 +753,7 @@ static void measure(run *r, double *copy_ms)
 {
     ptc_train_result *res = r->res;
     res->steps = r->step;
-    double t_train = now() - r->t_warm - r->t_other;
+    double t_train = ptc__train_now() - r->t_warm - r->t_other;
     if (r->t_warm > 0 && r->images > r->warm_images && t_train > 0)
         res->train_images_per_sec = (double)(r->images - r->warm_images) * r->rc.world / t_train;
     *copy_ms = 0;
@@ -888,7 +792,7 @@ int ptc__train_ex(const ptc_train_params *p, int host_input, ptc_train_result *r
         goto out;
     announce(&r);
     r.start_step = r.step;
-    ptc__recorder_start(&r.rec, now());
+    ptc__recorder_start(&r.rec, ptc__train_now());
     for (int epoch = r.start_epoch; epoch < p->epochs && !r.stop && rc == 0; epoch++)
         rc = run_epoch(&r, epoch, err);
     /* the figures also after a failed epoch; the model is saved only after a complete run */
@@ -939,8 +843,8 @@ int ptc_evaluate(const ptc_train_params *p, const char *weights, double *accurac
         rc = ptc__train_load_weights(r.model, weights, err);
     double ips;
     if (rc == 0)
-        rc = evaluate(r.model, r.data, r.img_test, &r.nz, p->batch_size, NULL, accuracy, loss,
-                      count, &ips, err);
+        rc = ptc__train_evaluate(r.model, r.data, r.img_test, &r.nz, p->batch_size, NULL, accuracy,
+                                 loss, count, &ips, err);
     run_free(&r);
     return rc;
 }
