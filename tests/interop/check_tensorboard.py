@@ -21,6 +21,8 @@ against TensorBoard 2.18's own reader and torch.utils.tensorboard.SummaryWriter 
    Records missing from either side fail (never skipped).
 
 Exit status: 0 all checks passed, 1 a difference, 77 torch or tensorboard missing, 99 cannot run.
+`check_tensorboard.py --compare METRICS.jsonl TBDIR` runs only the comparison of 2 on a run of
+one's own (the figures of a long run are made that way).
 """
 
 import glob
@@ -248,6 +250,12 @@ def check_train(tmp):
     if len(files) != 1 or ("tensorboard: " + files[0]) not in out:
         fail("expected one event file in %s, printed by ptc train; found %s" % (tbdir, files))
         return
+    compare(metrics, tbdir, files[0])
+
+
+def compare(metrics, tbdir, event_file):
+    """Every (tag, step, value) of the event files in tbdir against the metrics log: both ways,
+    values within 1 float32 ulp of float32(the metrics value); prints a table of tags."""
     # What the metrics log says, as (tag, step) -> value.
     want = {}
     for line in open(metrics):
@@ -270,7 +278,7 @@ def check_train(tmp):
             got.setdefault((tag, e.step), []).append(e.value)
     if not got:
         fail("the event file %s holds no scalar: ptc_train did not call ptc_train_params.scalar "
-             "(lib/train), or ptc train did not pass it on" % files[0])
+             "(lib/train), or ptc train did not pass it on" % event_file)
     if not any(t == "train/loss" for t, _ in want):
         fail("the metrics log has no \"step\" lines: --log-every 2 did not reach lib/train")
     missing = sorted(set(want) - set(got))
@@ -310,6 +318,11 @@ def check_train(tmp):
 
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--compare":
+        # A run of one's own: check_tensorboard.py --compare METRICS.jsonl TBDIR
+        files = glob.glob(os.path.join(sys.argv[3], "events.out.tfevents.*"))
+        compare(sys.argv[2], sys.argv[3], files[0] if files else sys.argv[3])
+        return 1 if failures else 0
     for prog in (PTC, TB_WRITE):
         if not os.access(prog, os.X_OK):
             print("ERROR: %s was not built (make check builds it; configure needs protoc-c and "
